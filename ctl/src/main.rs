@@ -1,0 +1,3 @@
+//! `strata-ctl`: operator commands.
+#![forbid(unsafe_code)]
+fn main() {}

@@ -1,0 +1,7 @@
+//! What `strata-supervisor` and `strata-proxy` must agree on.
+//!
+//! This crate alone knows the config schema and the wire format of the
+//! private supervisor socket. Both daemons read the same config file through
+//! [`config`] and talk through [`wire`]; nothing else crosses the process
+//! boundary.
+#![forbid(unsafe_code)]

@@ -1,0 +1,1 @@
+//! `strata-supervisor`: owns the one Strata backend process.

@@ -1,0 +1,2 @@
+//! Shared helpers for the end-to-end tests.
+#![forbid(unsafe_code)]
