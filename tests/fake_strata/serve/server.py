@@ -1,0 +1,696 @@
+"""Fake Strata backend for strata-router's tests (a test double, not Strata).
+
+Implements the backend contract of docs interfaces.md section 3: the real
+server's CLI subset, ready file, /health, /v1/models, OpenAI chat (JSON and SSE
+with keep-alive comments), the /v1/cache/lookup extension, disconnect
+detection and signal handling, all scripted by the profile's `fake` object.
+Python 3.9+ standard library only.
+"""
+
+import argparse
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from . import frames, script
+
+DEFAULT_BODY_LIMIT = 256 << 20  # Strata's CHUNKED_BODY_MAX; STRATA_MAX_BODY_MIB overrides
+POLL_S = 0.02  # how often waits look for a client EOF, a keep-alive due, or shutdown
+NOT_FOUND = {"error": {"message": "not found"}}
+CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+LOOKUP_PATH = "/v1/cache/lookup"
+
+
+class Cancelled(Exception):
+    """Generation stopped: reason is client_disconnect, write_failed or shutdown."""
+
+    def __init__(self, reason):
+        Exception.__init__(self, reason)
+        self.reason = reason
+
+
+class State(object):
+    """Everything the request handlers share."""
+
+    def __init__(self, args, profile, log):
+        self.args = args
+        self.profile = profile
+        self.name = profile.model_name
+        self.log = log
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.stopping = False
+        self.body_limit = DEFAULT_BODY_LIMIT
+        mib = os.environ.get("STRATA_MAX_BODY_MIB")
+        if mib:
+            try:
+                self.body_limit = int(mib) << 20
+            except ValueError:
+                pass
+
+    def begin(self):
+        with self.lock:
+            self.in_flight += 1
+            return self.in_flight
+
+    def end(self):
+        with self.lock:
+            self.in_flight -= 1
+
+    def busy(self):
+        with self.lock:
+            return self.in_flight > 0
+
+    def health(self):
+        failure = self.profile.start["start_failure"]
+        return {
+            "status": "ok",
+            "max_context": frames.MAX_CONTEXT,
+            "model": self.name + "-wrong" if failure == "health_wrong_model" else self.name,
+            "images": False,
+            "api_key": False,
+            "loaded": failure != "health_not_loaded",
+            "service": "strata",
+        }
+
+    def models(self):
+        loaded = self.profile.start["start_failure"] != "health_not_loaded"
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.name,
+                    "object": "model",
+                    "status": {"value": "loaded" if loaded else "unloaded"},
+                    "meta": {"n_ctx": frames.MAX_CONTEXT},
+                    "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
+                }
+            ],
+        }
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    server_version = "strata-fake/1"
+    sys_version = ""
+
+    def log_message(self, format, *args):  # noqa: A002 - stdlib signature
+        pass
+
+    def version_string(self):
+        return self.server_version
+
+    @property
+    def state(self):
+        return self.server.state
+
+    # ---- low-level output -------------------------------------------------
+
+    def send_json(self, status, obj):
+        data = frames.dumps(obj).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_error_json(self, status, etype, message):
+        self.send_json(status, frames.error_body(etype, message))
+
+    def write_raw(self, data):
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+        except OSError:
+            raise Cancelled("write_failed")
+        self.last_write = time.monotonic()
+
+    def write_frame(self, obj):
+        self.write_raw(frames.data_frame(obj))
+        self.frames += 1
+
+    # ---- disconnect detection and waits -------------------------------------
+
+    def client_gone(self, timeout):
+        """Wait up to `timeout` s for the socket to become readable; True on EOF (select + MSG_PEEK)."""
+        sock = self.connection
+        try:
+            readable, _, _ = select.select([sock], [], [], timeout)
+        except (OSError, ValueError):
+            return True
+        if not readable:
+            return False
+        try:
+            data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+        if data:  # stray bytes from the client, not EOF; do not spin on them
+            time.sleep(timeout)
+            return False
+        return True
+
+    def pause(self, seconds, keepalive_s=None):
+        """Sleep `seconds`, watching for client EOF and shutdown; when keepalive_s is set (SSE
+        headers sent), write a keep-alive comment whenever keepalive_s passed since the last write."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self.state.stopping:
+                raise Cancelled("shutdown")
+            now = time.monotonic()
+            remaining = deadline - now
+            if remaining <= 0:
+                if self.client_gone(0):
+                    raise Cancelled("client_disconnect")
+                return
+            step = min(remaining, POLL_S)
+            if keepalive_s is not None:
+                due = self.last_write + keepalive_s
+                if now >= due:
+                    self.write_raw(frames.KEEPALIVE)
+                    self.keepalives += 1
+                    continue
+                step = min(step, due - now)
+            if self.client_gone(step):
+                raise Cancelled("client_disconnect")
+
+    # ---- request bodies -----------------------------------------------------
+
+    def read_body(self):
+        """The request body, or None after answering 400/413 (or when the client left)."""
+        limit = self.state.body_limit
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return self.read_chunked(limit)
+        length = self.headers.get("Content-Length")
+        if length is None:
+            return b""
+        try:
+            n = int(length)
+            if n < 0:
+                raise ValueError(length)
+        except ValueError:
+            self.send_error_json(400, "invalid_request_error", "invalid Content-Length")
+            return None
+        if n > limit:  # checked before reading anything
+            self.send_error_json(413, "invalid_request_error", "request body too large")
+            return None
+        body = self.rfile.read(n)
+        if len(body) < n:
+            return None
+        return body
+
+    def read_chunked(self, limit):
+        parts = []
+        total = 0
+        while True:
+            line = self.rfile.readline(1024)
+            if not line:
+                return None
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                self.send_error_json(400, "invalid_request_error", "invalid chunked body")
+                return None
+            if size == 0:
+                while True:  # trailers up to the empty line
+                    trailer = self.rfile.readline(8192)
+                    if trailer in (b"\r\n", b"\n", b""):
+                        break
+                return b"".join(parts)
+            total += size
+            if total > limit:
+                self.send_error_json(413, "invalid_request_error", "request body too large")
+                return None
+            chunk = self.rfile.read(size)
+            if len(chunk) < size:
+                return None
+            parts.append(chunk)
+            self.rfile.readline(1024)  # CRLF after the chunk
+
+    # ---- routing ------------------------------------------------------------
+
+    def do_GET(self):
+        path = self.path.split("?", 1)[0]
+        if path in ("/health", "/api/health"):
+            status, body = 200, self.state.health()
+        elif path in ("/v1/models", "/models"):
+            status, body = 200, self.state.models()
+        else:
+            status, body = 404, NOT_FOUND
+        self.state.log.event("get", path=path, status=status)
+        try:
+            self.send_json(status, body)
+        except OSError:
+            pass
+
+    def do_POST(self):
+        path = self.path.split("?", 1)[0]
+        self.frames = 0
+        self.keepalives = 0
+        self.last_write = time.monotonic()
+        try:
+            body = self.read_body()
+            if body is None:
+                return
+            if path in CHAT_PATHS:
+                self.handle_chat(path, body)
+            elif path == LOOKUP_PATH:
+                self.handle_lookup(path, body)
+            else:
+                self.send_json(404, NOT_FOUND)
+        except OSError:
+            pass  # the client went away while we answered; never crash on a broken pipe
+
+    # ---- chat ---------------------------------------------------------------
+
+    def handle_chat(self, path, body):
+        st = self.state
+        try:
+            req = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            st.log.event("request", path=path, model=None, stream=False, body_bytes=len(body),
+                         fake={}, in_flight=None, rejected="invalid JSON")
+            self.send_error_json(400, "invalid_request_error", "invalid JSON body")
+            st.log.event("response_done", path=path, status=400, stream=False, frames=0)
+            return
+        if not isinstance(req, dict):
+            req = None
+        fake_override = req.get("fake") if req is not None else None
+        requested = req.get("model") if req is not None else None
+        if not isinstance(requested, str):
+            requested = None
+        stream = req is not None and req.get("stream") is True
+        try:
+            if req is None:
+                raise script.ScriptError("request body must be a JSON object")
+            params = st.profile.request_params(fake_override)
+        except script.ScriptError as e:
+            st.log.event("request", path=path, model=requested, stream=stream,
+                         body_bytes=len(body), fake={}, in_flight=None, rejected=str(e))
+            self.send_error_json(400, "invalid_request_error", str(e))
+            st.log.event("response_done", path=path, status=400, stream=stream, frames=0)
+            return
+        model = requested if requested == st.name else st.name
+        prompt = params["prompt_tokens"]
+        if prompt is None:
+            prompt = len(body) // 4
+        cached = min(params["cached_tokens"], prompt)
+        in_flight = st.begin()
+        try:
+            st.log.event("request", path=path, model=requested, stream=stream,
+                         body_bytes=len(body), fake=fake_override or {}, in_flight=in_flight)
+            try:
+                self.pause(params["header_delay_ms"] / 1000.0)
+                if params["error_status"] is not None:
+                    status = params["error_status"]
+                    message = params["error_message"] or "fake error %d" % status
+                    self.send_error_json(status, frames.error_type_for(status), message)
+                    st.log.event("response_done", path=path, status=status, stream=stream,
+                                 frames=0)
+                    return
+                completion = frames.Completion(model)
+                if stream:
+                    self.run_stream(path, params, completion, prompt, cached)
+                else:
+                    self.run_json(path, params, completion, prompt, cached)
+            except Cancelled as c:
+                st.log.event("cancel", path=path, reason=c.reason, stream=stream,
+                             frames=self.frames)
+        finally:
+            st.end()
+
+    def finish_reason(self, params):
+        if params["finish_reason"] is not None:
+            return params["finish_reason"]
+        return "tool_calls" if params["tool_call"] else "stop"
+
+    def die(self):
+        self.state.log.event("exit", code=5, reason="mid_stream die")
+        os._exit(5)
+
+    def mid_stream_due(self, params, content_sent, at_end):
+        return params["mid_stream"] is not None and (
+            at_end or content_sent >= params["mid_stream_after"]
+        )
+
+    def run_stream(self, path, params, completion, prompt, cached):
+        st = self.state
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("X-Accel-Buffering", "no")
+            self.send_header("Connection", "close")
+            self.end_headers()
+        except OSError:
+            raise Cancelled("write_failed")
+        self.last_write = time.monotonic()
+        keepalive_s = params["keepalive_ms"] / 1000.0
+        delay_s = params["token_delay_ms"] / 1000.0
+        self.write_frame(completion.chunk({"role": "assistant", "content": ""}))
+        generated = 0
+        content_sent = 0
+        for kind, value in frames.plan(params):
+            if kind == "content" and self.mid_stream_due(params, content_sent, False):
+                return self.stream_failure(path, params)
+            self.pause(delay_s, keepalive_s)
+            self.write_frame(completion.chunk(completion.delta_for(kind, value)))
+            if kind in ("reasoning", "content"):
+                generated += 1
+            if kind == "content":
+                content_sent += 1
+        if self.mid_stream_due(params, content_sent, True):
+            return self.stream_failure(path, params)
+        extra = {"usage": frames.usage(prompt, generated, cached)}
+        if params["timings"]:
+            extra["timings"] = frames.timings(prompt, generated, cached, params["token_delay_ms"])
+        finish = self.finish_reason(params)
+        self.write_frame(completion.chunk({}, finish, **extra))
+        self.write_raw(frames.DONE)
+        self.frames += 1
+        st.log.event("response_done", path=path, status=200, stream=True, frames=self.frames,
+                     keepalives=self.keepalives, finish_reason=finish, prompt_tokens=prompt,
+                     completion_tokens=generated, cached_tokens=cached)
+
+    def stream_failure(self, path, params):
+        if params["mid_stream"] == "die":
+            self.die()
+        self.write_frame(frames.error_body("server_error", "engine died"))
+        self.write_raw(frames.DONE)
+        self.frames += 1
+        self.state.log.event("response_done", path=path, status=200, stream=True,
+                             frames=self.frames, keepalives=self.keepalives,
+                             mid_stream="error")
+
+    def run_json(self, path, params, completion, prompt, cached):
+        st = self.state
+        delay_s = params["token_delay_ms"] / 1000.0
+        reasoning, content = [], []
+        content_sent = 0
+        for kind, value in frames.plan(params):
+            if kind == "content" and self.mid_stream_due(params, content_sent, False):
+                return self.json_failure(path, params)
+            self.pause(delay_s)
+            if kind == "reasoning":
+                reasoning.append(value)
+            elif kind == "content":
+                content.append(value)
+                content_sent += 1
+        if self.mid_stream_due(params, content_sent, True):
+            return self.json_failure(path, params)
+        generated = len(reasoning) + len(content)
+        text = "".join(content)
+        if not text and params["tool_call"]:
+            text = None
+        finish = self.finish_reason(params)
+        extra = {"usage": frames.usage(prompt, generated, cached)}
+        if params["timings"]:
+            extra["timings"] = frames.timings(prompt, generated, cached, params["token_delay_ms"])
+        message = completion.message(text, "".join(reasoning), params["tool_call"])
+        self.send_json(200, completion.response(message, finish, **extra))
+        st.log.event("response_done", path=path, status=200, stream=False, frames=0,
+                     finish_reason=finish, prompt_tokens=prompt, completion_tokens=generated,
+                     cached_tokens=cached)
+
+    def json_failure(self, path, params):
+        if params["mid_stream"] == "die":
+            self.die()
+        self.send_error_json(503, "server_error", "engine died")
+        self.state.log.event("response_done", path=path, status=503, stream=False, frames=0,
+                             mid_stream="error")
+
+    # ---- cache lookup extension ----------------------------------------------
+
+    def handle_lookup(self, path, body):
+        st = self.state
+        status = self.lookup(body)
+        st.log.event("cache_lookup", status=status[0], count=status[1])
+
+    def lookup(self, body):
+        """Answer a cache lookup; returns (status, number of requests)."""
+        st = self.state
+        if not st.profile.start["cache_lookup"]:
+            self.send_json(404, NOT_FOUND)
+            return 404, 0
+        try:
+            req = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            self.send_error_json(400, "invalid_request_error", "invalid JSON body")
+            return 400, 0
+        items = req.get("requests") if isinstance(req, dict) else None
+        if not isinstance(items, list):
+            self.send_error_json(400, "invalid_request_error", "requests must be a list")
+            return 400, 0
+        results = []
+        for item in items:
+            if (not isinstance(item, dict) or not isinstance(item.get("id"), str)
+                    or not isinstance(item.get("body"), dict)):
+                self.send_error_json(400, "invalid_request_error",
+                                     "each request needs a string id and an object body")
+                return 400, len(items)
+            try:
+                params = st.profile.request_params(item["body"].get("fake"))
+            except script.ScriptError as e:
+                self.send_error_json(400, "invalid_request_error", str(e))
+                return 400, len(items)
+            tokens = params["prompt_tokens"]
+            if tokens is None:
+                tokens = len(json.dumps(item["body"])) // 4
+            results.append({"id": item["id"], "input_tokens": tokens,
+                            "cached_tokens": min(params["cached_tokens"], tokens)})
+        try:
+            self.pause(st.profile.start["cache_lookup_delay_ms"] / 1000.0)
+        except Cancelled:
+            return 499, len(items)
+        if st.busy():
+            self.send_error_json(409, "model_busy", "busy")
+            return 409, len(items)
+        self.send_json(200, {"min_tokens": st.profile.cache_min_tokens, "results": results})
+        return 200, len(items)
+
+
+class FakeHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        ThreadingHTTPServer.handle_error(self, request, client_address)
+
+
+class FakeHTTPServer6(FakeHTTPServer):
+    address_family = socket.AF_INET6
+
+
+# ---- process lifecycle --------------------------------------------------------
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="python -m serve.server",
+        description="Fake Strata backend: a test double for strata-router, not Strata.",
+    )
+    p.add_argument("--engine", choices=("strata", "mock"), default="mock")
+    p.add_argument("--config", required=True, metavar="PATH")
+    p.add_argument("--host", default=None)
+    p.add_argument("--port", type=int, default=8095)
+    p.add_argument("--idle-unload", type=float, default=None, metavar="SECONDS")
+    p.add_argument("--ready-file", default=None, metavar="PATH")
+    return p.parse_args(argv)
+
+
+def port_problem(host, port):
+    """Strata's quick bind-and-close check: an error string, or None when the port is free."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        return None
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            return "port %d is already in use" % port
+        return "cannot bind %s:%d: %s" % (host, port, e)
+    finally:
+        s.close()
+
+
+def write_ready_file(path, contents):
+    """Atomic: a temp file in the same directory, then rename over `path`."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ready-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(contents))
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class Signals(object):
+    """Signal handlers only record; the main thread acts (no locks taken in handlers)."""
+
+    def __init__(self, ignore_sigterm):
+        self.stop_signal = None
+        self.ignored = 0
+        self.ignore_sigterm = ignore_sigterm
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum, frame):
+        if signum == signal.SIGTERM and self.ignore_sigterm:
+            self.ignored += 1
+        elif self.stop_signal is None:
+            self.stop_signal = signal.Signals(signum).name
+
+
+def finish(log, code, **fields):
+    log.event("exit", code=code, **fields)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    os._exit(code)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    host = args.host or "127.0.0.1"
+    try:
+        profile = script.Profile(args.config)
+    except script.ProfileError as e:
+        sys.stderr.write("error: %s\n" % e)
+        return e.code
+    start = profile.start
+    log = script.EventLog(start["log"])
+    log.event(
+        "start",
+        argv=list(sys.argv),
+        cwd=os.getcwd(),
+        env_keys=sorted(os.environ),
+        engine=args.engine,
+        host=host,
+        port=args.port,
+        idle_unload=args.idle_unload,
+        ready_file=args.ready_file,
+        model_name=profile.model_name,
+        profile=os.path.abspath(args.config),
+    )
+    if profile.lazy_load:
+        sys.stderr.write(
+            "error: profile sets lazy_load: true; the router must never launch such a profile\n"
+        )
+        finish(log, 2, reason="lazy_load")
+    problem = port_problem(host, args.port)
+    if problem:
+        sys.stderr.write("error: %s\n" % problem)
+        finish(log, 2, reason=problem)
+
+    signals = Signals(start["ignore_sigterm"])
+    seen_ignored = [0]
+
+    def poll_signals():
+        """True once a stop signal arrived; logs ignored SIGTERMs."""
+        while seen_ignored[0] < signals.ignored:
+            seen_ignored[0] += 1
+            log.event("signal_ignored", signal="SIGTERM")
+        return signals.stop_signal is not None
+
+    def stop_now(httpd=None, state=None):
+        log.event("stop", signal=signals.stop_signal)
+        if state is not None:
+            state.stopping = True
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+            deadline = time.monotonic() + 2.0
+            while state.busy() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finish(log, 0)
+
+    if start["spawn_grandchild"]:
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(3600)"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        log.event("grandchild", child_pid=child.pid)
+
+    # Simulated model load: the HTTP port stays closed.
+    load_deadline = time.monotonic() + start["load_ms"] / 1000.0
+    while time.monotonic() < load_deadline:
+        if poll_signals():
+            stop_now()
+        time.sleep(min(0.01, max(0.0, load_deadline - time.monotonic())))
+
+    failure = start["start_failure"]
+    if failure == "exit":
+        sys.stderr.write("error: scripted start failure\n")
+        finish(log, start["exit_code"], reason="start_failure exit")
+    if failure == "hang":
+        while not poll_signals():
+            time.sleep(0.02)
+        stop_now()
+
+    state = State(args, profile, log)
+    server_class = FakeHTTPServer6 if ":" in host else FakeHTTPServer
+    try:
+        httpd = server_class((host, args.port), Handler)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            message = "port %d is already in use" % args.port
+        else:
+            message = "cannot bind %s:%d: %s" % (host, args.port, e)
+        sys.stderr.write("error: %s\n" % message)
+        finish(log, 2, reason=message)
+    httpd.state = state
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+
+    ready = {"pid": os.getpid(), "model_name": profile.model_name, "port": args.port}
+    if failure == "wrong_model_name":
+        ready["model_name"] = profile.model_name + "-wrong"
+    elif failure == "wrong_pid":
+        ready["pid"] = os.getpid() + 1000000
+    elif failure == "wrong_port":
+        ready["port"] = args.port + 1
+    if args.ready_file:
+        write_ready_file(args.ready_file, ready)
+    log.event("ready", ready_file=args.ready_file, contents=ready)
+    url = "http://%s:%d" % (host, args.port)
+    sys.stdout.write("ready: %s/v1  (OpenAI: %s/v1/chat/completions, context %d tokens)\n"
+                     % (url, url, frames.MAX_CONTEXT))
+    sys.stdout.flush()
+
+    exit_at = time.monotonic() + 0.2 if failure == "exit_after_ready" else None
+    while True:
+        if poll_signals():
+            stop_now(httpd, state)
+        if exit_at is not None and time.monotonic() >= exit_at:
+            finish(log, 4, reason="start_failure exit_after_ready")
+        time.sleep(0.02)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
