@@ -49,17 +49,20 @@
           # tests/fake_strata/, which needs python3 (stdlib only).
           nativeCheckInputs = [ pkgs.python3 ];
 
-          # The sandbox has no /usr/bin/env: give any script in tests/ a
-          # store-path interpreter.
+          # The sandbox has no /usr/bin/env or /usr/bin/python3: give any
+          # script in tests/ a store-path interpreter.
           postPatch = ''
-            if [ -d tests ]; then patchShebangs tests; fi
+            if [ -d tests ]; then patchShebangs --build tests; fi
           '';
 
-          # Tests that need what the sandbox lacks (systemd, root, /run/user,
-          # a writable HOME, anything beyond loopback) skip themselves when
-          # this is set.
+          # STRATA_TEST_IN_NIX_SANDBOX: tests that need what the sandbox
+          # lacks (systemd, root, /run/user, a writable HOME, any network
+          # beyond loopback) skip themselves when it is set.
+          # STRATA_TEST_PYTHON: the absolute interpreter for the fake
+          # backend's config `python` (also first on PATH as python3).
           preCheck = ''
             export STRATA_TEST_IN_NIX_SANDBOX=1
+            export STRATA_TEST_PYTHON=${lib.getExe pkgs.python3}
           '';
 
           # Ship the systemd units from contrib/ with store paths, so a NixOS

@@ -207,26 +207,38 @@ let
         else
           throw "offline stub buildRustPackage: cargoHash, cargoVendorDir, cargoDeps, or cargoLock must be set";
       src = args.src or (throw "offline stub buildRustPackage: src must be set");
-      # In nixpkgs these two are build-time errors of cargoSetupHook.
-      srcLock = "${src}/Cargo.lock";
+      # Look through the source filter at the original tree: `nix flake check`
+      # evaluates in read-only mode, where the filtered copy is never
+      # written to the store and so cannot be read.
+      srcRoot = if isAttrs src && src ? origSrc then src.origSrc else src;
+      srcFilter = if isAttrs src && src ? filter then src.filter else (_: _: true);
+      inSrc =
+        rel:
+        if isPath srcRoot then
+          pathExists (srcRoot + "/${rel}") && srcFilter (toString srcRoot + "/${rel}") "regular"
+        else
+          true; # a plain store-path string: not checked
+      # In nixpkgs these are build-time errors of cargoSetupHook.
       srcChecked =
-        if !pathExists "${src}/Cargo.toml" then
+        if !inSrc "Cargo.toml" then
           throw "offline stub buildRustPackage: src has no Cargo.toml (is the source filter too strict?)"
-        else if args ? cargoLock && args.cargoLock ? lockFile then
-          if !pathExists srcLock then
+        else if args ? cargoLock && args.cargoLock ? lockFile && isPath srcRoot then
+          if !inSrc "Cargo.lock" then
             throw "offline stub buildRustPackage: ERROR: Missing Cargo.lock from src"
-          else if readFile srcLock != readFile args.cargoLock.lockFile then
+          else if readFile (srcRoot + "/Cargo.lock") != readFile args.cargoLock.lockFile then
             throw "offline stub buildRustPackage: ERROR: cargoLock out of date (src's Cargo.lock differs from cargoLock.lockFile)"
           else
             true
         else
           true;
     in
+    # Evaluation-time errors of nixpkgs first, then the build-time ones.
+    assert builtins.seq cargoDeps true;
     assert srcChecked;
     mkDerivation (
       args
       // {
-        cargoDepsStub = cargoDeps;
+        inherit cargoDeps;
         doCheck = args.doCheck or true;
         nativeBuildInputs = [
           cargo
