@@ -5,3 +5,5 @@
 //! [`config`] and talk through [`wire`]; nothing else crosses the process
 //! boundary.
 #![forbid(unsafe_code)]
+
+pub mod config;

@@ -1,0 +1,77 @@
+//! The registry fingerprint the supervisor and proxy compare in their
+//! hello, so a proxy configured differently from its supervisor is refused
+//! instead of misrouting.
+//!
+//! The digest is FNV-1a 64 over a canonical text, not `std`'s `Hasher`:
+//! `DefaultHasher` is randomly keyed per process and its algorithm may
+//! change between Rust releases, while both processes (possibly built at
+//! different times) must compute the same value.
+//!
+//! The text is one line per fact, every string JSON-quoted so no value can
+//! imitate a separator:
+//!
+//! ```text
+//! strata-router registry v1
+//! backend_port 8095
+//! model "ID" family FAMILY upstream "NAME" profile "PATH"|null installed BOOL compatible BOOL
+//! ...one model line per entry, in ID order...
+//! enabled ["ID",...]
+//! alias FAMILY ["ID",...]      (effective list; one line per configured alias, hidden ones too)
+//! ```
+
+use super::json_walk::quote;
+use super::registry::Registry;
+use std::fmt::Write;
+
+/// FNV-1a, 64-bit.
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+    })
+}
+
+/// The text the fingerprint hashes; see the module docs.
+pub(crate) fn canonical_text(registry: &Registry) -> String {
+    let list = |ids: &[String]| {
+        let quoted: Vec<String> = ids.iter().map(|id| quote(id)).collect();
+        format!("[{}]", quoted.join(","))
+    };
+    let mut text = String::from("strata-router registry v1\n");
+    // Writing to a String cannot fail.
+    let _ = writeln!(text, "backend_port {}", registry.backend_port());
+    for model in registry.models() {
+        let profile = model
+            .profile
+            .as_ref()
+            .map_or_else(|| "null".to_owned(), |p| quote(&p.to_string_lossy()));
+        let _ = writeln!(
+            text,
+            "model {} family {} upstream {} profile {} installed {} compatible {}",
+            quote(&model.id),
+            model.family,
+            quote(&model.upstream_model),
+            profile,
+            model.installed,
+            model.compatible
+        );
+    }
+    let _ = writeln!(text, "enabled {}", list(registry.enabled_ids()));
+    for alias in registry.configured_aliases() {
+        let _ = writeln!(text, "alias {} {}", alias.family, list(&alias.effective));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fnv1a64;
+
+    #[test]
+    fn fnv1a64_matches_reference_vectors() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+}
