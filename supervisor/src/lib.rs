@@ -1,1 +1,3 @@
 //! `strata-supervisor`: owns the one Strata backend process.
+
+pub mod backend;

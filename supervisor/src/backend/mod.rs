@@ -1,0 +1,200 @@
+//! The Strata backend process: start it, verify it, watch it, stop it.
+//!
+//! This module implements the backend contract of `interfaces.md` §3 for exactly one child:
+//!
+//! - [`start`] checks the backend port is free, makes a fresh private ready-file directory,
+//!   spawns `PYTHON -m serve.server --engine strata --config PROFILE --host 127.0.0.1 --port PORT
+//!   --idle-unload 0 --ready-file READY_PATH` (no shell, `cwd` = `strata_dir`, stdio on
+//!   `/dev/null`, own process group, parent-death SIGKILL, environment minus
+//!   [`SCRUBBED_ENV`]), then waits up to `startup_ms` for the ready file, checks its pid, model
+//!   and port, and checks `GET /health`. Any failure kills and reaps the whole process group and
+//!   returns a short, generic [`StartError`]; there are no retries and never another model.
+//! - [`Backend`] is the verified, running child. [`Backend::try_exited`] notices (and reaps) a
+//!   child that died later; [`Backend::stop`] stops the group (SIGTERM, `shutdown_ms`, SIGKILL)
+//!   and confirms it is gone. Dropping a `Backend` without `stop` SIGKILLs the group.
+//!
+//! # Threading requirement
+//!
+//! `PR_SET_PDEATHSIG` is tied to the thread that forks, not to the process. Call [`start`] only
+//! from the supervisor's current-thread tokio runtime on the main thread (tests: a
+//! `current_thread` tokio test, whose thread outlives the backend), never from `spawn_blocking`
+//! or a multi-thread runtime; see [`spawn`](self::spawn) for details. A `debug_assert!` guards it.
+//!
+//! Modules: `spawn` (the only `unsafe`), `group` (the owned child, reaping, group liveness),
+//! `readiness` (ready file and identity), `health` (HTTP/1.0 `/health` client), `stop`,
+//! `ready_dir`, `progress`, `cancel`, `spec`, `error`.
+
+mod cancel;
+mod error;
+mod group;
+mod health;
+mod progress;
+mod readiness;
+mod ready_dir;
+mod spawn;
+mod spec;
+mod stop;
+
+use std::ffi::OsString;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+pub use cancel::CancelSignal;
+pub use error::StartError;
+pub use group::ExitInfo;
+pub use health::{HealthError, HealthReport, check_health};
+pub use progress::StartProgress;
+pub use spawn::SCRUBBED_ENV;
+pub use spec::LaunchSpec;
+pub use stop::StopReport;
+
+use cancel::Cancel;
+use group::ChildGroup;
+use readiness::Waiter;
+use ready_dir::ReadyDir;
+
+/// The running backend, verified to be the requested model on the backend port.
+#[derive(Debug)]
+pub struct Backend {
+    group: ChildGroup,
+    model_id: String,
+    upstream_model: String,
+    addr: SocketAddr,
+    started_at: Instant,
+    load_duration: Duration,
+}
+
+impl Backend {
+    /// The backend process id.
+    pub fn pid(&self) -> u32 {
+        self.group.pid()
+    }
+
+    /// Its process group id (equal to [`pid`](Self::pid): it leads its own group).
+    pub fn pgid(&self) -> u32 {
+        self.group.pid()
+    }
+
+    /// The public router model ID this backend was started for.
+    pub fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    /// The `model_name` it verified in its ready file and `/health`.
+    pub fn upstream_model(&self) -> &str {
+        &self.upstream_model
+    }
+
+    /// Where it serves HTTP (`127.0.0.1:backend_port`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// When it was spawned.
+    pub fn started_at(&self) -> Instant {
+        self.started_at
+    }
+
+    /// From spawn to verified readiness.
+    pub fn load_duration(&self) -> Duration {
+        self.load_duration
+    }
+
+    /// Non-blocking: has the backend process died?
+    ///
+    /// On the first call that sees it dead, the rest of its process group (Strata's engine, for
+    /// one) is SIGKILLed, since nothing would otherwise stop it holding GPU memory, and the
+    /// process is reaped, so no zombie is left. Later calls return the same answer.
+    pub fn try_exited(&mut self) -> Option<ExitInfo> {
+        if self.group.is_reaped() {
+            return self.group.reap();
+        }
+        self.group.observe_exit()?;
+        // Still unreaped here, so the pgid is pinned and this cannot hit another group.
+        let _ = self.group.signal_group(nix::sys::signal::Signal::SIGKILL);
+        self.group.reap()
+    }
+
+    /// Stop the backend: SIGTERM to its process group, up to `shutdown` for it to exit, then
+    /// SIGKILL; reap it and confirm the group is gone (bounded). Also fine after it died.
+    pub async fn stop(mut self, shutdown: Duration) -> StopReport {
+        stop::terminate(&mut self.group, shutdown).await
+    }
+}
+
+/// Start the backend for `spec` with the supervisor's own environment (minus
+/// [`SCRUBBED_ENV`]). See [`start_with_env`].
+pub async fn start(
+    spec: &LaunchSpec,
+    progress: &mut (dyn FnMut(StartProgress) + Send),
+    cancel: &CancelSignal,
+) -> Result<Backend, StartError> {
+    start_with_env(spec, std::env::vars_os().collect(), progress, cancel).await
+}
+
+/// Start the backend for `spec`, giving it `base_env` minus [`SCRUBBED_ENV`] as environment.
+///
+/// Reports [`StartProgress`] events as it goes. Returns a verified [`Backend`], or a
+/// [`StartError`] after the child's whole process group has been killed and reaped. The private
+/// ready-file directory is removed in both cases. Dropping the returned future part-way also
+/// kills the child and removes the directory.
+pub async fn start_with_env(
+    spec: &LaunchSpec,
+    base_env: Vec<(OsString, OsString)>,
+    progress: &mut (dyn FnMut(StartProgress) + Send),
+    cancel: &CancelSignal,
+) -> Result<Backend, StartError> {
+    spec.validate()?;
+    progress(StartProgress::Starting);
+    let cancel = Cancel(cancel);
+    if cancel.is_cancelled() {
+        return Err(StartError::Cancelled);
+    }
+    spawn::check_port_free(spec.backend_port)?;
+    let ready_dir = ReadyDir::create(&spec.ready_dir_parent).map_err(StartError::ReadyDir)?;
+    let ready_path = ready_dir.ready_file();
+
+    let mut group = spawn::spawn_backend(spec, &ready_path, base_env)?;
+    // startup_ms "starts after spawning".
+    let spawned_at = Instant::now();
+    let pid = group.pid();
+    progress(StartProgress::Spawned { pid });
+
+    let outcome = Waiter {
+        spec,
+        group: &mut group,
+        ready_path: &ready_path,
+        spawned_at,
+        progress,
+        cancel,
+    }
+    .wait()
+    .await;
+
+    match outcome {
+        Ok(()) => {
+            drop(ready_dir);
+            Ok(Backend {
+                group,
+                model_id: spec.model_id.clone(),
+                upstream_model: spec.upstream_model.clone(),
+                addr: SocketAddr::from((Ipv4Addr::LOCALHOST, spec.backend_port)),
+                started_at: spawned_at,
+                load_duration: spawned_at.elapsed(),
+            })
+        }
+        Err(err) => {
+            let report = stop::terminate(&mut group, spec.shutdown).await;
+            tracing::info!(
+                pid,
+                error = %err,
+                forced_kill = report.forced_kill,
+                group_gone = report.group_gone,
+                "backend start failed; process group stopped"
+            );
+            // Only after the child is gone, so it cannot write into the directory meanwhile.
+            drop(ready_dir);
+            Err(err)
+        }
+    }
+}

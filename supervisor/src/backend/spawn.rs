@@ -1,0 +1,197 @@
+//! Spawning the Strata child: the backend-port pre-check, the exact argument vector, the
+//! scrubbed environment, and the `pre_exec` hook that sets the parent-death signal.
+//!
+//! This is the only module of the backend with `unsafe` (the `pre_exec` hook and the `_exit` in
+//! it); each block says why it is sound.
+//!
+//! # The parent-death pitfall
+//!
+//! `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not when the process
+//! does. The supervisor therefore runs a current-thread tokio runtime on the process's main
+//! thread, and [`spawn_backend`] must only be called from async code on that runtime, never from
+//! `spawn_blocking` (blocking-pool threads exit after 10 s idle, which would SIGKILL a healthy
+//! backend) nor from a multi-thread runtime's worker. Tokio names both kinds of pool thread
+//! `tokio-runtime-worker`; a `debug_assert!` catches that case.
+
+use std::ffi::OsString;
+use std::io;
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use nix::sys::signal::Signal;
+use nix::unistd::{getpid, getppid};
+
+use super::error::StartError;
+use super::group::ChildGroup;
+use super::spec::LaunchSpec;
+
+/// Variables removed from the inherited environment: the API key must not switch on Strata's
+/// authentication (the router talks to it without one), and the socket-activation and
+/// notification variables belong to the daemon, not to its child.
+pub const SCRUBBED_ENV: [&str; 5] = [
+    "STRATA_API_KEY",
+    "LISTEN_PID",
+    "LISTEN_FDS",
+    "LISTEN_FDNAMES",
+    "NOTIFY_SOCKET",
+];
+
+/// Tokio's default name for both its multi-thread workers and its blocking-pool threads.
+const TOKIO_POOL_THREAD: &str = "tokio-runtime-worker";
+
+/// Check that nothing listens on `127.0.0.1:port` by binding it and closing it again (Strata
+/// does the same check and would otherwise exit 2 with a message we never see).
+pub(crate) fn check_port_free(port: u16) -> Result<(), StartError> {
+    match TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
+        Ok(listener) => {
+            drop(listener);
+            Ok(())
+        }
+        Err(err) if err.kind() == io::ErrorKind::AddrInUse => Err(StartError::PortInUse { port }),
+        Err(source) => Err(StartError::PortCheck { port, source }),
+    }
+}
+
+/// The arguments after the interpreter, exactly as the backend contract gives them:
+/// `-m serve.server --engine strata --config PROFILE --host 127.0.0.1 --port PORT
+/// --idle-unload 0 --ready-file READY_PATH`.
+pub(crate) fn backend_args(spec: &LaunchSpec, ready_path: &Path) -> Vec<OsString> {
+    let mut args: Vec<OsString> = ["-m", "serve.server", "--engine", "strata", "--config"]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    args.push(spec.profile.clone().into_os_string());
+    args.extend(["--host", "127.0.0.1", "--port"].iter().map(OsString::from));
+    args.push(spec.backend_port.to_string().into());
+    args.extend(
+        ["--idle-unload", "0", "--ready-file"]
+            .iter()
+            .map(OsString::from),
+    );
+    args.push(ready_path.as_os_str().to_owned());
+    args
+}
+
+/// Spawn the backend (no shell) in its own process group, with stdio on `/dev/null` (its output
+/// could echo profile secrets), `cwd` = `strata_dir`, the environment `base_env` minus
+/// [`SCRUBBED_ENV`], and a parent-death SIGKILL.
+///
+/// `base_env` is explicit so tests can pass a crafted environment without `std::env::set_var`;
+/// production passes `std::env::vars_os()`.
+// The crate denies `unsafe_code`; this function is the one exception (the pre_exec hook).
+#[allow(unsafe_code)]
+pub(crate) fn spawn_backend(
+    spec: &LaunchSpec,
+    ready_path: &Path,
+    base_env: Vec<(OsString, OsString)>,
+) -> Result<ChildGroup, StartError> {
+    debug_assert_ne!(
+        std::thread::current().name(),
+        Some(TOKIO_POOL_THREAD),
+        "spawn the backend from the current-thread runtime on the main thread: \
+         PR_SET_PDEATHSIG fires when the forking thread exits"
+    );
+    let parent = getpid();
+
+    let mut cmd = Command::new(&spec.python);
+    cmd.args(backend_args(spec, ready_path))
+        .current_dir(&spec.strata_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .env_clear()
+        .envs(base_env);
+    for key in SCRUBBED_ENV {
+        cmd.env_remove(key);
+    }
+
+    let die_with_parent = move || -> io::Result<()> {
+        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+        // If the parent died between fork() and prctl(), the signal will never come: we have
+        // already been re-parented. Leave at once instead of running unsupervised.
+        if getppid() != parent {
+            // SAFETY: `_exit` is async-signal-safe and ends this forked child immediately,
+            // without running atexit handlers or destructors that belong to the parent's state.
+            unsafe { nix::libc::_exit(1) };
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the forked child before exec, where only async-signal-safe
+    // operations are allowed (the parent may have been multi-threaded, so locks and the
+    // allocator can be in any state). It calls only prctl(2), getppid(2) and _exit(2), which are
+    // raw syscalls; it allocates nothing (an error becomes `io::Error::from_raw_os_error`, no
+    // heap) and captures only a `Pid` copied before the fork.
+    unsafe {
+        cmd.pre_exec(die_with_parent);
+    }
+
+    let child = cmd.spawn().map_err(StartError::Spawn)?;
+    // `std::process::Child` neither kills nor waits on drop; ChildGroup owns the pid from here
+    // and does its own waitid/waitpid, so the handle is not needed.
+    let group = ChildGroup::adopt(child.id());
+    drop(child);
+    Ok(group)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    fn spec(port: u16) -> LaunchSpec {
+        LaunchSpec {
+            model_id: "router-id".into(),
+            python: "/usr/bin/python3".into(),
+            strata_dir: "/opt/strata".into(),
+            profile: "/etc/strata/profile.json".into(),
+            upstream_model: "upstream".into(),
+            backend_port: port,
+            ready_dir_parent: "/run/strata".into(),
+            startup: Duration::from_secs(120),
+            shutdown: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn argv_is_exactly_the_contract() {
+        let args = backend_args(&spec(8095), &PathBuf::from("/run/strata/s1/ready.json"));
+        let args: Vec<_> = args.iter().map(|a| a.to_str().unwrap()).collect();
+        assert_eq!(
+            args,
+            [
+                "-m",
+                "serve.server",
+                "--engine",
+                "strata",
+                "--config",
+                "/etc/strata/profile.json",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "8095",
+                "--idle-unload",
+                "0",
+                "--ready-file",
+                "/run/strata/s1/ready.json",
+            ]
+        );
+    }
+
+    #[test]
+    fn busy_port_is_its_own_error() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let err = check_port_free(port).unwrap_err();
+        assert!(matches!(err, StartError::PortInUse { port: p } if p == port));
+        assert_eq!(
+            err.to_string(),
+            format!("backend port {port} is already in use")
+        );
+        drop(listener);
+        check_port_free(port).expect("free once the listener is closed");
+    }
+}
