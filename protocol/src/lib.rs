@@ -6,4 +6,7 @@
 //! boundary.
 #![forbid(unsafe_code)]
 
+pub mod ids;
+pub mod wire;
+
 pub mod config;

@@ -1,0 +1,23 @@
+//! The private supervisor socket: message types and framing.
+//!
+//! `strata-proxy` and `strata-supervisor` talk over a Unix stream socket in
+//! length-prefixed frames: a 4-byte big-endian payload length, then the
+//! payload serialized with bincode 1.3.3 under an explicit byte limit. The
+//! first frame in each direction is the versioned hello
+//! ([`ProxyMessage::Hello`] / [`SupervisorMessage::Welcome`]); the supervisor
+//! refuses a proxy whose protocol version or registry fingerprint differs,
+//! so a proxy built or configured differently cannot misroute.
+//!
+//! These types are an IPC contract: changing a variant or field changes the
+//! wire format and needs a [`PROTOCOL_VERSION`] bump.
+
+mod frame;
+mod messages;
+
+pub use frame::{
+    MAX_FRAME_BYTES, WireError, decode_payload, encode_frame, read_frame, write_frame,
+};
+pub use messages::{
+    LeaseFailure, LeaseGrant, LeaseId, LeasePhase, ModelStatusEntry, PROTOCOL_VERSION,
+    ProxyMessage, RouterState, ServiceTier, SupervisorMessage,
+};

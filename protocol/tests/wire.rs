@@ -1,0 +1,199 @@
+//! Every supervisor-socket message survives a frame round trip, and the
+//! framing rejects oversized, truncated and malformed input.
+
+use strata_protocol::config::ModelStatus;
+use strata_protocol::wire::{
+    LeaseFailure, LeaseGrant, LeasePhase, MAX_FRAME_BYTES, ModelStatusEntry, PROTOCOL_VERSION,
+    ProxyMessage, RouterState, ServiceTier, SupervisorMessage, WireError, decode_payload,
+    encode_frame, read_frame, write_frame,
+};
+
+fn proxy_messages() -> Vec<ProxyMessage> {
+    vec![
+        ProxyMessage::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            fingerprint: 0xdead_beef_cafe_f00d,
+            pid: 4242,
+        },
+        ProxyMessage::AcquireLease {
+            lease: 7,
+            model: "qwen3.8-flash-next-q4_k_m".into(),
+            tier: ServiceTier::Priority,
+        },
+        ProxyMessage::AcquireLease {
+            lease: 8,
+            model: "m".into(),
+            tier: ServiceTier::Flex,
+        },
+        ProxyMessage::ReleaseLease { lease: u64::MAX },
+        ProxyMessage::SetDraining { draining: true },
+    ]
+}
+
+fn supervisor_messages() -> Vec<SupervisorMessage> {
+    let mut out = vec![
+        SupervisorMessage::Welcome {
+            protocol_version: PROTOCOL_VERSION,
+            instance_id: "1-2".into(),
+            supervisor_pid: 1,
+        },
+        SupervisorMessage::Refused {
+            reason: "registry fingerprint differs".into(),
+        },
+        SupervisorMessage::State(RouterState {
+            routing: true,
+            draining: false,
+            loaded: Some("a".into()),
+            loading: None,
+            last_startup_error: Some("backend exited during startup (exit code 3)".into()),
+            statuses: vec![
+                ModelStatusEntry {
+                    id: "a".into(),
+                    status: ModelStatus::Loaded,
+                },
+                ModelStatusEntry {
+                    id: "b".into(),
+                    status: ModelStatus::InvalidProfile,
+                },
+            ],
+        }),
+        SupervisorMessage::LeaseGranted(LeaseGrant {
+            lease: 3,
+            backend: "127.0.0.1:8095".parse().unwrap(),
+            upstream_model: "qwen".into(),
+            model_switch: true,
+            load_ms: Some(9300),
+        }),
+        SupervisorMessage::LeaseGranted(LeaseGrant {
+            lease: 4,
+            backend: "[::1]:1".parse().unwrap(),
+            upstream_model: String::new(),
+            model_switch: false,
+            load_ms: None,
+        }),
+        SupervisorMessage::LeaseRevoked { lease: 3 },
+        SupervisorMessage::ProtocolError {
+            message: "malformed frame".into(),
+        },
+    ];
+    for phase in [
+        LeasePhase::QueuedBehindOtherModel,
+        LeasePhase::Admitted,
+        LeasePhase::StoppingOldBackend,
+        LeasePhase::Starting,
+        LeasePhase::WaitingForReadiness,
+        LeasePhase::Verified,
+    ] {
+        out.push(SupervisorMessage::LeaseProgress {
+            lease: 1,
+            phase,
+            elapsed_ms: 12,
+        });
+    }
+    for failure in [
+        LeaseFailure::RoutingOff,
+        LeaseFailure::UnknownModel,
+        LeaseFailure::NotPrepared {
+            status: ModelStatus::MissingProfile,
+        },
+        LeaseFailure::LoadFailed {
+            message: "backend did not become ready within 120000 ms".into(),
+        },
+        LeaseFailure::Cooldown {
+            message: "x".into(),
+            remaining_ms: 29_000,
+        },
+        LeaseFailure::ShuttingDown,
+    ] {
+        out.push(SupervisorMessage::LeaseFailed { lease: 2, failure });
+    }
+    out
+}
+
+#[test]
+fn every_message_round_trips_through_a_frame() {
+    for msg in proxy_messages() {
+        let frame = encode_frame(&msg).unwrap();
+        let len = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
+        assert_eq!(len, frame.len() - 4);
+        let back: ProxyMessage = decode_payload(&frame[4..]).unwrap();
+        assert_eq!(back, msg);
+    }
+    for msg in supervisor_messages() {
+        let frame = encode_frame(&msg).unwrap();
+        let back: SupervisorMessage = decode_payload(&frame[4..]).unwrap();
+        assert_eq!(back, msg);
+    }
+}
+
+#[tokio::test]
+async fn frames_stream_over_a_byte_pipe() {
+    let (mut client, mut server) = tokio::io::duplex(64);
+    let sent = supervisor_messages();
+    let expected = sent.clone();
+    let writer = tokio::spawn(async move {
+        for msg in &sent {
+            write_frame(&mut client, msg).await.unwrap();
+        }
+        // Dropping the writer closes the pipe between frames.
+    });
+    let mut got = Vec::new();
+    while let Some(msg) = read_frame::<_, SupervisorMessage>(&mut server)
+        .await
+        .unwrap()
+    {
+        got.push(msg);
+    }
+    writer.await.unwrap();
+    assert_eq!(got, expected);
+}
+
+#[tokio::test]
+async fn oversized_length_prefix_is_rejected_before_reading_the_payload() {
+    let prefix = (MAX_FRAME_BYTES + 1).to_be_bytes();
+    let mut input: &[u8] = &prefix;
+    let err = read_frame::<_, ProxyMessage>(&mut input).await.unwrap_err();
+    assert!(matches!(err, WireError::TooLarge { .. }), "{err}");
+}
+
+#[test]
+fn oversized_message_cannot_be_encoded() {
+    let msg = ProxyMessage::AcquireLease {
+        lease: 1,
+        model: "x".repeat(MAX_FRAME_BYTES as usize + 1),
+        tier: ServiceTier::Default,
+    };
+    assert!(encode_frame(&msg).is_err());
+}
+
+#[tokio::test]
+async fn truncated_frame_is_an_error_not_a_clean_close() {
+    let frame = encode_frame(&ProxyMessage::SetDraining { draining: false }).unwrap();
+    for cut in 1..frame.len() {
+        let mut input: &[u8] = &frame[..cut];
+        let result = read_frame::<_, ProxyMessage>(&mut input).await;
+        assert!(result.is_err(), "cut at {cut} should fail");
+    }
+    let mut empty: &[u8] = &[];
+    assert!(
+        read_frame::<_, ProxyMessage>(&mut empty)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[test]
+fn garbage_and_trailing_bytes_are_decode_errors() {
+    assert!(matches!(
+        decode_payload::<ProxyMessage>(&[0xff, 0xff, 0xff]),
+        Err(WireError::Decode(_))
+    ));
+    let frame = encode_frame(&ProxyMessage::ReleaseLease { lease: 1 }).unwrap();
+    let mut payload = frame[4..].to_vec();
+    payload.push(0);
+    assert!(matches!(
+        decode_payload::<ProxyMessage>(&payload),
+        Err(WireError::Decode(_))
+    ));
+}
