@@ -38,6 +38,17 @@ class Cancelled(Exception):
         self.reason = reason
 
 
+class Rejected(Exception):
+    """A request refused before generation: answered with an invalid_request_error."""
+
+    def __init__(self, status, message, model=None, stream=False):
+        Exception.__init__(self, message)
+        self.status = status
+        self.message = message
+        self.model = model
+        self.stream = stream
+
+
 class State(object):
     """Everything the request handlers share."""
 
@@ -48,6 +59,7 @@ class State(object):
         self.log = log
         self.lock = threading.Lock()
         self.in_flight = 0
+        self.handling = 0
         self.stopping = False
         self.body_limit = DEFAULT_BODY_LIMIT
         mib = os.environ.get("STRATA_MAX_BODY_MIB")
@@ -58,17 +70,29 @@ class State(object):
                 pass
 
     def begin(self):
+        """A chat request starts generating (busy for cache lookups) and handling."""
         with self.lock:
             self.in_flight += 1
+            self.handling += 1
             return self.in_flight
 
-    def end(self):
+    def end_generation(self):
+        """The last byte was written (or the request was cancelled): no longer busy."""
         with self.lock:
             self.in_flight -= 1
+
+    def end_handling(self):
+        """The request's log events are written; shutdown may exit now."""
+        with self.lock:
+            self.handling -= 1
 
     def busy(self):
         with self.lock:
             return self.in_flight > 0
+
+    def handlers_active(self):
+        with self.lock:
+            return self.handling > 0
 
     def health(self):
         failure = self.profile.start["start_failure"]
@@ -188,7 +212,8 @@ class Handler(BaseHTTPRequestHandler):
     # ---- request bodies -----------------------------------------------------
 
     def read_body(self):
-        """The request body, or None after answering 400/413 (or when the client left)."""
+        """The request body (b"" without Content-Length). Raises Rejected for a bad length or a
+        body over the limit (checked before reading), Cancelled when the client leaves early."""
         limit = self.state.body_limit
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             return self.read_chunked(limit)
@@ -200,14 +225,12 @@ class Handler(BaseHTTPRequestHandler):
             if n < 0:
                 raise ValueError(length)
         except ValueError:
-            self.send_error_json(400, "invalid_request_error", "invalid Content-Length")
-            return None
-        if n > limit:  # checked before reading anything
-            self.send_error_json(413, "invalid_request_error", "request body too large")
-            return None
+            raise Rejected(400, "invalid Content-Length")
+        if n > limit:
+            raise Rejected(413, "request body too large")
         body = self.rfile.read(n)
         if len(body) < n:
-            return None
+            raise Cancelled("client_disconnect")
         return body
 
     def read_chunked(self, limit):
@@ -216,12 +239,11 @@ class Handler(BaseHTTPRequestHandler):
         while True:
             line = self.rfile.readline(1024)
             if not line:
-                return None
+                raise Cancelled("client_disconnect")
             try:
                 size = int(line.split(b";", 1)[0].strip(), 16)
             except ValueError:
-                self.send_error_json(400, "invalid_request_error", "invalid chunked body")
-                return None
+                raise Rejected(400, "invalid chunked body")
             if size == 0:
                 while True:  # trailers up to the empty line
                     trailer = self.rfile.readline(8192)
@@ -230,11 +252,10 @@ class Handler(BaseHTTPRequestHandler):
                 return b"".join(parts)
             total += size
             if total > limit:
-                self.send_error_json(413, "invalid_request_error", "request body too large")
-                return None
+                raise Rejected(413, "request body too large")
             chunk = self.rfile.read(size)
             if len(chunk) < size:
-                return None
+                raise Cancelled("client_disconnect")
             parts.append(chunk)
             self.rfile.readline(1024)  # CRLF after the chunk
 
@@ -259,9 +280,11 @@ class Handler(BaseHTTPRequestHandler):
         self.frames = 0
         self.keepalives = 0
         self.last_write = time.monotonic()
+        body = None
         try:
-            body = self.read_body()
-            if body is None:
+            try:
+                body = self.read_body()
+            except Cancelled:
                 return
             if path in CHAT_PATHS:
                 self.handle_chat(path, body)
@@ -269,6 +292,18 @@ class Handler(BaseHTTPRequestHandler):
                 self.handle_lookup(path, body)
             else:
                 self.send_json(404, NOT_FOUND)
+        except Rejected as r:
+            if path in CHAT_PATHS:
+                self.state.log.event(
+                    "request", path=path, model=r.model, stream=r.stream,
+                    body_bytes=None if body is None else len(body), fake={}, in_flight=None,
+                    rejected=r.message)
+                self.state.log.event("response_done", path=path, stream=r.stream,
+                                     status=r.status, frames=0)
+            try:
+                self.send_error_json(r.status, "invalid_request_error", r.message)
+            except OSError:
+                pass
         except OSError:
             pass  # the client went away while we answered; never crash on a broken pipe
 
@@ -279,28 +314,18 @@ class Handler(BaseHTTPRequestHandler):
         try:
             req = json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
-            st.log.event("request", path=path, model=None, stream=False, body_bytes=len(body),
-                         fake={}, in_flight=None, rejected="invalid JSON")
-            self.send_error_json(400, "invalid_request_error", "invalid JSON body")
-            st.log.event("response_done", path=path, status=400, stream=False, frames=0)
-            return
+            raise Rejected(400, "invalid JSON body")
         if not isinstance(req, dict):
-            req = None
-        fake_override = req.get("fake") if req is not None else None
-        requested = req.get("model") if req is not None else None
+            raise Rejected(400, "request body must be a JSON object")
+        requested = req.get("model")
         if not isinstance(requested, str):
             requested = None
-        stream = req is not None and req.get("stream") is True
+        stream = req.get("stream") is True
+        fake_override = req.get("fake")
         try:
-            if req is None:
-                raise script.ScriptError("request body must be a JSON object")
             params = st.profile.request_params(fake_override)
         except script.ScriptError as e:
-            st.log.event("request", path=path, model=requested, stream=stream,
-                         body_bytes=len(body), fake={}, in_flight=None, rejected=str(e))
-            self.send_error_json(400, "invalid_request_error", str(e))
-            st.log.event("response_done", path=path, status=400, stream=stream, frames=0)
-            return
+            raise Rejected(400, str(e), model=requested, stream=stream)
         model = requested if requested == st.name else st.name
         prompt = params["prompt_tokens"]
         if prompt is None:
@@ -310,25 +335,33 @@ class Handler(BaseHTTPRequestHandler):
         try:
             st.log.event("request", path=path, model=requested, stream=stream,
                          body_bytes=len(body), fake=fake_override or {}, in_flight=in_flight)
+            done = cancelled = None
             try:
                 self.pause(params["header_delay_ms"] / 1000.0)
                 if params["error_status"] is not None:
                     status = params["error_status"]
                     message = params["error_message"] or "fake error %d" % status
                     self.send_error_json(status, frames.error_type_for(status), message)
-                    st.log.event("response_done", path=path, status=status, stream=stream,
-                                 frames=0)
-                    return
-                completion = frames.Completion(model)
-                if stream:
-                    self.run_stream(path, params, completion, prompt, cached)
+                    done = {"status": status, "frames": 0}
                 else:
-                    self.run_json(path, params, completion, prompt, cached)
+                    completion = frames.Completion(model)
+                    if stream:
+                        done = self.run_stream(params, completion, prompt, cached)
+                    else:
+                        done = self.run_json(params, completion, prompt, cached)
             except Cancelled as c:
-                st.log.event("cancel", path=path, reason=c.reason, stream=stream,
+                cancelled = c.reason
+            except OSError:
+                cancelled = "write_failed"
+            finally:
+                st.end_generation()
+            if cancelled is not None:
+                st.log.event("cancel", path=path, reason=cancelled, stream=stream,
                              frames=self.frames)
+            else:
+                st.log.event("response_done", path=path, stream=stream, **done)
         finally:
-            st.end()
+            st.end_handling()
 
     def finish_reason(self, params):
         if params["finish_reason"] is not None:
@@ -344,8 +377,8 @@ class Handler(BaseHTTPRequestHandler):
             at_end or content_sent >= params["mid_stream_after"]
         )
 
-    def run_stream(self, path, params, completion, prompt, cached):
-        st = self.state
+    def run_stream(self, params, completion, prompt, cached):
+        """Returns the fields of the response_done event."""
         try:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -363,7 +396,7 @@ class Handler(BaseHTTPRequestHandler):
         content_sent = 0
         for kind, value in frames.plan(params):
             if kind == "content" and self.mid_stream_due(params, content_sent, False):
-                return self.stream_failure(path, params)
+                return self.stream_failure(params)
             self.pause(delay_s, keepalive_s)
             self.write_frame(completion.chunk(completion.delta_for(kind, value)))
             if kind in ("reasoning", "content"):
@@ -371,7 +404,7 @@ class Handler(BaseHTTPRequestHandler):
             if kind == "content":
                 content_sent += 1
         if self.mid_stream_due(params, content_sent, True):
-            return self.stream_failure(path, params)
+            return self.stream_failure(params)
         extra = {"usage": frames.usage(prompt, generated, cached)}
         if params["timings"]:
             extra["timings"] = frames.timings(prompt, generated, cached, params["token_delay_ms"])
@@ -379,28 +412,27 @@ class Handler(BaseHTTPRequestHandler):
         self.write_frame(completion.chunk({}, finish, **extra))
         self.write_raw(frames.DONE)
         self.frames += 1
-        st.log.event("response_done", path=path, status=200, stream=True, frames=self.frames,
-                     keepalives=self.keepalives, finish_reason=finish, prompt_tokens=prompt,
-                     completion_tokens=generated, cached_tokens=cached)
+        return {"status": 200, "frames": self.frames, "keepalives": self.keepalives,
+                "finish_reason": finish, "prompt_tokens": prompt,
+                "completion_tokens": generated, "cached_tokens": cached}
 
-    def stream_failure(self, path, params):
+    def stream_failure(self, params):
         if params["mid_stream"] == "die":
             self.die()
         self.write_frame(frames.error_body("server_error", "engine died"))
         self.write_raw(frames.DONE)
         self.frames += 1
-        self.state.log.event("response_done", path=path, status=200, stream=True,
-                             frames=self.frames, keepalives=self.keepalives,
-                             mid_stream="error")
+        return {"status": 200, "frames": self.frames, "keepalives": self.keepalives,
+                "mid_stream": "error"}
 
-    def run_json(self, path, params, completion, prompt, cached):
-        st = self.state
+    def run_json(self, params, completion, prompt, cached):
+        """Returns the fields of the response_done event."""
         delay_s = params["token_delay_ms"] / 1000.0
         reasoning, content = [], []
         content_sent = 0
         for kind, value in frames.plan(params):
             if kind == "content" and self.mid_stream_due(params, content_sent, False):
-                return self.json_failure(path, params)
+                return self.json_failure(params)
             self.pause(delay_s)
             if kind == "reasoning":
                 reasoning.append(value)
@@ -408,7 +440,7 @@ class Handler(BaseHTTPRequestHandler):
                 content.append(value)
                 content_sent += 1
         if self.mid_stream_due(params, content_sent, True):
-            return self.json_failure(path, params)
+            return self.json_failure(params)
         generated = len(reasoning) + len(content)
         text = "".join(content)
         if not text and params["tool_call"]:
@@ -419,51 +451,50 @@ class Handler(BaseHTTPRequestHandler):
             extra["timings"] = frames.timings(prompt, generated, cached, params["token_delay_ms"])
         message = completion.message(text, "".join(reasoning), params["tool_call"])
         self.send_json(200, completion.response(message, finish, **extra))
-        st.log.event("response_done", path=path, status=200, stream=False, frames=0,
-                     finish_reason=finish, prompt_tokens=prompt, completion_tokens=generated,
-                     cached_tokens=cached)
+        return {"status": 200, "frames": 0, "finish_reason": finish, "prompt_tokens": prompt,
+                "completion_tokens": generated, "cached_tokens": cached}
 
-    def json_failure(self, path, params):
+    def json_failure(self, params):
         if params["mid_stream"] == "die":
             self.die()
         self.send_error_json(503, "server_error", "engine died")
-        self.state.log.event("response_done", path=path, status=503, stream=False, frames=0,
-                             mid_stream="error")
+        return {"status": 503, "frames": 0, "mid_stream": "error"}
 
     # ---- cache lookup extension ----------------------------------------------
 
     def handle_lookup(self, path, body):
-        st = self.state
-        status = self.lookup(body)
-        st.log.event("cache_lookup", status=status[0], count=status[1])
+        """The event is logged before the answer is sent, so it is in the log by the time
+        the client has the answer."""
+        status, doc, count = self.lookup(body)
+        self.state.log.event("cache_lookup", status=status, count=count)
+        if doc is not None:
+            self.send_json(status, doc)
 
     def lookup(self, body):
-        """Answer a cache lookup; returns (status, number of requests)."""
+        """Returns (status, JSON document or None when the client left, number of requests)."""
         st = self.state
+
+        def invalid(message, count):
+            return 400, frames.error_body("invalid_request_error", message), count
+
         if not st.profile.start["cache_lookup"]:
-            self.send_json(404, NOT_FOUND)
-            return 404, 0
+            return 404, NOT_FOUND, 0
         try:
             req = json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
-            self.send_error_json(400, "invalid_request_error", "invalid JSON body")
-            return 400, 0
+            return invalid("invalid JSON body", 0)
         items = req.get("requests") if isinstance(req, dict) else None
         if not isinstance(items, list):
-            self.send_error_json(400, "invalid_request_error", "requests must be a list")
-            return 400, 0
+            return invalid("requests must be a list", 0)
         results = []
         for item in items:
             if (not isinstance(item, dict) or not isinstance(item.get("id"), str)
                     or not isinstance(item.get("body"), dict)):
-                self.send_error_json(400, "invalid_request_error",
-                                     "each request needs a string id and an object body")
-                return 400, len(items)
+                return invalid("each request needs a string id and an object body", len(items))
             try:
                 params = st.profile.request_params(item["body"].get("fake"))
             except script.ScriptError as e:
-                self.send_error_json(400, "invalid_request_error", str(e))
-                return 400, len(items)
+                return invalid(str(e), len(items))
             tokens = params["prompt_tokens"]
             if tokens is None:
                 tokens = len(json.dumps(item["body"])) // 4
@@ -472,12 +503,10 @@ class Handler(BaseHTTPRequestHandler):
         try:
             self.pause(st.profile.start["cache_lookup_delay_ms"] / 1000.0)
         except Cancelled:
-            return 499, len(items)
+            return 499, None, len(items)
         if st.busy():
-            self.send_error_json(409, "model_busy", "busy")
-            return 409, len(items)
-        self.send_json(200, {"min_tokens": st.profile.cache_min_tokens, "results": results})
-        return 200, len(items)
+            return 409, frames.error_body("model_busy", "busy"), len(items)
+        return 200, {"min_tokens": st.profile.cache_min_tokens, "results": results}, len(items)
 
 
 class FakeHTTPServer(ThreadingHTTPServer):
@@ -624,7 +653,7 @@ def main(argv=None):
             httpd.shutdown()
             httpd.server_close()
             deadline = time.monotonic() + 2.0
-            while state.busy() and time.monotonic() < deadline:
+            while state.handlers_active() and time.monotonic() < deadline:
                 time.sleep(0.01)
         finish(log, 0)
 
