@@ -1,3 +1,21 @@
 //! `strata-supervisor`: owns the one Strata backend process.
+//!
+//! - [`backend`]: start, verify and stop one Strata child.
+//! - [`engine`]: the single task that owns the child and decides loads,
+//!   switches, idle unloads and operator operations.
+//! - [`link`]: the private supervisor socket proxies lease through.
+//! - [`control`]: the operator control socket.
+//! - [`sockets`]: private directory checks and safe socket binding.
+//! - [`daemon`]: `run`, wiring it all together.
+//!
+//! `unsafe` is allowed only in `backend::spawn` (the `pre_exec` hook).
+#![deny(unsafe_code)]
 
 pub mod backend;
+pub mod control;
+pub mod daemon;
+pub mod engine;
+pub mod link;
+pub mod sockets;
+
+pub use daemon::run;

@@ -1,0 +1,292 @@
+//! The operator control socket: one JSON-lines request per connection.
+//!
+//! A client sends one line: a bare word (`status`, legacy `on`, legacy
+//! `off`) or a JSON object (`{"cmd":"on","model":...}`,
+//! `{"cmd":"off","now":...}`). `status` and the bare words get one JSON
+//! line back. `on`/`off` get progress events and exactly one `done` event.
+//! Anything else gets `{"error":"unknown control command"}`.
+//!
+//! Only one `on`/`off` runs at a time; a second waits its turn. A client
+//! that disconnects cancels its wait or load.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+use crate::engine::{Command, ControlEvent, EngineHandle, StatusSnapshot};
+use crate::sockets;
+
+/// Longest request line accepted.
+const MAX_LINE: usize = 64 * 1024;
+
+/// How often a half-closed client is checked for having gone away.
+const HANGUP_POLL: Duration = Duration::from_millis(100);
+
+/// Accepts control connections until the listener fails.
+pub async fn serve(listener: UnixListener, engine: EngineHandle) {
+    let operation_lock = Arc::new(Mutex::new(()));
+    let next_op = Arc::new(AtomicU64::new(1));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(err) => {
+                tracing::warn!(error = %err, "control socket accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let engine = engine.clone();
+        let lock = operation_lock.clone();
+        let id = next_op.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            if let Err(err) = handle_connection(stream, engine, lock, id).await {
+                tracing::debug!(error = %err, "control connection ended");
+            }
+        });
+    }
+}
+
+/// A parsed request line.
+#[derive(Debug, PartialEq)]
+enum Request {
+    Status,
+    LegacyRouting(bool),
+    On { model: Option<String> },
+    Off { now: bool },
+    Unknown,
+}
+
+fn parse_request(line: &str) -> Request {
+    match line.trim() {
+        "status" => return Request::Status,
+        "on" => return Request::LegacyRouting(true),
+        "off" => return Request::LegacyRouting(false),
+        _ => {}
+    }
+    let Ok(Value::Object(object)) = serde_json::from_str::<Value>(line) else {
+        return Request::Unknown;
+    };
+    let allowed = |keys: &[&str]| object.keys().all(|key| keys.contains(&key.as_str()));
+    match object.get("cmd").and_then(Value::as_str) {
+        Some("status") if allowed(&["cmd"]) => Request::Status,
+        Some("on") if allowed(&["cmd", "model"]) => match object.get("model") {
+            None | Some(Value::Null) => Request::On { model: None },
+            Some(Value::String(model)) => Request::On {
+                model: Some(model.clone()),
+            },
+            Some(_) => Request::Unknown,
+        },
+        Some("off") if allowed(&["cmd", "now"]) => match object.get("now") {
+            None | Some(Value::Null) => Request::Off { now: false },
+            Some(Value::Bool(now)) => Request::Off { now: *now },
+            Some(_) => Request::Unknown,
+        },
+        _ => Request::Unknown,
+    }
+}
+
+async fn write_line(writer: &mut OwnedWriteHalf, value: &Value) -> std::io::Result<()> {
+    let mut line = value.to_string();
+    line.push('\n');
+    writer.write_all(line.as_bytes()).await?;
+    writer.flush().await
+}
+
+fn status_json(status: &StatusSnapshot) -> Value {
+    Value::Object(status.to_json_fields())
+}
+
+async fn handle_connection(
+    stream: UnixStream,
+    engine: EngineHandle,
+    operation_lock: Arc<Mutex<()>>,
+    id: u64,
+) -> std::io::Result<()> {
+    let same_user = sockets::peer_is_same_user(&stream);
+    let (reader, mut writer) = stream.into_split();
+    if !same_user {
+        return write_line(&mut writer, &json!({"error": "permission denied"})).await;
+    }
+    let mut reader = BufReader::new(reader);
+    let mut line = Vec::new();
+    let read = (&mut reader)
+        .take(MAX_LINE as u64 + 1)
+        .read_until(b'\n', &mut line)
+        .await?;
+    if read == 0 {
+        return Ok(());
+    }
+    if line.len() > MAX_LINE {
+        return write_line(&mut writer, &json!({"error": "request line too long"})).await;
+    }
+    let request = match std::str::from_utf8(&line) {
+        Ok(text) => parse_request(text),
+        Err(_) => Request::Unknown,
+    };
+    match request {
+        Request::Unknown => {
+            write_line(&mut writer, &json!({"error": "unknown control command"})).await
+        }
+        Request::Status => match engine.status().await {
+            Some(status) => write_line(&mut writer, &status_json(&status)).await,
+            None => write_line(&mut writer, &json!({"error": "daemon is shutting down"})).await,
+        },
+        Request::LegacyRouting(routing) => {
+            let (reply, rx) = oneshot::channel();
+            engine.send(Command::SetRouting { routing, reply });
+            match rx.await {
+                Ok(routing) => write_line(&mut writer, &json!({ "routing": routing })).await,
+                Err(_) => {
+                    write_line(&mut writer, &json!({"error": "daemon is shutting down"})).await
+                }
+            }
+        }
+        Request::On { model } => {
+            run_operation(reader, writer, engine, operation_lock, id, |events| {
+                Command::On { id, model, events }
+            })
+            .await
+        }
+        Request::Off { now } => {
+            run_operation(reader, writer, engine, operation_lock, id, |events| {
+                Command::Off { id, now, events }
+            })
+            .await
+        }
+    }
+}
+
+/// Runs one `on`/`off`, relaying its events, and cancels it if the client
+/// goes away first.
+async fn run_operation(
+    reader: BufReader<tokio::net::unix::OwnedReadHalf>,
+    mut writer: OwnedWriteHalf,
+    engine: EngineHandle,
+    operation_lock: Arc<Mutex<()>>,
+    id: u64,
+    command: impl FnOnce(mpsc::UnboundedSender<ControlEvent>) -> Command,
+) -> std::io::Result<()> {
+    let mut hangup = Box::pin(client_gone(reader));
+    let _turn = tokio::select! {
+        turn = operation_lock.lock() => turn,
+        _ = &mut hangup => return Ok(()),
+    };
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    if !engine.send(command(events_tx)) {
+        return write_line(&mut writer, &json!({"error": "daemon is shutting down"})).await;
+    }
+    loop {
+        let event = tokio::select! {
+            event = events_rx.recv() => event,
+            _ = &mut hangup => {
+                engine.send(Command::CancelControl { id });
+                return Ok(());
+            }
+        };
+        let Some(event) = event else {
+            // The engine stopped without a final event; the client sees the
+            // connection close and reports failure.
+            return Ok(());
+        };
+        match event {
+            ControlEvent::Progress {
+                op,
+                phase,
+                message,
+                elapsed_ms,
+            } => {
+                let line = json!({
+                    "event": "progress",
+                    "op": op,
+                    "phase": phase,
+                    "message": message,
+                    "elapsed_ms": elapsed_ms,
+                });
+                if write_line(&mut writer, &line).await.is_err() {
+                    engine.send(Command::CancelControl { id });
+                    return Ok(());
+                }
+            }
+            ControlEvent::Done {
+                ok,
+                message,
+                status,
+            } => {
+                let mut fields = status.to_json_fields();
+                fields.insert("event".into(), json!("done"));
+                fields.insert("ok".into(), json!(ok));
+                fields.insert("message".into(), json!(message));
+                return write_line(&mut writer, &Value::Object(fields)).await;
+            }
+        }
+    }
+}
+
+/// Resolves when the client has closed its connection. A client that only
+/// shut down its write side (it sent its line and is reading) is still
+/// there, so end of input alone is not enough: after it, the socket is
+/// polled until the peer has hung up completely.
+async fn client_gone(mut reader: BufReader<tokio::net::unix::OwnedReadHalf>) {
+    let mut scratch = [0u8; 256];
+    loop {
+        match reader.read(&mut scratch).await {
+            Ok(0) | Err(_) => break,
+            // Extra input after the request line is ignored.
+            Ok(_) => continue,
+        }
+    }
+    loop {
+        match reader
+            .get_ref()
+            .as_ref()
+            .ready(tokio::io::Interest::WRITABLE)
+            .await
+        {
+            Ok(ready) if ready.is_write_closed() => return,
+            Err(_) => return,
+            Ok(_) => tokio::time::sleep(HANGUP_POLL).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_lines_parse_as_the_spec_says() {
+        let cases = [
+            ("status", Request::Status),
+            ("status\n", Request::Status),
+            ("on", Request::LegacyRouting(true)),
+            ("off\n", Request::LegacyRouting(false)),
+            (r#"{"cmd":"on","model":null}"#, Request::On { model: None }),
+            (
+                r#"{"cmd":"on","model":"m"}"#,
+                Request::On {
+                    model: Some("m".into()),
+                },
+            ),
+            (r#"{"cmd":"on"}"#, Request::On { model: None }),
+            (r#"{"cmd":"off","now":false}"#, Request::Off { now: false }),
+            (r#"{"cmd":"off","now":true}"#, Request::Off { now: true }),
+            (r#"{"cmd":"off","now":"yes"}"#, Request::Unknown),
+            (r#"{"cmd":"on","model":3}"#, Request::Unknown),
+            (r#"{"cmd":"on","extra":1}"#, Request::Unknown),
+            (r#"{"cmd":"reboot"}"#, Request::Unknown),
+            ("ON", Request::Unknown),
+            ("", Request::Unknown),
+            ("[1,2]", Request::Unknown),
+            ("{not json", Request::Unknown),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(parse_request(line), expected, "line {line:?}");
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Loads and stops, run as tasks the engine spawns and waits for.
+//!
+//! A running op owns the `Backend` value it works on, so nothing else can
+//! signal that process meanwhile. Each op reports progress and its outcome
+//! to the engine through the engine's own command channel, tagged with the
+//! op's sequence number so a stale report is recognisable.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+
+use super::Command;
+use crate::backend::{self, Backend, LaunchSpec, StartError, StartProgress, StopReport};
+
+/// Progress of the running op.
+#[derive(Debug)]
+pub struct OpProgress {
+    pub op_seq: u64,
+    pub event: ProgressEvent,
+}
+
+#[derive(Debug)]
+pub enum ProgressEvent {
+    /// The previously loaded backend is being stopped to make room.
+    StoppingOld {
+        pid: u32,
+    },
+    OldStopped {
+        pid: u32,
+    },
+    Start(StartProgress),
+}
+
+/// How an op ended.
+#[derive(Debug)]
+pub enum OpOutcome {
+    Loaded {
+        op_seq: u64,
+        result: Result<Backend, StartError>,
+        /// Stop of the old backend plus start and readiness of the new one,
+        /// including cleanup after a failed start.
+        load_ms: u64,
+    },
+    Stopped {
+        op_seq: u64,
+        pid: u32,
+        report: StopReport,
+    },
+}
+
+/// Stops `old` (if any), then starts the backend `spec` describes.
+pub fn spawn_load(
+    op_seq: u64,
+    old: Option<Backend>,
+    spec: LaunchSpec,
+    shutdown: Duration,
+    cancel: watch::Receiver<bool>,
+    engine: mpsc::UnboundedSender<Command>,
+) {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let report = |event| {
+            let _ = engine.send(Command::OpProgress(OpProgress { op_seq, event }));
+        };
+        if let Some(old) = old {
+            let pid = old.pid();
+            report(ProgressEvent::StoppingOld { pid });
+            old.stop(shutdown).await;
+            report(ProgressEvent::OldStopped { pid });
+        }
+        let mut on_progress = |progress: StartProgress| report(ProgressEvent::Start(progress));
+        let result = backend::start(&spec, &mut on_progress, &cancel).await;
+        let load_ms = started.elapsed().as_millis() as u64;
+        let _ = engine.send(Command::OpFinished(OpOutcome::Loaded {
+            op_seq,
+            result,
+            load_ms,
+        }));
+    });
+}
+
+/// Stops `backend` and reports when its process group is gone.
+pub fn spawn_stop(
+    op_seq: u64,
+    backend: Backend,
+    shutdown: Duration,
+    engine: mpsc::UnboundedSender<Command>,
+) {
+    tokio::spawn(async move {
+        let pid = backend.pid();
+        let report = backend.stop(shutdown).await;
+        let _ = engine.send(Command::OpFinished(OpOutcome::Stopped {
+            op_seq,
+            pid,
+            report,
+        }));
+    });
+}

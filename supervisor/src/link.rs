@@ -1,0 +1,158 @@
+//! The private supervisor socket: one task per connected proxy.
+//!
+//! The connection task checks the peer's user and the versioned hello, then
+//! relays frames between the proxy and the engine. Everything the engine
+//! says to this proxy arrives on one channel and is written in order, so a
+//! `Welcome` always precedes the first `State`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use strata_protocol::wire::{
+    PROTOCOL_VERSION, ProxyMessage, SupervisorMessage, WireError, read_frame, write_frame,
+};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+use crate::engine::{Command, EngineHandle};
+use crate::sockets;
+
+/// A proxy that connects but says nothing is dropped after this long.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Identity checks a hello must pass.
+#[derive(Debug, Clone)]
+pub struct LinkIdentity {
+    pub fingerprint: u64,
+    pub instance_id: String,
+}
+
+/// Accepts proxy connections until the listener fails.
+pub async fn serve(listener: UnixListener, engine: EngineHandle, identity: Arc<LinkIdentity>) {
+    let next_conn = Arc::new(AtomicU64::new(1));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(err) => {
+                tracing::warn!(error = %err, "supervisor socket accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let conn = next_conn.fetch_add(1, Ordering::Relaxed);
+        let engine = engine.clone();
+        let identity = identity.clone();
+        tokio::spawn(async move {
+            handle_connection(stream, conn, engine, &identity).await;
+        });
+    }
+}
+
+async fn handle_connection(
+    stream: UnixStream,
+    conn: u64,
+    engine: EngineHandle,
+    identity: &LinkIdentity,
+) {
+    let (mut reader, mut writer) = stream.into_split();
+    let refuse = |reason: String| SupervisorMessage::Refused { reason };
+    if !sockets::peer_is_same_user(reader.as_ref()) {
+        let _ = write_frame(&mut writer, &refuse("permission denied: wrong user".into())).await;
+        return;
+    }
+    let hello = tokio::time::timeout(HELLO_TIMEOUT, read_frame::<_, ProxyMessage>(&mut reader));
+    let pid = match hello.await {
+        Ok(Ok(Some(ProxyMessage::Hello {
+            protocol_version,
+            fingerprint,
+            pid,
+        }))) => {
+            if protocol_version != PROTOCOL_VERSION {
+                let reason = format!(
+                    "protocol version {protocol_version} is not supported (supervisor speaks {PROTOCOL_VERSION}); run matching strata-proxy and strata-supervisor builds"
+                );
+                let _ = write_frame(&mut writer, &refuse(reason)).await;
+                return;
+            }
+            if fingerprint != identity.fingerprint {
+                let reason = "registry fingerprint differs: the proxy and the supervisor were started with different model configurations; restart both with the same config".to_string();
+                let _ = write_frame(&mut writer, &refuse(reason)).await;
+                return;
+            }
+            pid
+        }
+        Ok(Ok(Some(_))) => {
+            let _ = write_frame(&mut writer, &refuse("expected a hello first".into())).await;
+            return;
+        }
+        Ok(Ok(None)) => return,
+        Ok(Err(err)) => {
+            tracing::debug!(error = %err, "bad hello");
+            let _ = write_frame(&mut writer, &refuse(format!("bad hello: {err}"))).await;
+            return;
+        }
+        Err(_) => return,
+    };
+    let welcome = SupervisorMessage::Welcome {
+        protocol_version: PROTOCOL_VERSION,
+        instance_id: identity.instance_id.clone(),
+        supervisor_pid: std::process::id(),
+    };
+    if write_frame(&mut writer, &welcome).await.is_err() {
+        return;
+    }
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    if !engine.send(Command::Connect {
+        conn,
+        pid,
+        events: events_tx.clone(),
+    }) {
+        return;
+    }
+    let writer_task = tokio::spawn(async move {
+        while let Some(message) = events_rx.recv().await {
+            if write_frame(&mut writer, &message).await.is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        let command = match read_frame::<_, ProxyMessage>(&mut reader).await {
+            Ok(Some(ProxyMessage::AcquireLease { lease, model, tier })) => Command::Acquire {
+                conn,
+                lease,
+                model,
+                tier,
+            },
+            Ok(Some(ProxyMessage::ReleaseLease { lease })) => Command::Release { conn, lease },
+            Ok(Some(ProxyMessage::SetDraining { draining })) => {
+                Command::SetDraining { conn, draining }
+            }
+            Ok(Some(ProxyMessage::Hello { .. })) => {
+                let _ = events_tx.send(SupervisorMessage::ProtocolError {
+                    message: "hello was already accepted".into(),
+                });
+                continue;
+            }
+            Ok(None) => break,
+            // The frame was read whole, so the stream is still in sync.
+            Err(WireError::Decode(message)) => {
+                let _ = events_tx.send(SupervisorMessage::ProtocolError {
+                    message: format!("malformed frame: {message}"),
+                });
+                continue;
+            }
+            Err(err) => {
+                tracing::debug!(conn, error = %err, "proxy connection failed");
+                break;
+            }
+        };
+        if !engine.send(command) {
+            break;
+        }
+    }
+    engine.send(Command::Disconnect { conn });
+    drop(events_tx);
+    writer_task.abort();
+}
