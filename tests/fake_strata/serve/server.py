@@ -611,6 +611,7 @@ def main(argv=None):
         sys.stderr.write("error: %s\n" % e)
         return e.code
     start = profile.start
+    signals = Signals(start["ignore_sigterm"])  # before `start` is logged: tests key on it
     log = script.EventLog(start["log"])
     log.event(
         "start",
@@ -635,7 +636,6 @@ def main(argv=None):
         sys.stderr.write("error: %s\n" % problem)
         finish(log, 2, reason=problem)
 
-    signals = Signals(start["ignore_sigterm"])
     seen_ignored = [0]
 
     def poll_signals():
