@@ -1,3 +1,57 @@
-//! `strata-ctl`: operator commands.
+//! `strata-ctl`: operator commands for strata-router, and a development
+//! launcher.
+//!
+//! `main` only parses the command line and dispatches. Each subcommand
+//! lives in its own module with its own clap `Args` and a
+//! `run(Args) -> ExitCode`, so commands can be built and changed
+//! independently.
 #![forbid(unsafe_code)]
-fn main() {}
+
+mod check_config;
+mod daemon;
+mod demo;
+mod off;
+mod on;
+mod requests;
+mod status;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Operator commands for strata-router.
+#[derive(Parser)]
+#[command(name = "strata-ctl", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate a config file and its profiles, then print a summary
+    CheckConfig(check_config::Args),
+    /// Print the supervisor's status as one JSON line
+    Status(status::Args),
+    /// Disable routing and unload the model
+    Off(off::Args),
+    /// Enable routing and load a model
+    On(on::Args),
+    /// Run strata-supervisor and strata-proxy together (development)
+    Daemon(daemon::Args),
+    /// Run the whole stack against the bundled fake backend
+    Demo(demo::Args),
+    /// Read per-request accounting records from a running proxy
+    Requests(requests::Args),
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::CheckConfig(args) => check_config::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Off(args) => off::run(args),
+        Command::On(args) => on::run(args),
+        Command::Daemon(args) => daemon::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Requests(args) => requests::run(args),
+    }
+}

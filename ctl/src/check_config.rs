@@ -1,0 +1,186 @@
+//! `strata-ctl check-config CONFIG`: validate a config file and every
+//! profile it references, the way the daemons will at start, and print a
+//! one-screen summary.
+//!
+//! Exit status 0 when the config is valid (models with a bad profile are
+//! shown with their status: they do not stop the daemons either), 1 with
+//! `strata-ctl: config error: PATH: MESSAGE` on stderr otherwise.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use strata_protocol::config::{Config, ModelStatus};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The config file (JSON)
+    pub config: PathBuf,
+}
+
+pub fn run(args: Args) -> ExitCode {
+    match Config::load(&args.config) {
+        Err(err) => {
+            eprintln!("strata-ctl: config error: {err}");
+            ExitCode::from(1)
+        }
+        Ok(config) => {
+            // A closed stdout (`| head`) is not worth a panic.
+            let _ = std::io::stdout().write_all(summary(&args.config, &config).as_bytes());
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// The summary text, newline-terminated: settings first, then one line per
+/// model, then the
+/// aliases and any warnings.
+fn summary(path: &Path, config: &Config) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    let timers = &config.timers;
+    let scheduling = &config.scheduling;
+    let registry = &config.registry;
+
+    lines.push(format!("config {}: valid", path.display()));
+    lines.push(format!(
+        "listen              {}{}",
+        config.listen,
+        if config.require_socket_activation {
+            " (systemd socket activation required)"
+        } else {
+            ""
+        }
+    ));
+    lines.push(format!("backend port        {}", config.backend_port));
+    lines.push(format!(
+        "control socket      {}",
+        config.control_socket.display()
+    ));
+    lines.push(format!(
+        "supervisor socket   {}",
+        config.supervisor_socket.display()
+    ));
+    lines.push(format!(
+        "body limit          {} bytes",
+        config.max_request_body_bytes
+    ));
+
+    let (mode, queue) = if scheduling.wait_when_busy {
+        (
+            "wait-first (wait_when_busy: true)",
+            "queue ignored".to_owned(),
+        )
+    } else {
+        ("legacy bounded", format!("queue {}", timers.queue_ms))
+    };
+    lines.push(format!(
+        "scheduling          {mode}, max_pending {}, cache_max_active {}",
+        scheduling.max_pending,
+        off_if_zero(scheduling.cache_max_active as u64)
+    ));
+    lines.push(format!(
+        "timers (ms)         {queue}, response {}, startup {}, cooldown {}, idle {}",
+        off_if_zero(timers.response_ms),
+        timers.startup_ms,
+        timers.cooldown_ms,
+        timers.idle_ms
+    ));
+    lines.push(format!(
+        "                    shutdown {}, drain {}{}, model_grace {}, cache_lookup {}",
+        timers.shutdown_ms,
+        timers.drain_ms,
+        match (timers.drain_ms, timers.drain_ms_explicit) {
+            (0, _) => " (wait for all accepted work)",
+            (_, false) => " (shutdown_ms)",
+            (_, true) => "",
+        },
+        timers.model_grace_ms,
+        off_if_zero(timers.cache_lookup_ms)
+    ));
+    let log = &config.request_log;
+    match &log.path {
+        Some(file) => lines.push(format!(
+            "request log         ring {} records; file {} (max {} bytes, {} backups)",
+            log.capacity,
+            file.display(),
+            log.max_bytes,
+            log.rotate_files
+        )),
+        None => lines.push(format!(
+            "request log         ring {} records; no file",
+            log.capacity
+        )),
+    }
+    lines.push(format!("fingerprint         {:016x}", config.fingerprint()));
+
+    let prepared = registry
+        .models()
+        .iter()
+        .filter(|m| m.prepared.is_prepared())
+        .count();
+    lines.push(format!(
+        "models              {} configured, {} enabled, {} prepared; on default: {}",
+        registry.models().len(),
+        registry.enabled_ids().len(),
+        prepared,
+        registry.default_on_model().unwrap_or("none")
+    ));
+    let id_width = registry
+        .models()
+        .iter()
+        .map(|m| m.id.len())
+        .max()
+        .unwrap_or(0);
+    let status_width = "prepared_unverified".len();
+    for model in registry.models() {
+        let mut row = format!(
+            "  {:<id_width$}  {:<status_width$}",
+            model.id,
+            model.prepared.as_str()
+        );
+        if !registry.is_enabled(&model.id) {
+            row.push_str("  disabled");
+        }
+        if let Some(detail) = &model.prepared_detail {
+            let _ = write!(row, "  ({detail})");
+        }
+        if let Some(path) = model
+            .profile
+            .as_ref()
+            .filter(|_| matches!(model.prepared, ModelStatus::InvalidProfile))
+        {
+            let _ = write!(row, " {}", path.display());
+        }
+        lines.push(row.trim_end().to_owned());
+    }
+
+    if registry.configured_aliases().is_empty() {
+        lines.push("aliases             none configured".to_owned());
+    } else {
+        lines.push("aliases".to_owned());
+        for alias in registry.configured_aliases() {
+            if alias.effective.is_empty() {
+                lines.push(format!("  {:<20}hidden: no enabled entries", alias.name));
+            } else {
+                lines.push(format!(
+                    "  {:<20}{}",
+                    alias.name,
+                    alias.effective.join(", ")
+                ));
+            }
+        }
+    }
+    for warning in &config.warnings {
+        lines.push(format!("warning: {warning}"));
+    }
+    lines.push(String::new());
+    lines.join("\n")
+}
+
+fn off_if_zero(value: u64) -> String {
+    if value == 0 {
+        "off".to_owned()
+    } else {
+        value.to_string()
+    }
+}
