@@ -27,6 +27,7 @@ fn proxy_messages() -> Vec<ProxyMessage> {
         },
         ProxyMessage::ReleaseLease { lease: u64::MAX },
         ProxyMessage::SetDraining { draining: true },
+        ProxyMessage::Arrive { token: 99 },
     ]
 }
 
@@ -72,6 +73,10 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
             load_ms: None,
         }),
         SupervisorMessage::LeaseRevoked { lease: 3 },
+        SupervisorMessage::Arrival {
+            token: 99,
+            arrival_seq: 1,
+        },
         SupervisorMessage::ProtocolError {
             message: "malformed frame".into(),
         },

@@ -5,6 +5,7 @@
 //! and `READY=1` is sent only once proxies and operators can connect.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use strata_protocol::config::Config;
@@ -37,6 +38,7 @@ pub async fn run(
     let identity = Arc::new(LinkIdentity {
         fingerprint: config.fingerprint(),
         instance_id: instance_id.clone(),
+        arrivals: AtomicU64::new(0),
     });
     let (engine, engine_task) = engine::spawn(config.clone(), instance_id.clone());
     let control_task = tokio::spawn(crate::control::serve(control_listener, engine.clone()));

@@ -21,11 +21,14 @@ use crate::sockets;
 /// A proxy that connects but says nothing is dropped after this long.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Identity checks a hello must pass.
-#[derive(Debug, Clone)]
+/// Identity checks a hello must pass, and the instance-wide counters that
+/// must stay unique while several proxies are connected.
+#[derive(Debug)]
 pub struct LinkIdentity {
     pub fingerprint: u64,
     pub instance_id: String,
+    /// The last arrival sequence handed out; the next is one more.
+    pub arrivals: AtomicU64,
 }
 
 /// Accepts proxy connections until the listener fails.
@@ -128,6 +131,13 @@ async fn handle_connection(
             Ok(Some(ProxyMessage::ReleaseLease { lease })) => Command::Release { conn, lease },
             Ok(Some(ProxyMessage::SetDraining { draining })) => {
                 Command::SetDraining { conn, draining }
+            }
+            // Answered here, not by the engine: it is a counter, and an
+            // arrival must not wait behind a model load.
+            Ok(Some(ProxyMessage::Arrive { token })) => {
+                let arrival_seq = identity.arrivals.fetch_add(1, Ordering::Relaxed) + 1;
+                let _ = events_tx.send(SupervisorMessage::Arrival { token, arrival_seq });
+                continue;
             }
             Ok(Some(ProxyMessage::Hello { .. })) => {
                 let _ = events_tx.send(SupervisorMessage::ProtocolError {

@@ -64,6 +64,9 @@ pub enum ProxyMessage {
     ReleaseLease { lease: LeaseId },
     /// The proxy stopped accepting connections and is draining accepted work.
     SetDraining { draining: bool },
+    /// A chat request arrived: allocate its arrival sequence number.
+    /// `token` is echoed in the answer so the proxy can match it.
+    Arrive { token: u64 },
 }
 
 /// Supervisor to proxy.
@@ -102,6 +105,9 @@ pub enum SupervisorMessage {
     LeaseRevoked { lease: LeaseId },
     /// The last frame could not be understood; the connection stays usable.
     ProtocolError { message: String },
+    /// Answer to [`ProxyMessage::Arrive`]: the request's arrival sequence,
+    /// from 1 per instance, unique across every proxy of the instance.
+    Arrival { token: u64, arrival_seq: u64 },
 }
 
 /// Where a waiting lease request is.
