@@ -1,0 +1,762 @@
+//! End-to-end tests of `strata_supervisor::backend` against the fake Strata server in
+//! `tests/fake_strata` (run as `python3 -m serve.server ...` with cwd = that directory).
+//!
+//! Every test uses a private 0700 temporary directory, loopback ports found by binding port 0,
+//! bounded polling instead of fixed sleeps, and stops every process it starts. They run on
+//! current-thread tokio runtimes: `PR_SET_PDEATHSIG` fires when the forking *thread* exits, and
+//! each test's thread outlives its backend.
+//!
+//! "Dead" below means gone or a zombie: the leader must be reaped by us (so `kill(pid, 0)` is
+//! ESRCH), but an orphaned grandchild becomes a zombie of PID 1, which some container inits never
+//! reap; a zombie holds no memory.
+//!
+//! Python: `STRATA_TEST_PYTHON`, else `python3` from `PATH`, resolved to the real interpreter via
+//! `sys.executable` (so a pyenv shim does not sit between the supervisor and the server).
+
+use std::ffi::OsString;
+use std::fs;
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+use strata_supervisor::backend::{
+    self, Backend, ExitInfo, LaunchSpec, SCRUBBED_ENV, StartError, StartProgress,
+};
+use tokio::sync::watch;
+
+const UPSTREAM: &str = "fake-upstream-model";
+const MODEL_ID: &str = "router-model-id";
+
+// ---- helpers ------------------------------------------------------------------------------
+
+/// A private (0700) temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "strata-backend-test-{}-{}-{tag}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = std::env::temp_dir().join(name);
+        fs::DirBuilder::new().mode(0o700).create(&path).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).unwrap();
+        Self(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The real Python interpreter (absolute path).
+fn python() -> &'static PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let wanted = std::env::var_os("STRATA_TEST_PYTHON").unwrap_or_else(|| "python3".into());
+        let wanted = PathBuf::from(wanted);
+        let found = if wanted.components().count() > 1 {
+            wanted
+        } else {
+            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+                .map(|dir| dir.join(&wanted))
+                .find(|candidate| candidate.is_file())
+                .unwrap_or_else(|| panic!("{} not found on PATH", wanted.display()))
+        };
+        let out = Command::new(&found)
+            .args(["-c", "import sys; print(sys.executable)"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run python");
+        assert!(out.status.success(), "python -c failed");
+        let exe = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+        assert!(exe.is_absolute(), "sys.executable is not absolute: {exe:?}");
+        exe
+    })
+}
+
+fn strata_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake_strata");
+    let dir = dir.canonicalize().expect("tests/fake_strata exists");
+    assert!(dir.join("serve/server.py").is_file());
+    dir
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One backend's files: the profile, the fake's event log and the ready-dir parent.
+struct Fixture {
+    _dir: TempDir,
+    log: PathBuf,
+    ready_parent: PathBuf,
+    spec: LaunchSpec,
+}
+
+impl Fixture {
+    /// A profile for `UPSTREAM` with the fake's scripting keys `fake` (plus `log`).
+    fn new(tag: &str, fake: Value) -> Self {
+        let dir = TempDir::new(tag);
+        let log = dir.path().join("events.jsonl");
+        let ready_parent = dir.path().join("run");
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&ready_parent)
+            .unwrap();
+        let mut fake = fake;
+        fake["log"] = json!(log);
+        let profile = dir.path().join("profile.json");
+        fs::write(
+            &profile,
+            serde_json::to_vec(&json!({"model_name": UPSTREAM, "fake": fake})).unwrap(),
+        )
+        .unwrap();
+        let spec = LaunchSpec {
+            model_id: MODEL_ID.into(),
+            python: python().clone(),
+            strata_dir: strata_dir(),
+            profile,
+            upstream_model: UPSTREAM.into(),
+            backend_port: free_port(),
+            ready_dir_parent: ready_parent.clone(),
+            startup: Duration::from_secs(15),
+            shutdown: Duration::from_secs(3),
+        };
+        Self {
+            _dir: dir,
+            log,
+            ready_parent,
+            spec,
+        }
+    }
+
+    /// The fake's events so far.
+    fn events(&self) -> Vec<Value> {
+        match fs::read_to_string(&self.log) {
+            Ok(text) => text
+                .lines()
+                .map(|line| serde_json::from_str(line).unwrap())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    fn event(&self, name: &str) -> Option<Value> {
+        self.events().into_iter().find(|e| e["event"] == name)
+    }
+
+    /// The per-start ready directories must all be gone.
+    fn assert_ready_dirs_removed(&self) {
+        let left: Vec<_> = fs::read_dir(&self.ready_parent)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "ready directories left behind: {left:?}");
+    }
+}
+
+/// Start with the process's environment, collecting progress events.
+async fn start(spec: &LaunchSpec) -> (Result<Backend, StartError>, Vec<StartProgress>) {
+    let (_tx, rx) = watch::channel(false);
+    start_cancellable(spec, &rx).await
+}
+
+async fn start_cancellable(
+    spec: &LaunchSpec,
+    cancel: &watch::Receiver<bool>,
+) -> (Result<Backend, StartError>, Vec<StartProgress>) {
+    let mut seen = Vec::new();
+    let mut progress = |p: StartProgress| seen.push(p);
+    let result = backend::start(spec, &mut progress, cancel).await;
+    (result, seen)
+}
+
+/// The `Spawned` pid from a progress list.
+fn spawned_pid(progress: &[StartProgress]) -> u32 {
+    progress
+        .iter()
+        .find_map(|p| match p {
+            StartProgress::Spawned { pid } => Some(*pid),
+            _ => None,
+        })
+        .expect("a Spawned event")
+}
+
+fn nix_pid(pid: u32) -> Pid {
+    Pid::from_raw(i32::try_from(pid).unwrap())
+}
+
+/// `(state, pgrp)` of a process from /proc, or None when it does not exist.
+fn proc_stat(pid: i32) -> Option<(char, i32)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    Some((state, fields.next()?.parse().ok()?))
+}
+
+/// Alive = exists and is not a zombie.
+fn alive(pid: i32) -> bool {
+    proc_stat(pid).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X'))
+}
+
+/// Any live (non-zombie) process in group `pgid`?
+fn group_has_live_member(pgid: i32) -> bool {
+    fs::read_dir("/proc").unwrap().any(|entry| {
+        let name = entry.unwrap().file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            return false;
+        };
+        proc_stat(pid).is_some_and(|(state, pgrp)| pgrp == pgid && !matches!(state, 'Z' | 'X'))
+    })
+}
+
+/// The leader was reaped (no zombie) and its whole group is gone.
+fn assert_group_gone_and_reaped(pid: u32) {
+    assert_eq!(
+        kill(nix_pid(pid), None),
+        Err(Errno::ESRCH),
+        "backend pid {pid} still exists (running or an unreaped zombie)"
+    );
+    assert_eq!(
+        kill(Pid::from_raw(-nix_pid(pid).as_raw()), None),
+        Err(Errno::ESRCH),
+        "process group {pid} still has members"
+    );
+}
+
+/// Poll `cond` every 20 ms until it holds; panic with `what` after `limit`.
+async fn eventually(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Expect the start to fail; check the error, then that nothing is left.
+async fn expect_failure(fixture: &Fixture, check: impl Fn(&StartError) -> bool, message: &str) {
+    let (result, progress) = start(&fixture.spec).await;
+    let err = result.expect_err("start must fail");
+    assert!(check(&err), "unexpected error variant: {err:?}");
+    assert_eq!(err.to_string(), message);
+    assert!(
+        !progress.contains(&StartProgress::HealthCheckPassed),
+        "a failed start must not report success"
+    );
+    assert_group_gone_and_reaped(spawned_pid(&progress));
+    fixture.assert_ready_dirs_removed();
+}
+
+// ---- successful start and stop ------------------------------------------------------------
+
+#[tokio::test(flavor = "current_thread")]
+async fn start_verifies_identity_and_stop_leaves_nothing() {
+    // Long enough a load to see one "still waiting" line.
+    let fixture = Fixture::new("ok", json!({"load_ms": 2300}));
+    let (result, progress) = start(&fixture.spec).await;
+    let backend = result.expect("start succeeds");
+    let pid = backend.pid();
+
+    // Progress in the spec's order.
+    assert_eq!(progress[0], StartProgress::Starting);
+    assert_eq!(progress[1], StartProgress::Spawned { pid });
+    let waiting = &progress[2..progress.len() - 2];
+    assert!(
+        !waiting.is_empty()
+            && waiting
+                .iter()
+                .all(|p| matches!(p, StartProgress::StillWaiting { .. })),
+        "{progress:?}"
+    );
+    assert_eq!(
+        progress[progress.len() - 2..],
+        [
+            StartProgress::ReadyFileSeen,
+            StartProgress::HealthCheckPassed
+        ]
+    );
+    assert!(backend.load_duration() >= Duration::from_millis(2300));
+
+    // Identity: the pid the fake logged is ours, and it serves the expected model.
+    assert_eq!(backend.pgid(), pid);
+    assert_eq!(backend.model_id(), MODEL_ID);
+    assert_eq!(backend.upstream_model(), UPSTREAM);
+    assert_eq!(backend.addr().port(), fixture.spec.backend_port);
+    let start_event = fixture.event("start").expect("start event");
+    assert_eq!(start_event["pid"], json!(pid));
+    assert_eq!(start_event["model_name"], json!(UPSTREAM));
+    let health = backend::check_health(backend.addr(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(health.model, UPSTREAM);
+    assert!(health.loaded);
+    assert_eq!(
+        proc_stat(pid as i32).map(|(_, pgrp)| pgrp),
+        Some(pid as i32)
+    );
+
+    // The exact invocation: `-m serve.server` makes argv[0] the module's file.
+    let argv: Vec<String> = serde_json::from_value(start_event["argv"].clone()).unwrap();
+    assert!(argv[0].ends_with("serve/server.py"), "{argv:?}");
+    let ready_file = start_event["ready_file"].as_str().unwrap().to_owned();
+    let port = fixture.spec.backend_port.to_string();
+    let profile = fixture.spec.profile.to_str().unwrap();
+    assert_eq!(
+        argv[1..],
+        [
+            "--engine",
+            "strata",
+            "--config",
+            profile,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port.as_str(),
+            "--idle-unload",
+            "0",
+            "--ready-file",
+            ready_file.as_str(),
+        ]
+    );
+    assert_eq!(
+        start_event["cwd"].as_str().map(PathBuf::from),
+        Some(fixture.spec.strata_dir.clone())
+    );
+    // READY_PATH was DIR/ready.json in a fresh directory under the parent, since removed.
+    let ready_file = PathBuf::from(ready_file);
+    assert_eq!(ready_file.file_name().unwrap(), "ready.json");
+    assert_eq!(
+        ready_file.parent().unwrap().parent().unwrap(),
+        fixture.ready_parent
+    );
+    fixture.assert_ready_dirs_removed();
+
+    let report = backend.stop(Duration::from_secs(3)).await;
+    assert_eq!(report.pid, pid);
+    assert_eq!(report.exit, Some(ExitInfo::Code(0)));
+    assert!(!report.forced_kill);
+    assert!(report.group_gone);
+    assert_eq!(
+        report.to_string(),
+        format!("backend pid {pid} exited, memory released")
+    );
+    assert_group_gone_and_reaped(pid);
+    assert_eq!(
+        fixture.event("stop").expect("stop event")["signal"],
+        "SIGTERM"
+    );
+}
+
+// ---- start failures: each has its own error and leaves nothing ------------------------------
+
+#[tokio::test(flavor = "current_thread")]
+async fn early_exit_reports_the_exit_code() {
+    let fixture = Fixture::new("exit", json!({"start_failure": "exit"}));
+    expect_failure(
+        &fixture,
+        |e| {
+            matches!(
+                e,
+                StartError::Exited {
+                    exit: ExitInfo::Code(3)
+                }
+            )
+        },
+        "backend exited during startup (exit code 3)",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn ready_file_with_wrong_model_is_rejected() {
+    let fixture = Fixture::new("wrongmodel", json!({"start_failure": "wrong_model_name"}));
+    expect_failure(
+        &fixture,
+        |e| matches!(e, StartError::WrongModel),
+        "backend identity mismatch: ready file names a different model",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn ready_file_with_wrong_pid_is_rejected() {
+    let fixture = Fixture::new("wrongpid", json!({"start_failure": "wrong_pid"}));
+    let (result, progress) = start(&fixture.spec).await;
+    let pid = spawned_pid(&progress);
+    let err = result.expect_err("start must fail");
+    let reported = i64::from(pid) + 1_000_000;
+    assert!(
+        matches!(err, StartError::WrongPid { reported: r, expected } if r == reported && expected == pid),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("backend ready file names pid {reported}, expected {pid}")
+    );
+    assert_group_gone_and_reaped(pid);
+    fixture.assert_ready_dirs_removed();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn ready_file_with_wrong_port_is_rejected() {
+    let fixture = Fixture::new("wrongport", json!({"start_failure": "wrong_port"}));
+    let port = fixture.spec.backend_port;
+    let message = format!(
+        "backend ready file names port {}, expected {port}",
+        u32::from(port) + 1
+    );
+    expect_failure(
+        &fixture,
+        |e| matches!(e, StartError::WrongPort { expected, .. } if *expected == port),
+        &message,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn health_with_wrong_model_is_rejected() {
+    let fixture = Fixture::new(
+        "healthmodel",
+        json!({"start_failure": "health_wrong_model"}),
+    );
+    expect_failure(
+        &fixture,
+        |e| matches!(e, StartError::HealthWrongModel),
+        "backend /health reports a different model",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn health_not_loaded_is_rejected() {
+    let fixture = Fixture::new("notloaded", json!({"start_failure": "health_not_loaded"}));
+    expect_failure(
+        &fixture,
+        |e| matches!(e, StartError::HealthNotLoaded),
+        "backend /health reports the model is not loaded",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn hanging_backend_times_out() {
+    let mut fixture = Fixture::new("hang", json!({"start_failure": "hang"}));
+    fixture.spec.startup = Duration::from_millis(700);
+    let started = Instant::now();
+    expect_failure(
+        &fixture,
+        |e| matches!(e, StartError::TimedOut { after_ms: 700 }),
+        "backend did not become ready within 700 ms",
+    )
+    .await;
+    assert!(started.elapsed() >= Duration::from_millis(700));
+    // The hanging fake honours SIGTERM, so cleanup did not need the SIGKILL.
+    assert_eq!(
+        fixture.event("stop").expect("stop event")["signal"],
+        "SIGTERM"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn busy_port_spawns_nothing() {
+    let fixture = Fixture::new("busy", json!({}));
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let mut spec = fixture.spec.clone();
+    spec.backend_port = listener.local_addr().unwrap().port();
+    let (result, progress) = start(&spec).await;
+    let err = result.expect_err("port is busy");
+    assert!(matches!(err, StartError::PortInUse { port } if port == spec.backend_port));
+    assert_eq!(
+        err.to_string(),
+        format!("backend port {} is already in use", spec.backend_port)
+    );
+    assert_eq!(progress, [StartProgress::Starting]);
+    assert!(fixture.events().is_empty(), "nothing may be spawned");
+    fixture.assert_ready_dirs_removed();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn cancel_during_load_stops_the_backend() {
+    let fixture = Fixture::new("cancel", json!({"load_ms": 30000}));
+    let (tx, rx) = watch::channel(false);
+    let log = fixture.log.clone();
+    // Cancel once the fake is up and loading.
+    tokio::spawn(async move {
+        eventually(Duration::from_secs(10), "fake start event", || log.exists()).await;
+        tx.send(true).unwrap();
+        // Keep the sender alive until the start has seen it.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let started = Instant::now();
+    let (result, progress) = start_cancellable(&fixture.spec, &rx).await;
+    let err = result.expect_err("cancelled");
+    assert!(matches!(err, StartError::Cancelled), "{err:?}");
+    assert_eq!(err.to_string(), "backend start cancelled");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_group_gone_and_reaped(spawned_pid(&progress));
+    fixture.assert_ready_dirs_removed();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn cancel_before_spawn_spawns_nothing() {
+    let fixture = Fixture::new("precancel", json!({}));
+    let (tx, rx) = watch::channel(false);
+    tx.send(true).unwrap();
+    let (result, progress) = start_cancellable(&fixture.spec, &rx).await;
+    assert!(matches!(result, Err(StartError::Cancelled)));
+    assert_eq!(progress, [StartProgress::Starting]);
+    assert!(fixture.events().is_empty());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn failed_start_kills_grandchildren_too() {
+    let fixture = Fixture::new(
+        "failgc",
+        json!({"start_failure": "wrong_pid", "spawn_grandchild": true}),
+    );
+    let (result, progress) = start(&fixture.spec).await;
+    assert!(matches!(result, Err(StartError::WrongPid { .. })));
+    let grandchild = fixture.event("grandchild").expect("grandchild event")["child_pid"]
+        .as_i64()
+        .unwrap() as i32;
+    let pid = spawned_pid(&progress);
+    assert!(!alive(grandchild), "grandchild {grandchild} survived");
+    assert!(!group_has_live_member(pid as i32));
+    assert_eq!(kill(nix_pid(pid), None), Err(Errno::ESRCH), "leader reaped");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn missing_interpreter_is_a_spawn_error() {
+    let fixture = Fixture::new("nopython", json!({}));
+    let mut spec = fixture.spec.clone();
+    spec.python = fixture.ready_parent.join("no-such-python");
+    let (result, progress) = start(&spec).await;
+    let err = result.expect_err("nothing to run");
+    assert!(matches!(err, StartError::Spawn(_)), "{err:?}");
+    assert!(err.to_string().starts_with("could not start the backend: "));
+    assert_eq!(progress, [StartProgress::Starting]);
+    fixture.assert_ready_dirs_removed();
+}
+
+// ---- stopping -----------------------------------------------------------------------------
+
+#[tokio::test(flavor = "current_thread")]
+async fn sigterm_ignored_needs_sigkill_and_group_is_confirmed_gone() {
+    let fixture = Fixture::new("ignoreterm", json!({"ignore_sigterm": true}));
+    let (result, _) = start(&fixture.spec).await;
+    let backend = result.expect("start succeeds");
+    let pid = backend.pid();
+    let grace = Duration::from_millis(600);
+    let report = backend.stop(grace).await;
+    assert!(report.forced_kill);
+    assert_eq!(report.exit, Some(ExitInfo::Signal(9)));
+    assert!(report.elapsed >= grace);
+    assert!(report.group_gone);
+    assert_group_gone_and_reaped(pid);
+    assert!(
+        fixture.event("signal_ignored").is_some(),
+        "the fake saw and ignored SIGTERM"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn grandchild_dies_with_the_group_on_stop() {
+    let fixture = Fixture::new("grandchild", json!({"spawn_grandchild": true}));
+    let (result, _) = start(&fixture.spec).await;
+    let backend = result.expect("start succeeds");
+    let pid = backend.pid();
+    let grandchild = fixture.event("grandchild").expect("grandchild event")["child_pid"]
+        .as_i64()
+        .unwrap() as i32;
+    assert_eq!(
+        proc_stat(grandchild).map(|(_, pgrp)| pgrp),
+        Some(pid as i32),
+        "grandchild runs in the backend's group"
+    );
+    assert!(alive(grandchild));
+    let report = backend.stop(Duration::from_secs(3)).await;
+    assert!(report.group_gone);
+    assert!(!alive(grandchild), "grandchild {grandchild} survived stop");
+    assert!(!group_has_live_member(pid as i32));
+    assert_eq!(kill(nix_pid(pid), None), Err(Errno::ESRCH), "leader reaped");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn later_death_is_detected_and_reaped() {
+    // The fake passes every check, then exits with code 4 about 200 ms after writing its ready
+    // file; the start itself succeeds well within that.
+    let fixture = Fixture::new("exitafter", json!({"start_failure": "exit_after_ready"}));
+    let (result, _) = start(&fixture.spec).await;
+    let mut backend = result.expect("start succeeds before the scripted exit");
+    let pid = backend.pid();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(exit) = backend.try_exited() {
+            break exit;
+        }
+        assert!(Instant::now() < deadline, "death not detected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(exit, ExitInfo::Code(4));
+    assert_eq!(
+        backend.try_exited(),
+        Some(ExitInfo::Code(4)),
+        "stable answer"
+    );
+    // Reaped: not even a zombie is left.
+    assert_group_gone_and_reaped(pid);
+    let report = backend.stop(Duration::from_secs(1)).await;
+    assert_eq!(report.exit, Some(ExitInfo::Code(4)));
+    assert!(report.group_gone);
+    assert!(!report.forced_kill);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn dropping_a_backend_kills_its_group() {
+    let fixture = Fixture::new("drop", json!({}));
+    let (result, _) = start(&fixture.spec).await;
+    let backend = result.expect("start succeeds");
+    let pid = backend.pid();
+    drop(backend);
+    // Killed, then reaped by the background reaper: the pid disappears entirely.
+    eventually(Duration::from_secs(10), "dropped backend reaped", || {
+        kill(nix_pid(pid), None) == Err(Errno::ESRCH)
+    })
+    .await;
+    assert_group_gone_and_reaped(pid);
+}
+
+// ---- environment --------------------------------------------------------------------------
+
+#[tokio::test(flavor = "current_thread")]
+async fn environment_is_inherited_minus_the_scrubbed_variables() {
+    let fixture = Fixture::new("env", json!({}));
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| k != "KEEP_ME" && !SCRUBBED_ENV.iter().any(|s| k == s))
+        .collect();
+    for key in SCRUBBED_ENV {
+        env.push((key.into(), "must-not-leak".into()));
+    }
+    env.push(("KEEP_ME".into(), "1".into()));
+    let mut progress = |_: StartProgress| {};
+    let (_tx, rx) = watch::channel(false);
+    let backend = backend::start_with_env(&fixture.spec, env, &mut progress, &rx)
+        .await
+        .expect("start succeeds");
+    let keys: Vec<String> =
+        serde_json::from_value(fixture.event("start").unwrap()["env_keys"].clone()).unwrap();
+    for key in SCRUBBED_ENV {
+        assert!(!keys.iter().any(|k| k == key), "{key} leaked: {keys:?}");
+    }
+    assert!(keys.iter().any(|k| k == "KEEP_ME"), "KEEP_ME dropped");
+    assert!(keys.iter().any(|k| k == "PATH"), "PATH dropped");
+    assert!(backend.stop(Duration::from_secs(3)).await.group_gone);
+}
+
+// ---- parent death -------------------------------------------------------------------------
+
+/// Set in the re-executed test binary: the directory with `spec.json`; the helper writes
+/// `backend.pid` there.
+const HELPER_ENV: &str = "STRATA_BACKEND_TEST_PARENT_DEATH_DIR";
+const HELPER_TEST: &str = "parent_death_helper";
+
+/// Not a test on its own: does nothing unless re-executed by `backend_dies_with_its_parent`.
+/// Then it starts a backend, records its pid and waits to be SIGKILLed.
+#[tokio::test(flavor = "current_thread")]
+async fn parent_death_helper() {
+    let Some(dir) = std::env::var_os(HELPER_ENV).map(PathBuf::from) else {
+        return;
+    };
+    let params: Value = serde_json::from_slice(&fs::read(dir.join("spec.json")).unwrap()).unwrap();
+    let spec = LaunchSpec {
+        model_id: MODEL_ID.into(),
+        python: params["python"].as_str().unwrap().into(),
+        strata_dir: params["strata_dir"].as_str().unwrap().into(),
+        profile: params["profile"].as_str().unwrap().into(),
+        upstream_model: UPSTREAM.into(),
+        backend_port: params["port"].as_u64().unwrap() as u16,
+        ready_dir_parent: params["ready_parent"].as_str().unwrap().into(),
+        startup: Duration::from_secs(15),
+        shutdown: Duration::from_secs(3),
+    };
+    let (result, _) = start(&spec).await;
+    let backend = result.expect("helper start succeeds");
+    let tmp = dir.join("backend.pid.tmp");
+    fs::write(&tmp, backend.pid().to_string()).unwrap();
+    fs::rename(&tmp, dir.join("backend.pid")).unwrap();
+    // Bounded: if the parent test never kills us, clean up and leave.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    backend.stop(Duration::from_secs(3)).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn backend_dies_with_its_parent() {
+    let fixture = Fixture::new("pdeath", json!({}));
+    let dir = TempDir::new("pdeath-helper");
+    let params = json!({
+        "python": fixture.spec.python,
+        "strata_dir": fixture.spec.strata_dir,
+        "profile": fixture.spec.profile,
+        "port": fixture.spec.backend_port,
+        "ready_parent": fixture.spec.ready_dir_parent,
+    });
+    fs::write(dir.path().join("spec.json"), params.to_string()).unwrap();
+    let mut helper = Command::new(std::env::current_exe().unwrap())
+        .args([HELPER_TEST, "--exact", "--test-threads", "1", "--nocapture"])
+        .env(HELPER_ENV, dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    let pid_file = dir.path().join("backend.pid");
+    eventually(Duration::from_secs(20), "helper started a backend", || {
+        pid_file.exists()
+    })
+    .await;
+    let pid: i32 = fs::read_to_string(&pid_file).unwrap().parse().unwrap();
+    assert!(alive(pid));
+
+    kill(nix_pid(helper.id()), Signal::SIGKILL).unwrap();
+    helper.wait().unwrap();
+
+    // The parent-death signal is SIGKILL and needs no cooperation from the backend. It is now
+    // an orphan, so it may linger as a zombie of PID 1.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(pid) {
+        if Instant::now() >= deadline {
+            let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
+            panic!("backend {pid} outlived its parent");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        fixture.event("stop").is_none(),
+        "killed by the kernel, not stopped gracefully"
+    );
+}
