@@ -18,7 +18,7 @@
 //! `PR_SET_PDEATHSIG` is tied to the thread that forks, not to the process. Call [`start`] only
 //! from the supervisor's current-thread tokio runtime on the main thread (tests: a
 //! `current_thread` tokio test, whose thread outlives the backend), never from `spawn_blocking`
-//! or a multi-thread runtime; see [`spawn`](self::spawn) for details. A `debug_assert!` guards it.
+//! or a multi-thread runtime; the `spawn` module explains why. A `debug_assert!` guards it.
 //!
 //! Modules: `spawn` (the only `unsafe`), `group` (the owned child, reaping, group liveness),
 //! `readiness` (ready file and identity), `health` (HTTP/1.0 `/health` client), `stop`,
@@ -104,14 +104,19 @@ impl Backend {
     ///
     /// On the first call that sees it dead, the rest of its process group (Strata's engine, for
     /// one) is SIGKILLed, since nothing would otherwise stop it holding GPU memory, and the
-    /// process is reaped, so no zombie is left. Later calls return the same answer.
+    /// process is reaped, so no zombie is left. Later calls return the same answer. The killed
+    /// members die asynchronously: call [`stop`](Self::stop) afterwards (instead of just dropping
+    /// the `Backend`) to wait, bounded, until the group is confirmed gone before starting another.
     pub fn try_exited(&mut self) -> Option<ExitInfo> {
         if self.group.is_reaped() {
             return self.group.reap();
         }
         self.group.observe_exit()?;
-        // Still unreaped here, so the pgid is pinned and this cannot hit another group.
-        let _ = self.group.signal_group(nix::sys::signal::Signal::SIGKILL);
+        // Normally the leader is still an unreaped zombie here, so the pgid is pinned and this
+        // cannot hit another group. If something else reaped it, only live members pin it.
+        if !self.group.is_reaped() || self.group.group_state().is_live() {
+            let _ = self.group.signal_group(nix::sys::signal::Signal::SIGKILL);
+        }
         self.group.reap()
     }
 
