@@ -84,6 +84,9 @@ pub(super) enum StopReason {
     Idle,
     Off,
     Shutdown,
+    /// The child died on its own; its group is being cleaned up. The model
+    /// stays selected, so reloading it is not a switch.
+    ChildDied,
 }
 
 pub(super) struct ShutdownState {
@@ -221,12 +224,14 @@ impl Engine {
     }
 
     fn on_tick(&mut self) {
-        if let Some(backend) = &mut self.backend
+        if self.op.is_none()
+            && let Some(backend) = &mut self.backend
             && let Some(exit) = backend.try_exited()
         {
             tracing::warn!(pid = backend.pid(), ?exit, "backend exited unexpectedly");
-            self.backend = None;
-            self.broadcast_state();
+            // Members of its group may outlive it; the stop path confirms
+            // the whole group is gone before anything else can start.
+            self.start_stop(StopReason::ChildDied);
         }
         self.schedule();
     }
@@ -679,7 +684,9 @@ impl Engine {
                 };
                 debug_assert_eq!(seq, op_seq);
                 tracing::info!(pid, ?reason, ?report, "backend stopped");
-                self.selected = None;
+                if reason != StopReason::ChildDied {
+                    self.selected = None;
+                }
                 self.broadcast_state();
                 self.stop_finished(reason, pid);
             }
