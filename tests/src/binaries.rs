@@ -1,0 +1,33 @@
+//! Locating the workspace binaries the tests run.
+
+use std::path::{Path, PathBuf};
+
+/// The path of a workspace binary (`strata-supervisor`, `strata-proxy`, `strata-ctl`).
+///
+/// A test executable lives in `<target>/[<triple>/]<profile>/deps/`; the binaries are one level
+/// up, whatever the profile or target triple (Nix builds with `--release --target <triple>`).
+/// `STRATA_TEST_BIN_DIR` overrides the directory. Panics if the binary is missing.
+pub fn binary(name: &str) -> PathBuf {
+    let dir = match std::env::var_os("STRATA_TEST_BIN_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => default_dir(),
+    };
+    let path = dir.join(name);
+    if !path.is_file() {
+        panic!(
+            "{name} not found at {}: build the workspace binaries first (cargo test --locked at the workspace root does)",
+            path.display()
+        );
+    }
+    path
+}
+
+fn default_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("path of the running test executable");
+    let parent = exe.parent().unwrap_or(Path::new("/"));
+    if parent.file_name().is_some_and(|name| name == "deps") {
+        parent.parent().unwrap_or(parent).to_path_buf()
+    } else {
+        parent.to_path_buf()
+    }
+}

@@ -1,0 +1,162 @@
+//! [`Supervisor`]: a running `strata-supervisor` on a [`TestConfig`], for one test.
+//!
+//! [`Supervisor::start`] spawns the binary and waits until the control socket answers
+//! `status`. [`Supervisor::stop`] is the normal end of a test: SIGTERM, exit status 0, both
+//! socket files removed, and no backend process of this test left. If the test fails first,
+//! dropping the value SIGKILLs the supervisor, kills any backend of this test that is still
+//! alive (by PID, found through the fake log) and prints the supervisor's stderr and the fake
+//! log.
+
+use std::process::Command;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+use crate::binaries::binary;
+use crate::config::TestConfig;
+use crate::control::ControlClient;
+use crate::daemon::Daemon;
+use crate::fake_log::FakeLog;
+use crate::poll::{DEADLINE, POLL_INTERVAL};
+use crate::proxy::FakeProxy;
+
+/// The supervisor binary's name.
+pub const SUPERVISOR_BIN: &str = "strata-supervisor";
+
+/// A supervisor process and its config.
+#[derive(Debug)]
+pub struct Supervisor {
+    daemon: Daemon,
+    stopped: bool,
+    /// Declared last: the directory outlives the process.
+    pub config: TestConfig,
+}
+
+/// The command that runs `strata-supervisor CONFIG`: `PYTHONDONTWRITEBYTECODE=1` keeps
+/// `__pycache__` out of the fake's source directory; `STRATA_LOG` defaults to `info`.
+pub fn supervisor_command(config: &TestConfig) -> Command {
+    let mut command = Command::new(binary(SUPERVISOR_BIN));
+    command
+        .arg(&config.path)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env(
+            "STRATA_LOG",
+            std::env::var("STRATA_LOG").unwrap_or_else(|_| "info".into()),
+        );
+    command
+}
+
+impl Supervisor {
+    /// Starts the supervisor and waits until it serves.
+    pub fn start(config: TestConfig) -> Supervisor {
+        Supervisor::start_with(config, |_| {})
+    }
+
+    /// Like [`Supervisor::start`], letting `customize` change the command first (environment
+    /// variables, for one).
+    pub fn start_with(config: TestConfig, customize: impl FnOnce(&mut Command)) -> Supervisor {
+        let mut command = supervisor_command(&config);
+        customize(&mut command);
+        let daemon = Daemon::spawn("supervisor", command, config.dir.path());
+        let mut supervisor = Supervisor {
+            daemon,
+            stopped: false,
+            config,
+        };
+        supervisor.wait_serving();
+        supervisor
+    }
+
+    fn wait_serving(&mut self) {
+        let client = self.control().with_timeout(Duration::from_secs(5));
+        let deadline = std::time::Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = self.daemon.try_exit() {
+                panic!(
+                    "strata-supervisor exited with {status} before serving\n{}",
+                    self.daemon.stderr_report()
+                );
+            }
+            if self.config.supervisor_socket.exists()
+                && let Ok(lines) = client.try_request("status")
+                && lines.len() == 1
+                && lines[0].get("daemon_pid").is_some()
+            {
+                return;
+            }
+            if std::time::Instant::now() >= deadline {
+                panic!(
+                    "strata-supervisor did not serve within {DEADLINE:?}\n{}",
+                    self.daemon.stderr_report()
+                );
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// The supervisor's PID.
+    pub fn pid(&self) -> u32 {
+        self.daemon.pid()
+    }
+
+    /// The process guard.
+    pub fn daemon(&mut self) -> &mut Daemon {
+        &mut self.daemon
+    }
+
+    /// A control client.
+    pub fn control(&self) -> ControlClient {
+        self.config.control()
+    }
+
+    /// Bare `status`.
+    pub fn status(&self) -> Value {
+        self.control().status()
+    }
+
+    /// A connected [`FakeProxy`].
+    pub async fn proxy(&self) -> FakeProxy {
+        FakeProxy::connect(&self.config).await
+    }
+
+    /// The fake backend's log.
+    pub fn fake_log(&self) -> FakeLog {
+        self.config.fake_log()
+    }
+
+    /// The normal end of a test: SIGTERM; the supervisor must exit 0 within `DEADLINE`, remove
+    /// both sockets, and leave no backend process of this test running.
+    pub fn stop(mut self) {
+        self.daemon.kill(Signal::SIGTERM);
+        let status = self.daemon.wait_exit(DEADLINE);
+        assert!(
+            status.success(),
+            "strata-supervisor exited with {status} after SIGTERM\n{}",
+            self.daemon.stderr_report()
+        );
+        for socket in [&self.config.control_socket, &self.config.supervisor_socket] {
+            assert!(
+                !socket.exists(),
+                "{} left behind after a clean stop",
+                socket.display()
+            );
+        }
+        self.fake_log().assert_no_backends_left();
+        self.stopped = true;
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.daemon.kill_and_reap();
+        let log = self.fake_log();
+        log.kill_leftovers();
+        if std::thread::panicking() {
+            eprintln!("{}", log.dump());
+        }
+    }
+}

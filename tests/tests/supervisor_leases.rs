@@ -1,0 +1,343 @@
+//! Leases through the private supervisor socket, against the real `strata-supervisor` and the
+//! fake backend: idle unload, `off` waiting for (or interrupting) leases, model switches
+//! waiting for every lease, shared leases, and proxies that disconnect mid-load.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use strata_e2e::{
+    A3B, ConfigBuilder, DEADLINE, ModelSpec, Supervisor, off_line, poll_for, poll_until, procs,
+};
+use strata_protocol::wire::{LeaseFailure, LeasePhase};
+
+const A: &str = "flash-a";
+const B: &str = "a3b-b";
+
+fn child_pid(status: &Value) -> u32 {
+    status["child_pid"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no child_pid in {status}")) as u32
+}
+
+/// After the last lease ends, `idle_ms` later the backend is stopped and reaped; the model
+/// stays loaded as long as a lease is held; the next lease reloads it.
+#[tokio::test]
+async fn idle_unload_leaves_no_process_and_the_next_lease_reloads() {
+    let config = ConfigBuilder::new("idle")
+        .model(ModelSpec::new(A))
+        .idle_ms(300)
+        .build();
+    let supervisor = Supervisor::start(config);
+    let log = supervisor.fake_log();
+    let upstream = supervisor.config.upstream(A);
+    let mut proxy = supervisor.proxy().await;
+
+    proxy.acquire(1, A).await;
+    let grant = proxy.wait_granted(1).await;
+    assert!(grant.model_switch, "a cold start is a switch");
+    assert!(grant.load_ms.is_some());
+    assert_eq!(
+        grant.backend,
+        SocketAddr::from((Ipv4Addr::LOCALHOST, supervisor.config.backend_port))
+    );
+    assert_eq!(grant.upstream_model, upstream);
+    let status = supervisor.status();
+    let pid = child_pid(&status);
+    assert_eq!(status["loaded"], json!(A));
+    assert_eq!(status["active_leases"], json!(1));
+    assert_eq!(log.starts_for(&upstream)[0].pid, pid);
+
+    // Held for longer than idle_ms: no unload while a lease is active.
+    proxy.drain(Duration::from_millis(700)).await;
+    let status = supervisor.status();
+    assert_eq!(status["loaded"], json!(A), "unloaded under an active lease");
+    assert_eq!(child_pid(&status), pid);
+
+    proxy.release(1).await;
+    let status = poll_for(DEADLINE, "idle unload", || {
+        let status = supervisor.status();
+        (status["loaded"].is_null() && status["child_pid"].is_null() && status["busy"] == false)
+            .then_some(status)
+    });
+    assert_eq!(
+        status["routing"],
+        json!(true),
+        "idle unload keeps routing on"
+    );
+    assert!(
+        !procs::is_alive(pid),
+        "backend {pid} survived the idle unload"
+    );
+    assert!(!procs::group_alive(pid));
+    assert!(
+        log.index_of(pid, "stop").is_some(),
+        "the backend is stopped with SIGTERM first\n{}",
+        log.dump()
+    );
+    proxy
+        .wait_state("unloaded", |state| state.loaded.is_none())
+        .await;
+
+    proxy.acquire(2, A).await;
+    let grant = proxy.wait_granted(2).await;
+    assert!(grant.model_switch, "nothing was loaded");
+    assert!(grant.load_ms.is_some(), "the model was reloaded");
+    assert_eq!(log.start_count(&upstream), 2, "{}", log.dump());
+    proxy.release(2).await;
+    drop(proxy);
+    supervisor.stop();
+}
+
+/// `off` disables routing at once, then waits for the active lease before unloading; `done`
+/// comes only after the release, once the process group is gone.
+#[tokio::test]
+async fn off_waits_for_the_active_lease() {
+    let config = ConfigBuilder::new("offwait")
+        .model(ModelSpec::new(A))
+        .build();
+    let supervisor = Supervisor::start(config);
+    let mut proxy = supervisor.proxy().await;
+    proxy.acquire(1, A).await;
+    proxy.wait_granted(1).await;
+    let pid = child_pid(&supervisor.status());
+
+    let mut off = supervisor.control().open(&off_line(false));
+    off.wait_progress(
+        DEADLINE,
+        "routing disabled: new and queued requests get 503",
+    );
+    off.wait_progress(
+        DEADLINE,
+        "1 active request, waiting for it to finish (use --now to interrupt)",
+    );
+    off.expect_silence(Duration::from_millis(600), "off waits for the lease");
+    // Routing is already off: a new lease fails, the held one is untouched.
+    proxy.acquire(2, A).await;
+    assert_eq!(proxy.wait_failed(2).await, LeaseFailure::RoutingOff);
+    assert!(!proxy.was_revoked(1));
+    assert!(procs::is_alive(pid), "unloaded before the lease ended");
+    let status = supervisor.status();
+    assert_eq!(status["busy"], json!(true));
+    assert_eq!(status["routing"], json!(false));
+
+    proxy.release(1).await;
+    let reply = off.wait_done(DEADLINE);
+    reply.assert_ok();
+    assert_eq!(reply.message(), "off: model unloaded, routing disabled");
+    let messages = reply.messages();
+    let tail = &messages[messages.len() - 3..];
+    assert_eq!(
+        tail,
+        [
+            format!("unloading model {A}"),
+            format!("stopping backend pid {pid}"),
+            format!("backend pid {pid} exited, memory released"),
+        ],
+        "{reply:#?}"
+    );
+    assert_eq!(reply.done["routing"], json!(false));
+    assert_eq!(reply.done["loaded"], Value::Null);
+    assert_eq!(reply.done["child_pid"], Value::Null);
+    assert!(
+        !procs::group_alive(pid),
+        "done before the process group was gone"
+    );
+    proxy
+        .wait_state("routing off, unloaded", |state| {
+            !state.routing && state.loaded.is_none()
+        })
+        .await;
+    drop(proxy);
+    supervisor.stop();
+}
+
+/// `off --now` does not wait: the lease is revoked, `done` arrives while the proxy still
+/// holds it, and the process group is gone.
+#[tokio::test]
+async fn off_now_revokes_the_lease_and_does_not_wait() {
+    let config = ConfigBuilder::new("offnow")
+        .model(ModelSpec::new(A))
+        .build();
+    let supervisor = Supervisor::start(config);
+    let mut proxy = supervisor.proxy().await;
+    proxy.acquire(7, A).await;
+    proxy.wait_granted(7).await;
+    let pid = child_pid(&supervisor.status());
+
+    let reply = supervisor.control().off(true);
+    reply.assert_ok();
+    assert_eq!(reply.message(), "off: model unloaded, routing disabled");
+    assert_eq!(
+        reply.messages(),
+        [
+            "routing disabled: new and queued requests get 503".to_owned(),
+            "interrupting 1 active request".to_owned(),
+            format!("unloading model {A}"),
+            format!("stopping backend pid {pid}"),
+            format!("backend pid {pid} exited, memory released"),
+        ]
+    );
+    assert!(!procs::group_alive(pid));
+    proxy.wait_revoked(7).await;
+    assert_eq!(supervisor.status()["active_leases"], json!(0));
+    // Releasing a revoked lease is harmless.
+    proxy.release(7).await;
+    assert_eq!(supervisor.status()["active_leases"], json!(0));
+    drop(proxy);
+    supervisor.stop();
+}
+
+/// A lease on another model waits behind every lease on the loaded one (of another proxy),
+/// then gets a switch: the old backend is gone before the new one starts.
+#[tokio::test]
+async fn a_switch_waits_for_the_other_models_leases() {
+    let config = ConfigBuilder::new("switch")
+        .model(ModelSpec::new(A))
+        .model(ModelSpec::new(B).family(A3B))
+        .build();
+    let supervisor = Supervisor::start(config);
+    let log = supervisor.fake_log();
+    let mut first = supervisor.proxy().await;
+    let mut second = supervisor.proxy().await;
+
+    first.acquire(1, A).await;
+    first.wait_granted(1).await;
+    let pid_a = child_pid(&supervisor.status());
+
+    // Lease IDs are per connection: the second proxy may reuse 1.
+    second.acquire(1, B).await;
+    second
+        .wait_phase(1, LeasePhase::QueuedBehindOtherModel)
+        .await;
+    second
+        .expect_no_outcome(1, Duration::from_millis(700))
+        .await;
+    assert_eq!(log.start_count("up-a3b-b"), 0, "{}", log.dump());
+    assert_eq!(supervisor.status()["waiting_requests"], json!(1));
+
+    first.release(1).await;
+    let grant = second.wait_granted(1).await;
+    assert!(grant.model_switch);
+    assert!(grant.load_ms.is_some());
+    assert_eq!(grant.upstream_model, "up-a3b-b");
+    assert_eq!(
+        second.phases(1),
+        [
+            LeasePhase::QueuedBehindOtherModel,
+            LeasePhase::Admitted,
+            LeasePhase::StoppingOldBackend,
+            LeasePhase::Starting,
+            LeasePhase::WaitingForReadiness,
+            LeasePhase::Verified,
+        ]
+    );
+    let start_b = log.starts_for("up-a3b-b").remove(0);
+    let exit_a = log
+        .index_of(pid_a, "exit")
+        .unwrap_or_else(|| panic!("backend of {A} never exited\n{}", log.dump()));
+    assert!(
+        exit_a < start_b.index,
+        "{B} started before {A}'s backend exited\n{}",
+        log.dump()
+    );
+    assert!(!procs::is_alive(pid_a));
+    let status = supervisor.status();
+    assert_eq!(status["loaded"], json!(B));
+    assert_eq!(child_pid(&status), start_b.pid);
+    second.release(1).await;
+    drop((first, second));
+    supervisor.stop();
+}
+
+/// Two proxies leasing the same model are granted together from one load, and a third lease
+/// while both are held is granted at once without a load.
+#[tokio::test]
+async fn leases_on_the_same_model_share_one_load() {
+    let config = ConfigBuilder::new("shared")
+        .model(ModelSpec::new(A).load_ms(800))
+        .build();
+    let supervisor = Supervisor::start(config);
+    let log = supervisor.fake_log();
+    let mut first = supervisor.proxy().await;
+    let mut second = supervisor.proxy().await;
+
+    first.acquire(1, A).await;
+    second.acquire(1, A).await;
+    let one = first.wait_granted(1).await;
+    let two = second.wait_granted(1).await;
+    for grant in [&one, &two] {
+        assert!(grant.model_switch);
+        assert!(grant.load_ms.is_some());
+    }
+    assert!(
+        !first
+            .phases(1)
+            .contains(&LeasePhase::QueuedBehindOtherModel)
+    );
+    assert!(
+        !second
+            .phases(1)
+            .contains(&LeasePhase::QueuedBehindOtherModel)
+    );
+
+    first.acquire(2, A).await;
+    let three = first.wait_granted(2).await;
+    assert!(!three.model_switch);
+    assert_eq!(three.load_ms, None);
+    assert_eq!(supervisor.status()["active_leases"], json!(3));
+    assert_eq!(log.starts().len(), 1, "{}", log.dump());
+    drop((first, second));
+    poll_until(DEADLINE, "leases of closed connections to end", || {
+        supervisor.status()["active_leases"] == 0
+    });
+    supervisor.stop();
+}
+
+/// A proxy that disconnects while its lease is loading does not cancel the load: the model
+/// ends up loaded with no lease, and the next proxy gets it without a second start. A proxy
+/// that disconnects while holding a lease releases it without unloading.
+#[tokio::test]
+async fn a_proxy_disconnecting_mid_load_leaves_the_model_loaded() {
+    let config = ConfigBuilder::new("droplink")
+        .model(ModelSpec::new(A).load_ms(1_500))
+        .build();
+    let supervisor = Supervisor::start(config);
+    let log = supervisor.fake_log();
+    let upstream = supervisor.config.upstream(A);
+
+    let mut proxy = supervisor.proxy().await;
+    proxy.acquire(1, A).await;
+    proxy.wait_phase(1, LeasePhase::Starting).await;
+    assert_eq!(supervisor.status()["busy"], json!(true));
+    drop(proxy);
+
+    let status = poll_for(DEADLINE, "the load to finish without its proxy", || {
+        let status = supervisor.status();
+        (status["loaded"] == A && status["busy"] == false && status["proxies"] == 0)
+            .then_some(status)
+    });
+    assert_eq!(status["active_leases"], json!(0));
+    assert_eq!(status["waiting_requests"], json!(0));
+    assert_eq!(log.start_count(&upstream), 1);
+
+    let mut proxy = supervisor.proxy().await;
+    proxy.acquire(1, A).await;
+    let grant = proxy.wait_granted(1).await;
+    assert!(!grant.model_switch);
+    assert_eq!(grant.load_ms, None, "no second load");
+    assert_eq!(log.start_count(&upstream), 1, "{}", log.dump());
+    let pid = child_pid(&supervisor.status());
+
+    // Disconnecting with a granted lease releases it; the model stays.
+    drop(proxy);
+    poll_until(DEADLINE, "the dropped proxy's lease to end", || {
+        let status = supervisor.status();
+        status["active_leases"] == 0 && status["proxies"] == 0
+    });
+    let status = supervisor.status();
+    assert_eq!(status["loaded"], json!(A));
+    assert_eq!(child_pid(&status), pid);
+    assert!(procs::is_alive(pid));
+    supervisor.stop();
+}
