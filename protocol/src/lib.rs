@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ids;
+pub mod record;
 pub mod wire;
 
 pub mod config;
