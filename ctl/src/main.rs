@@ -4,12 +4,18 @@
 //! `main` only parses the command line and dispatches. Each subcommand
 //! lives in its own module with its own clap `Args` and a
 //! `run(Args) -> ExitCode`, so commands can be built and changed
-//! independently.
-#![forbid(unsafe_code)]
+//! independently; `control` is the control-socket client shared by
+//! `status`, `on` and `off`.
+//!
+//! `unsafe` is denied except for the one `pre_exec` hook in
+//! `daemon::Child::spawn` (the children's parent-death signal).
+#![deny(unsafe_code)]
 
 mod check_config;
+mod control;
 mod daemon;
 mod demo;
+mod fake_files;
 mod off;
 mod on;
 mod requests;

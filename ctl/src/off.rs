@@ -1,10 +1,14 @@
 //! `strata-ctl off [--now] SOCKET`: disable routing, wait for active
 //! work, unload the model (the spec's `strata-router off`).
 //!
-//! Not implemented yet: it prints so and exits 2.
+//! Sends `{"cmd":"off","now":BOOL}` and reports like `on`: progress lines on
+//! stderr, the final JSON event on stdout, exit 0 only for `"ok": true`.
+//! No client timeout; Ctrl-C cancels the wait (routing stays disabled).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use serde_json::json;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -16,7 +20,5 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let Args { now: _, socket: _ } = args;
-    eprintln!("strata-ctl: off is not implemented yet");
-    ExitCode::from(2)
+    crate::control::operation(&args.socket, &json!({"cmd": "off", "now": args.now}))
 }

@@ -1,10 +1,16 @@
 //! `strata-ctl on SOCKET [MODEL]`: enable routing and load a model (the
 //! spec's `strata-router on`).
 //!
-//! Not implemented yet: it prints so and exits 2.
+//! Sends `{"cmd":"on","model":MODEL}` (`null` without MODEL), prints each
+//! progress event on stderr as `[   0.0s] routing enabled`, then the
+//! daemon's final JSON event on stdout and its message on stderr. Exit 0
+//! only when the final event has `"ok": true`. No client timeout; Ctrl-C
+//! cancels the load.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use serde_json::json;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -16,10 +22,5 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let Args {
-        socket: _,
-        model: _,
-    } = args;
-    eprintln!("strata-ctl: on is not implemented yet");
-    ExitCode::from(2)
+    crate::control::operation(&args.socket, &json!({"cmd": "on", "model": args.model}))
 }

@@ -1,7 +1,10 @@
-//! `strata-ctl status SOCKET`: print the supervisor's status (the
-//! spec's `strata-router status`).
+//! `strata-ctl status SOCKET`: print the supervisor's status (the spec's
+//! `strata-router status`).
 //!
-//! Not implemented yet: it prints so and exits 2.
+//! Sends the bare word `status` and prints the daemon's one JSON line on
+//! stdout; exit 0. Exit 1 with a message on stderr if the socket is absent
+//! or refuses, or the daemon answers with an `{"error":...}` object (that
+//! line is printed on stdout too).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +16,5 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let Args { socket: _ } = args;
-    eprintln!("strata-ctl: status is not implemented yet");
-    ExitCode::from(2)
+    crate::control::status(&args.socket)
 }
