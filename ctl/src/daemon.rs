@@ -444,8 +444,8 @@ impl Stack<'_> {
                     eprintln!("strata-ctl: {name} received");
                 } else {
                     eprintln!(
-                        "strata-ctl: {name} received; stopping {} (again: interrupt active \
-                         work; a third time: kill)",
+                        "strata-ctl: {name} received; stopping {} (repeat the signal to \
+                         interrupt active work, a third time to kill)",
                         running.join(", then ")
                     );
                 }

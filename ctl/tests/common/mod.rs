@@ -431,3 +431,108 @@ pub fn progress_message(line: &str) -> Option<&str> {
         && time.len() >= 6;
     well_formed.then_some(message)
 }
+
+// ---- a private bin directory for `daemon` and `demo` --------------------
+
+/// The fake proxy's source (see `fake_proxy.py`).
+const FAKE_PROXY: &str = include_str!("fake_proxy.py");
+
+/// Which strata-proxy a [`bin_dir`] holds.
+pub enum ProxyKind {
+    /// `fake_proxy.py`: serves /health, logs signals.
+    Fake,
+    /// The workspace's real strata-proxy.
+    Real,
+}
+
+/// `dir/bin` holding strata-ctl (hard link or copy: `current_exe` must
+/// resolve here), strata-supervisor (symlink) and a strata-proxy. Returns
+/// the strata-ctl path.
+pub fn bin_dir(dir: &TempDir, proxy: ProxyKind) -> PathBuf {
+    let bin = dir.subdir("bin");
+    let ctl = bin.join("strata-ctl");
+    if fs::hard_link(ctl_exe(), &ctl).is_err() {
+        fs::copy(ctl_exe(), &ctl).unwrap();
+    }
+    std::os::unix::fs::symlink(
+        sibling_exe("strata-supervisor"),
+        bin.join("strata-supervisor"),
+    )
+    .unwrap();
+    let proxy_path = bin.join("strata-proxy");
+    match proxy {
+        ProxyKind::Fake => {
+            let script = format!("#!{}\n{FAKE_PROXY}", python().display());
+            fs::write(&proxy_path, script).unwrap();
+            fs::set_permissions(&proxy_path, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        ProxyKind::Real => {
+            std::os::unix::fs::symlink(sibling_exe("strata-proxy"), &proxy_path).unwrap()
+        }
+    }
+    ctl
+}
+
+/// Spawns `command` with stdout piped (as a line channel) and stderr to
+/// `stderr_file`; retries briefly on ETXTBSY (a freshly copied executable
+/// can still be open for writing in a child another test thread forked).
+pub fn spawn_with_lines(
+    mut command: Command,
+    stderr_file: &Path,
+    name: &str,
+) -> (Running, mpsc::Receiver<String>) {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(fs::File::create(stderr_file).unwrap());
+    let deadline = Instant::now() + SHORT;
+    let mut child = loop {
+        match command.spawn() {
+            Ok(child) => break child,
+            Err(err) if err.raw_os_error() == Some(nix::libc::ETXTBSY) => {
+                assert!(Instant::now() < deadline, "{name}: {err}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(err) => panic!("spawn {name}: {err}"),
+        }
+    };
+    let lines = line_channel(child.stdout.take().unwrap());
+    (
+        Running {
+            child,
+            name: name.into(),
+        },
+        lines,
+    )
+}
+
+/// `(listen, supervisor pid, proxy pid)` from the serving line.
+pub fn parse_serving(line: &str) -> Option<(String, u32, u32)> {
+    let rest = line.strip_prefix("strata-ctl: serving on http://")?;
+    let (listen, rest) = rest.split_once(" (supervisor pid ")?;
+    let (supervisor, rest) = rest.split_once(", proxy pid ")?;
+    let (proxy, rest) = rest.split_once(')')?;
+    (rest == "; Ctrl-C stops both").then_some(())?;
+    Some((listen.into(), supervisor.parse().ok()?, proxy.parse().ok()?))
+}
+
+/// One HTTP/1.0 GET; `(status line, body)`.
+pub fn http_get(addr: &str, path: &str) -> (String, String) {
+    use std::io::Write as _;
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(SHORT)).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (head.lines().next().unwrap_or("").into(), body.into())
+}
+
+/// The JSON lines of a log file (empty if absent).
+pub fn json_lines(path: &Path) -> Vec<Value> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}

@@ -1,0 +1,345 @@
+//! `strata-ctl daemon CONFIG`: config errors, missing binaries, and the
+//! whole start/stop sequence with the real strata-supervisor and a stand-in
+//! strata-proxy (`common/fake_proxy.py`), run from a private bin directory
+//! so that the launcher finds them "beside its own executable". One test
+//! uses the real strata-proxy and is ignored until it serves.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+const MODELS: &[TestModel] = &[TestModel {
+    id: "up-a",
+    load_ms: 300,
+    installed: true,
+}];
+
+#[test]
+fn an_invalid_config_fails_like_check_config() {
+    let dir = TempDir::new();
+    let config = dir.path().join("config.json");
+    fs::write(&config, r#"{"python": "/usr/bin/python3", "lsiten": 1}"#).unwrap();
+    let config = config.to_str().unwrap();
+    let daemon = ctl(&["daemon", config]);
+    let check = ctl(&["check-config", config]);
+    assert_eq!(daemon.status.code(), Some(1));
+    assert_eq!(check.status.code(), Some(1));
+    let stderr = text(&daemon.stderr);
+    assert!(stderr.starts_with("strata-ctl: config error: "), "{stderr}");
+    assert_eq!(stderr, text(&check.stderr));
+    assert_eq!(text(&daemon.stdout), "");
+
+    let missing = dir.path().join("missing.json");
+    let out = ctl(&["daemon", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("no such file"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn missing_sibling_binaries_are_named() {
+    let dir = TempDir::new();
+    let config = write_config(&dir, MODELS);
+    let bin = dir.subdir("bin");
+    let lonely = bin.join("strata-ctl");
+    if fs::hard_link(ctl_exe(), &lonely).is_err() {
+        fs::copy(ctl_exe(), &lonely).unwrap();
+    }
+    let stderr_path = dir.path().join("ctl.stderr");
+    let mut command = Command::new(&lonely);
+    command.arg("daemon").arg(&config);
+    let (mut ctl, _lines) = spawn_with_lines(command, &stderr_path, "strata-ctl daemon");
+    let status = ctl.wait(LONG);
+    let stderr = fs::read_to_string(&stderr_path).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("strata-ctl: strata-supervisor not found beside ")
+            && stderr.contains(&bin.join("strata-supervisor").display().to_string()),
+        "{stderr}"
+    );
+    // Nothing was started: the control socket never appeared.
+    assert!(!dir.path().join("run/control.sock").exists());
+}
+
+/// A running `strata-ctl daemon` from a private bin dir.
+struct Stack {
+    dir: TempDir,
+    ctl: Running,
+    stderr: std::path::PathBuf,
+    proxy_log: std::path::PathBuf,
+    socket: std::path::PathBuf,
+    listen: String,
+    supervisor_pid: u32,
+    proxy_pid: u32,
+}
+
+impl Stack {
+    fn start() -> Stack {
+        let dir = TempDir::new();
+        let config = write_config(&dir, MODELS);
+        let ctl_path = bin_dir(&dir, ProxyKind::Fake);
+        let stderr = dir.path().join("ctl.stderr");
+        let proxy_log = dir.path().join("proxy.log");
+        let mut command = Command::new(ctl_path);
+        command
+            .arg("daemon")
+            .arg(&config)
+            .env("STRATA_FAKE_PROXY_LOG", &proxy_log);
+        let (ctl, lines) = spawn_with_lines(command, &stderr, "strata-ctl daemon");
+        let ((listen, supervisor_pid, proxy_pid), seen) =
+            wait_line(&lines, LONG, "the serving line", parse_serving);
+        assert_eq!(seen.len(), 1, "the serving line comes first: {seen:#?}");
+        Stack {
+            socket: dir.path().join("run/control.sock"),
+            dir,
+            ctl,
+            stderr,
+            proxy_log,
+            listen,
+            supervisor_pid,
+            proxy_pid,
+        }
+    }
+
+    fn stderr_text(&self) -> String {
+        fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn proxy_events(&self, event: &str) -> Vec<Value> {
+        json_lines(&self.proxy_log)
+            .into_iter()
+            .filter(|e| e["event"] == event)
+            .collect()
+    }
+}
+
+#[test]
+fn daemon_serves_then_stops_proxy_first_on_sigint() {
+    let mut stack = Stack::start();
+    assert!(alive(stack.supervisor_pid) && alive(stack.proxy_pid));
+    // Both are serving: the control socket answers with the supervisor's
+    // PID, and /health answers.
+    assert!(daemon_answers(&stack.socket, stack.supervisor_pid));
+    let (status_line, _) = http_get(&stack.listen, "/health");
+    assert!(status_line.starts_with("HTTP/1.0 200"), "{status_line}");
+    let started = stack.proxy_events("start");
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0]["pid"], stack.proxy_pid);
+
+    // The children are in their own process groups: a terminal's Ctrl-C
+    // reaches only strata-ctl, which forwards it in order.
+    for pid in [stack.supervisor_pid, stack.proxy_pid] {
+        assert_eq!(
+            nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid as i32)))
+                .unwrap()
+                .as_raw(),
+            pid as i32
+        );
+    }
+
+    signal(stack.ctl.pid(), Signal::SIGINT);
+    let status = stack.ctl.wait(LONG);
+    let stderr = stack.stderr_text();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let signals = stack.proxy_events("signal");
+    assert_eq!(signals.len(), 1, "{signals:?}");
+    assert_eq!(signals[0]["signal"], "SIGINT");
+    assert_eq!(
+        signals[0]["supervisor_up"], true,
+        "the proxy is stopped while the supervisor still runs"
+    );
+    assert_eq!(stack.proxy_events("exit").len(), 1);
+    assert!(!alive(stack.proxy_pid) && !alive(stack.supervisor_pid));
+    assert!(!stack.socket.exists(), "the supervisor removed its socket");
+    let expected = [
+        format!(
+            "strata-ctl: SIGINT received; stopping strata-proxy (pid {}), then strata-supervisor (pid {})",
+            stack.proxy_pid, stack.supervisor_pid
+        ),
+        format!("strata-ctl: strata-proxy (pid {}) stopped", stack.proxy_pid),
+        format!(
+            "strata-ctl: strata-supervisor (pid {}) stopped",
+            stack.supervisor_pid
+        ),
+        "strata-ctl: stopped".to_owned(),
+    ];
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("strata-ctl: "))
+        .collect();
+    assert_eq!(ours.len(), expected.len(), "{stderr}");
+    assert!(ours[0].starts_with(&expected[0]), "{stderr}");
+    assert_eq!(&ours[1..], &expected[1..], "{stderr}");
+}
+
+#[test]
+fn sigterm_is_forwarded_too() {
+    let mut stack = Stack::start();
+    signal(stack.ctl.pid(), Signal::SIGTERM);
+    let status = stack.ctl.wait(LONG);
+    assert_eq!(status.code(), Some(0), "{}", stack.stderr_text());
+    assert_eq!(stack.proxy_events("signal")[0]["signal"], "SIGTERM");
+    assert!(!alive(stack.supervisor_pid));
+}
+
+#[test]
+fn a_proxy_that_dies_stops_the_supervisor() {
+    let mut stack = Stack::start();
+    signal(stack.proxy_pid, Signal::SIGKILL);
+    let status = stack.ctl.wait(LONG);
+    let stderr = stack.stderr_text();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "strata-ctl: strata-proxy (pid {}) exited on its own (signal 9 (SIGKILL)); \
+             stopping strata-supervisor (pid {})",
+            stack.proxy_pid, stack.supervisor_pid
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!(
+        "strata-ctl: strata-supervisor (pid {}) stopped",
+        stack.supervisor_pid
+    )));
+    assert!(!alive(stack.supervisor_pid));
+    assert!(!stack.socket.exists());
+}
+
+#[test]
+fn a_supervisor_that_dies_stops_the_proxy() {
+    let mut stack = Stack::start();
+    signal(stack.supervisor_pid, Signal::SIGKILL);
+    let status = stack.ctl.wait(LONG);
+    let stderr = stack.stderr_text();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "strata-ctl: strata-supervisor (pid {}) exited on its own (signal 9 (SIGKILL)); \
+             stopping strata-proxy (pid {})",
+            stack.supervisor_pid, stack.proxy_pid
+        )),
+        "{stderr}"
+    );
+    let signals = stack.proxy_events("signal");
+    assert_eq!(signals.len(), 1);
+    assert_eq!(signals[0]["signal"], "SIGTERM");
+    assert!(!alive(stack.proxy_pid));
+    drop(stack.dir);
+}
+
+#[test]
+fn a_proxy_that_fails_to_start_stops_the_supervisor() {
+    let dir = TempDir::new();
+    let config = write_config(&dir, MODELS);
+    let ctl_path = bin_dir(&dir, ProxyKind::Fake);
+    let stderr_path = dir.path().join("ctl.stderr");
+    let mut command = Command::new(ctl_path);
+    command
+        .arg("daemon")
+        .arg(&config)
+        .env("STRATA_FAKE_PROXY_EXIT", "3")
+        .env("STRATA_FAKE_PROXY_LOG", dir.path().join("proxy.log"));
+    let (mut ctl, lines) = spawn_with_lines(command, &stderr_path, "strata-ctl daemon");
+    let status = ctl.wait(LONG);
+    let stderr = fs::read_to_string(&stderr_path).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(lines.try_iter().next().is_none(), "no serving line");
+    let proxy_pid = json_lines(&dir.path().join("proxy.log"))[0]["pid"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "strata-ctl: strata-proxy (pid {proxy_pid}) exited on its own (exit status 3); \
+             stopping strata-supervisor (pid "
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains(") stopped"), "{stderr}");
+    assert!(!Path::new(&dir.path().join("run/control.sock")).exists());
+}
+
+#[test]
+fn a_supervisor_that_fails_to_start_is_reported() {
+    let dir = TempDir::new();
+    let config = write_config(&dir, MODELS);
+    // The control socket's directory must be private: make it group-readable.
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(dir.path().join("run"), fs::Permissions::from_mode(0o750)).unwrap();
+    let ctl_path = bin_dir(&dir, ProxyKind::Fake);
+    let stderr_path = dir.path().join("ctl.stderr");
+    let proxy_log = dir.path().join("proxy.log");
+    let mut command = Command::new(ctl_path);
+    command
+        .arg("daemon")
+        .arg(&config)
+        .env("STRATA_FAKE_PROXY_LOG", &proxy_log);
+    let (mut ctl, _lines) = spawn_with_lines(command, &stderr_path, "strata-ctl daemon");
+    let status = ctl.wait(LONG);
+    let stderr = fs::read_to_string(&stderr_path).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("strata-ctl: strata-supervisor (pid ")
+            && stderr.contains(") exited on its own (exit status 1)"),
+        "{stderr}"
+    );
+    assert!(json_lines(&proxy_log).is_empty(), "the proxy never started");
+}
+
+#[test]
+fn a_busy_listen_address_is_refused_before_starting() {
+    let dir = TempDir::new();
+    let config = write_config(&dir, MODELS);
+    let text_config = fs::read_to_string(&config).unwrap();
+    let value: Value = serde_json::from_str(&text_config).unwrap();
+    let listen = value["listen"].as_str().unwrap().to_owned();
+    let _occupied = std::net::TcpListener::bind(&listen).unwrap();
+    let ctl_path = bin_dir(&dir, ProxyKind::Fake);
+    let stderr_path = dir.path().join("ctl.stderr");
+    let mut command = Command::new(ctl_path);
+    command.arg("daemon").arg(&config);
+    let (mut ctl, _lines) = spawn_with_lines(command, &stderr_path, "strata-ctl daemon");
+    let status = ctl.wait(LONG);
+    let stderr = fs::read_to_string(&stderr_path).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "strata-ctl: {listen} is already in use (another strata-proxy?); stop it or \
+             change listen\n"
+        )
+    );
+}
+
+/// The real thing: strata-ctl daemon with the workspace's strata-proxy.
+#[test]
+#[ignore = "needs strata-proxy (being written): run with --ignored once it serves"]
+fn daemon_runs_the_real_proxy() {
+    let dir = TempDir::new();
+    let config = write_config(&dir, MODELS);
+    let ctl_path = bin_dir(&dir, ProxyKind::Real);
+    let stderr_path = dir.path().join("ctl.stderr");
+    let mut command = Command::new(ctl_path);
+    command.arg("daemon").arg(&config);
+    let (mut ctl, lines) = spawn_with_lines(command, &stderr_path, "strata-ctl daemon");
+    let ((listen, supervisor_pid, proxy_pid), _) =
+        wait_line(&lines, LONG, "the serving line", parse_serving);
+    let (status_line, _) = http_get(&listen, "/health");
+    assert!(status_line.starts_with("HTTP/1.1 200") || status_line.starts_with("HTTP/1.0 200"));
+    let (status_line, body) = http_get(&listen, "/v1/models");
+    assert!(status_line.contains(" 200"), "{status_line}");
+    assert!(body.contains("up-a"), "{body}");
+    signal(ctl.pid(), Signal::SIGINT);
+    let status = ctl.wait(LONG);
+    let stderr = fs::read_to_string(&stderr_path).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(!alive(supervisor_pid) && !alive(proxy_pid));
+}
