@@ -1,2 +1,21 @@
 //! `strata-proxy`: the HTTP front end clients talk to.
+//!
+//! - [`listener`]: adopt the systemd socket (or bind), before the runtime.
+//! - [`link`]: the supervisor connection (leases, state, arrival numbers).
+//! - `server`: accept loop, routing, drain; `chat`: the chat request path;
+//!   `models`, `health`: the read-only endpoints.
+//! - [`observe`]: reads SSE and JSON responses as they pass, for accounting.
 #![forbid(unsafe_code)]
+
+mod app;
+mod body;
+mod chat;
+mod errors;
+mod health;
+pub mod link;
+pub mod listener;
+mod models;
+pub mod observe;
+mod server;
+
+pub use server::{RunError, run};

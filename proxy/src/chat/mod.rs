@@ -1,0 +1,703 @@
+//! `POST /v1/chat/completions`: from request to forwarded response.
+//!
+//! The path, in order: start the trace (arrival), ask the supervisor for an
+//! arrival number while the body is read under the size limit, parse just
+//! the routing fields, resolve the model, apply admission limits, lease the
+//! model from the supervisor, send the request to the leased backend and
+//! forward its body. Every exit finishes the trace exactly once.
+//!
+//! Streaming requests in wait-first mode get `200` and SSE headers right
+//! away, comments while they wait, and any later failure as one
+//! `event: error` frame. Other requests keep the backend's status and
+//! headers.
+
+mod forward;
+mod request;
+mod trace;
+mod upstream;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{
+    ACCEPT, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue,
+};
+use hyper::{Request, Response, StatusCode};
+use strata_protocol::config::Resolution;
+use strata_protocol::ids;
+use strata_protocol::wire::{LeaseFailure, LeaseGrant, LeasePhase, ServiceTier};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+
+use crate::app::{App, CountGuard};
+use crate::body::{ProxyBody, StreamItem};
+use crate::errors::ApiError;
+use crate::link::{Lease, LeaseEvent};
+use crate::observe::{BodyKind, ResponseObserver};
+
+use forward::{AfterHeaders, ForwardEnd, KEEPALIVE_COMMENT, KEEPALIVE_INTERVAL};
+pub use trace::{Phase, Reason, Trace};
+use upstream::Upstream;
+
+pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-strata-request-id");
+pub const CONCRETE_MODEL_HEADER: HeaderName = HeaderName::from_static("x-strata-concrete-model");
+pub const SERVICE_TIER_HEADER: HeaderName = HeaderName::from_static("x-strata-service-tier");
+
+/// How long a request waits for the supervisor to number it before the
+/// proxy numbers it locally.
+const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How much of an oversized body is read and discarded after the 413, so
+/// the client gets the answer instead of a connection reset.
+const DRAIN_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
+const DRAIN_LIMIT_TIME: Duration = Duration::from_secs(10);
+
+/// How much of a backend error body is read to describe it in an
+/// `event: error` frame.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// A failure before the response body: what the client sees and why.
+struct Failure {
+    error: ApiError,
+    reason: Reason,
+}
+
+impl Failure {
+    fn new(error: ApiError, reason: Reason) -> Self {
+        Failure { error, reason }
+    }
+}
+
+/// The `x-strata-*` headers of one response.
+#[derive(Clone, Default)]
+struct StrataHeaders {
+    request_id: String,
+    concrete_model: Option<String>,
+    tier: Option<ServiceTier>,
+}
+
+impl StrataHeaders {
+    fn apply(&self, headers: &mut HeaderMap) {
+        if let Ok(value) = HeaderValue::from_str(&self.request_id) {
+            headers.insert(REQUEST_ID_HEADER, value);
+        }
+        if let Some(model) = &self.concrete_model
+            && let Ok(value) = HeaderValue::from_str(model)
+        {
+            headers.insert(CONCRETE_MODEL_HEADER, value);
+        }
+        if let Some(tier) = self.tier {
+            headers.insert(SERVICE_TIER_HEADER, HeaderValue::from_static(tier.as_str()));
+        }
+    }
+}
+
+/// Answers with a router-made error and finishes the trace.
+fn reject(mut trace: Trace, headers: &StrataHeaders, failure: Failure) -> Response<ProxyBody> {
+    trace.status = Some(failure.error.status.as_u16());
+    let mut response = failure.error.into_response();
+    headers.apply(response.headers_mut());
+    trace.finish(failure.reason);
+    response
+}
+
+/// Handles one chat completion request.
+pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<ProxyBody> {
+    let mut trace = Trace::start(&app);
+    let arrival = {
+        let link = app.link.clone();
+        tokio::spawn(async move {
+            tokio::time::timeout(ARRIVAL_TIMEOUT, link.arrival())
+                .await
+                .ok()
+                .flatten()
+        })
+    };
+    let accept = request.headers().get(ACCEPT).cloned();
+    let declared_length = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    let limit = app.config.max_request_body_bytes;
+    let body = read_body(request.into_body(), declared_length, limit).await;
+
+    trace.arrival_seq = arrival.await.ok().flatten();
+    trace.request_id = match (trace.arrival_seq, app.link.state().instance_id) {
+        (Some(seq), Some(instance)) => ids::request_id(&instance, seq),
+        // The supervisor is unreachable: still a unique, recognisable ID.
+        _ => {
+            let n = app
+                .counters
+                .unlinked_requests
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
+            format!("unlinked-{}-{n}", std::process::id())
+        }
+    };
+    let mut headers = StrataHeaders {
+        request_id: trace.request_id.clone(),
+        ..StrataHeaders::default()
+    };
+
+    let body = match body {
+        Ok(body) => body,
+        Err(BodyError::TooLarge(rest)) => {
+            if let Some(rest) = rest {
+                tokio::spawn(drain(rest));
+            }
+            let error = ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "request_too_large",
+                "request body exceeds max_request_body_bytes",
+            );
+            return reject(trace, &headers, Failure::new(error, Reason::InvalidRequest));
+        }
+        Err(BodyError::Client) => {
+            trace.finish(Reason::ClientDisconnect);
+            return ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "incomplete_body",
+                "the request body could not be read",
+            )
+            .into_response();
+        }
+    };
+
+    let chat = match request::parse(body) {
+        Ok(chat) => chat,
+        Err(err) => {
+            let error = ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                err.code(),
+                err.message(),
+            );
+            return reject(trace, &headers, Failure::new(error, Reason::InvalidRequest));
+        }
+    };
+    trace.stream = chat.stream;
+    trace.tier = chat.tier;
+    let registry = &app.config.registry;
+    if registry.is_known_name(&chat.model) {
+        trace.model_requested = Some(chat.model.clone());
+    }
+    let link_state = app.link.state();
+    let loaded = link_state
+        .router
+        .as_ref()
+        .and_then(|router| router.loaded.clone());
+    let entry = match registry.resolve(&chat.model, loaded.as_deref()) {
+        Resolution::Concrete(entry) | Resolution::Alias { model: entry, .. } => entry,
+        Resolution::NotFound => {
+            let error = ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "model_not_found",
+                "the requested model does not exist or is not enabled",
+            );
+            return reject(trace, &headers, Failure::new(error, Reason::InvalidRequest));
+        }
+    };
+    trace.model_resolved = Some(entry.id.clone());
+    trace.upstream_model = Some(entry.upstream_model.clone());
+    headers.concrete_model = Some(entry.id.clone());
+
+    if !link_state.connected {
+        let error = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "supervisor_unavailable",
+            "the router's supervisor is not reachable; try again shortly",
+        );
+        return reject(trace, &headers, Failure::new(error, Reason::UpstreamError));
+    }
+    let pending_permit = match &app.pending {
+        Some(pending) => match pending.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                let error = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "server_error",
+                    "queue_full",
+                    "too many pending requests (max_pending)",
+                );
+                return reject(trace, &headers, Failure::new(error, Reason::QueueFull));
+            }
+        },
+        None => None,
+    };
+
+    let job = Job {
+        app: app.clone(),
+        model: entry.id.clone(),
+        tier: chat.tier,
+        body: chat.upstream_body,
+        accept,
+        _pending: pending_permit,
+    };
+    if chat.stream && app.config.scheduling.wait_when_busy {
+        headers.tier = Some(chat.tier);
+        return respond_early(job, trace, headers);
+    }
+    match job.admit_and_send(&mut trace).await {
+        Err(failure) => reject(trace, &headers, failure),
+        Ok(dispatched) => {
+            headers.tier = Some(chat.tier);
+            respond_passthrough(dispatched, trace, headers)
+        }
+    }
+}
+
+/// Why a request body could not be used.
+enum BodyError {
+    /// Over the limit; the rest of the body, if any is left to discard.
+    TooLarge(Option<Incoming>),
+    /// The client's body failed (it went away mid-upload).
+    Client,
+}
+
+/// Reads the whole body, refusing a declared length over `limit` before
+/// reading anything and stopping a chunked body as soon as it passes it.
+async fn read_body(
+    mut body: Incoming,
+    declared_length: Option<u64>,
+    limit: u64,
+) -> Result<Bytes, BodyError> {
+    if declared_length.is_some_and(|length| length > limit) {
+        return Err(BodyError::TooLarge(Some(body)));
+    }
+    let mut buffer = BytesMut::with_capacity(declared_length.unwrap_or(0).min(limit) as usize);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| BodyError::Client)?;
+        if let Ok(data) = frame.into_data() {
+            if buffer.len() as u64 + data.len() as u64 > limit {
+                return Err(BodyError::TooLarge(Some(body)));
+            }
+            buffer.extend_from_slice(&data);
+        }
+    }
+    Ok(buffer.freeze())
+}
+
+/// Discards what is left of a rejected body, bounded in bytes and time, so
+/// the connection closes cleanly after the error response.
+async fn drain(mut body: Incoming) {
+    let mut seen = 0u64;
+    let _ = tokio::time::timeout(DRAIN_LIMIT_TIME, async {
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(data) = frame.into_data() {
+                seen += data.len() as u64;
+                if seen > DRAIN_LIMIT_BYTES {
+                    break;
+                }
+            }
+        }
+    })
+    .await;
+}
+
+/// A routed request on its way to the backend.
+struct Job {
+    app: Arc<App>,
+    model: String,
+    tier: ServiceTier,
+    body: Bytes,
+    accept: Option<HeaderValue>,
+    /// Legacy mode's `max_pending` slot, held until the response ends.
+    _pending: Option<OwnedSemaphorePermit>,
+}
+
+/// A request whose backend response headers have arrived.
+struct Dispatched {
+    upstream: Upstream,
+    lease: Lease,
+    deadline: Option<Instant>,
+    _in_flight: CountGuard,
+    _permits: Vec<OwnedSemaphorePermit>,
+    _pending: Option<OwnedSemaphorePermit>,
+}
+
+fn lease_failure(failure: LeaseFailure) -> Failure {
+    let unavailable = |code, message: &str, reason| {
+        Failure::new(
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                code,
+                message,
+            ),
+            reason,
+        )
+    };
+    match failure {
+        LeaseFailure::RoutingOff => unavailable(
+            "routing_off",
+            "routing is turned off on this router",
+            Reason::RoutingOff,
+        ),
+        LeaseFailure::UnknownModel => Failure::new(
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "model_not_found",
+                "the requested model does not exist or is not enabled",
+            ),
+            Reason::InvalidRequest,
+        ),
+        LeaseFailure::NotPrepared { status } => {
+            let message = format!(
+                "the model is not prepared to run on this machine ({})",
+                status.as_str()
+            );
+            unavailable("model_not_prepared", &message, Reason::ModelNotPrepared)
+        }
+        LeaseFailure::LoadFailed { message } => {
+            let message = format!("the model failed to load: {message}");
+            unavailable("model_load_error", &message, Reason::ModelLoadError)
+        }
+        LeaseFailure::Cooldown {
+            message,
+            remaining_ms,
+        } => {
+            let text = format!(
+                "a recent model load failed ({message}); retry in {}s",
+                remaining_ms.div_ceil(1000)
+            );
+            let mut failure = unavailable("model_load_error", &text, Reason::ModelLoadError);
+            failure.error.retry_after = Some(remaining_ms.div_ceil(1000).max(1));
+            failure
+        }
+        LeaseFailure::ShuttingDown => unavailable(
+            "shutting_down",
+            "the router is shutting down",
+            Reason::Shutdown,
+        ),
+    }
+}
+
+impl Job {
+    /// Leases the model, takes the dispatch permits and sends the request;
+    /// returns once the backend's response headers are in.
+    async fn admit_and_send(self, trace: &mut Trace) -> Result<Dispatched, Failure> {
+        let config = &self.app.config;
+        let queue_deadline = config.queue_timeout().map(|limit| Instant::now() + limit);
+        let (lease, grant) = {
+            let _queued = CountGuard::queued(&self.app, self.tier);
+            let mut lease = self.app.link.acquire(&self.model, self.tier);
+            let grant = wait_for_grant(&mut lease, trace, queue_deadline).await?;
+            (lease, grant)
+        };
+        let in_flight = CountGuard::in_flight(&self.app);
+        let mut permits = Vec::new();
+        for semaphore in [&self.app.dispatch, &self.app.cache_active]
+            .into_iter()
+            .flatten()
+        {
+            match semaphore.clone().acquire_owned().await {
+                Ok(permit) => permits.push(permit),
+                Err(_) => unreachable!("the semaphores are never closed"),
+            }
+        }
+        let deadline = config
+            .response_timeout()
+            .map(|limit| Instant::now() + limit);
+        let send = upstream::send(grant.backend, self.body, self.accept);
+        let sent = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline.into(), send).await {
+                Ok(sent) => sent,
+                Err(_) => {
+                    return Err(Failure::new(
+                        ApiError::new(
+                            StatusCode::GATEWAY_TIMEOUT,
+                            "server_error",
+                            "timeout",
+                            "the backend did not answer within response_ms",
+                        ),
+                        Reason::Timeout,
+                    ));
+                }
+            },
+            None => send.await,
+        };
+        let upstream = sent.map_err(|err| {
+            tracing::warn!(error = %err, "backend request failed");
+            Failure::new(
+                ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "server_error",
+                    "upstream_error",
+                    "the backend could not be reached",
+                ),
+                Reason::UpstreamError,
+            )
+        })?;
+        trace.upstream_headers_at = Some(Instant::now());
+        trace.upstream_status = Some(upstream.response.status().as_u16());
+        trace.phase = Phase::Generating;
+        Ok(Dispatched {
+            upstream,
+            lease,
+            deadline,
+            _in_flight: in_flight,
+            _permits: permits,
+            _pending: self._pending,
+        })
+    }
+}
+
+/// Waits on a lease request until it is granted or fails.
+async fn wait_for_grant(
+    lease: &mut Lease,
+    trace: &mut Trace,
+    deadline: Option<Instant>,
+) -> Result<LeaseGrant, Failure> {
+    loop {
+        let event = match deadline {
+            None => lease.next_event().await,
+            Some(deadline) => {
+                match tokio::time::timeout_at(deadline.into(), lease.next_event()).await {
+                    Ok(event) => event,
+                    Err(_) => {
+                        return Err(Failure::new(
+                            ApiError::new(
+                                StatusCode::GATEWAY_TIMEOUT,
+                                "server_error",
+                                "queue_timeout",
+                                "the request waited longer than queue_ms for its model",
+                            ),
+                            Reason::QueueTimeout,
+                        ));
+                    }
+                }
+            }
+        };
+        match event {
+            LeaseEvent::Progress(LeasePhase::QueuedBehindOtherModel) => {}
+            LeaseEvent::Progress(_) => trace.admitted(),
+            LeaseEvent::Granted(grant) => {
+                trace.admitted();
+                trace.model_switch = grant.model_switch;
+                trace.model_load_ms = grant.load_ms;
+                return Ok(grant);
+            }
+            LeaseEvent::Failed(failure) => return Err(lease_failure(failure)),
+            LeaseEvent::Revoked | LeaseEvent::LinkLost => {
+                return Err(Failure::new(
+                    ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "server_error",
+                        "supervisor_unavailable",
+                        "the router's supervisor went away; try again shortly",
+                    ),
+                    Reason::UpstreamError,
+                ));
+            }
+        }
+    }
+}
+
+fn body_kind(headers: &HeaderMap) -> BodyKind {
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if content_type.starts_with("text/event-stream") {
+        BodyKind::Sse
+    } else if content_type.starts_with("application/json") {
+        BodyKind::Json
+    } else {
+        BodyKind::Other
+    }
+}
+
+/// Headers copied from the backend's response; the rest (its
+/// `Connection: close` in particular) describe its own connection.
+const PASSTHROUGH_HEADERS: [&str; 4] = [
+    "content-type",
+    "content-length",
+    "cache-control",
+    "x-accel-buffering",
+];
+
+/// Passes the backend's status and headers through and streams its body.
+fn respond_passthrough(
+    mut dispatched: Dispatched,
+    mut trace: Trace,
+    headers: StrataHeaders,
+) -> Response<ProxyBody> {
+    let upstream_headers = dispatched.upstream.response.headers();
+    let kind = body_kind(upstream_headers);
+    let (tx, body) = ProxyBody::channel();
+    let mut response = Response::new(body);
+    *response.status_mut() = dispatched.upstream.response.status();
+    for name in PASSTHROUGH_HEADERS {
+        if let Some(value) = upstream_headers.get(name) {
+            response.headers_mut().insert(name, value.clone());
+        }
+    }
+    headers.apply(response.headers_mut());
+    trace.status = Some(response.status().as_u16());
+    tokio::spawn(async move {
+        let mut observer = ResponseObserver::new(kind);
+        let end = forward::forward(
+            &mut dispatched.upstream,
+            &tx,
+            &mut observer,
+            &mut dispatched.lease,
+            AfterHeaders::TransportError,
+            dispatched.deadline,
+            false,
+        )
+        .await;
+        drop(dispatched);
+        trace.observed = Some(observer.finish());
+        let upstream_ok = trace
+            .upstream_status
+            .is_some_and(|status| (200..300).contains(&status));
+        trace.finish(end_reason(end, upstream_ok));
+    });
+    response
+}
+
+fn end_reason(end: ForwardEnd, upstream_ok: bool) -> Reason {
+    match end {
+        ForwardEnd::Completed if upstream_ok => Reason::Completed,
+        ForwardEnd::Completed | ForwardEnd::UpstreamFailed => Reason::UpstreamError,
+        ForwardEnd::ClientGone => Reason::ClientDisconnect,
+        ForwardEnd::Timeout => Reason::Timeout,
+        ForwardEnd::Revoked => Reason::RoutingOff,
+    }
+}
+
+/// Runs `work` while sending SSE comments to a waiting client. Returns
+/// `None` if the client went away first (dropping `work`, which withdraws
+/// its lease request or releases its lease).
+async fn with_keepalive<T>(
+    tx: &mpsc::Sender<StreamItem>,
+    observer: &mut ResponseObserver,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval_at(
+        (Instant::now() + KEEPALIVE_INTERVAL).into(),
+        KEEPALIVE_INTERVAL,
+    );
+    loop {
+        tokio::select! {
+            output = &mut work => return Some(output),
+            _ = tick.tick() => {
+                let comment = Bytes::from_static(KEEPALIVE_COMMENT);
+                observer.observe(&comment, Instant::now());
+                if !forward::send(tx, Ok(comment)).await {
+                    return None;
+                }
+            }
+            _ = tx.closed() => return None,
+        }
+    }
+}
+
+/// Wait-first streaming: `200` and SSE headers now, the rest in a task.
+fn respond_early(job: Job, mut trace: Trace, headers: StrataHeaders) -> Response<ProxyBody> {
+    let (tx, body) = ProxyBody::channel();
+    let mut response = Response::new(body);
+    let response_headers = response.headers_mut();
+    response_headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    response_headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response_headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    headers.apply(response_headers);
+    trace.status = Some(StatusCode::OK.as_u16());
+    tokio::spawn(async move {
+        let mut observer = ResponseObserver::new(BodyKind::Sse);
+        let outcome = with_keepalive(&tx, &mut observer, job.admit_and_send(&mut trace)).await;
+        let reason = match outcome {
+            None => Reason::ClientDisconnect,
+            Some(Err(failure)) => {
+                forward::fail_after_headers(
+                    &tx,
+                    AfterHeaders::InBandError,
+                    &failure.error,
+                    &mut observer,
+                )
+                .await;
+                failure.reason
+            }
+            Some(Ok(mut dispatched)) => {
+                let status = dispatched.upstream.response.status();
+                if status.is_success() {
+                    let end = forward::forward(
+                        &mut dispatched.upstream,
+                        &tx,
+                        &mut observer,
+                        &mut dispatched.lease,
+                        AfterHeaders::InBandError,
+                        dispatched.deadline,
+                        true,
+                    )
+                    .await;
+                    drop(dispatched);
+                    end_reason(end, true)
+                } else {
+                    let error = upstream_error(status, &mut dispatched.upstream).await;
+                    drop(dispatched);
+                    forward::fail_after_headers(
+                        &tx,
+                        AfterHeaders::InBandError,
+                        &error,
+                        &mut observer,
+                    )
+                    .await;
+                    Reason::UpstreamError
+                }
+            }
+        };
+        trace.observed = Some(observer.finish());
+        trace.finish(reason);
+    });
+    response
+}
+
+/// Describes a backend error response for an `event: error` frame: the
+/// backend's status, and its error type and message when it sent the
+/// usual `{"error":{...}}` document.
+async fn upstream_error(status: StatusCode, upstream: &mut Upstream) -> ApiError {
+    let mut body = Vec::new();
+    let response_body = upstream.response.body_mut();
+    while body.len() < ERROR_BODY_LIMIT {
+        match response_body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    body.extend_from_slice(&data);
+                }
+            }
+            _ => break,
+        }
+    }
+    let parsed: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
+    let detail = parsed.as_ref().and_then(|value| value.get("error"));
+    let message = detail
+        .and_then(|error| error.get("message"))
+        .and_then(|message| message.as_str())
+        .unwrap_or("the backend answered with an error");
+    let mut error = ApiError::new(status, "server_error", "upstream_error", message);
+    if let Some(kind) = detail
+        .and_then(|error| error.get("type"))
+        .and_then(|kind| kind.as_str())
+    {
+        // Only the backend's known error types are echoed as the type.
+        error.kind = match kind {
+            "invalid_request_error" => "invalid_request_error",
+            "authentication_error" => "authentication_error",
+            "model_busy" => "model_busy",
+            _ => "server_error",
+        };
+    }
+    error
+}

@@ -1,0 +1,181 @@
+//! The proxy's side of the private supervisor socket.
+//!
+//! One background task ([`connection`]) owns the socket: it connects, says
+//! hello, keeps the latest [`LinkState`] in a watch channel, routes lease
+//! events to the request that asked, and reconnects with backoff when the
+//! supervisor restarts. Request handlers hold a cheap [`SupervisorLink`]
+//! handle and get a [`Lease`] per lease request; dropping the `Lease` ends
+//! it (or withdraws it while it still waits), so a lease cannot outlive the
+//! request that holds it, whichever way the request ends.
+
+mod connection;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use strata_protocol::wire::{
+    LeaseFailure, LeaseGrant, LeaseId, LeasePhase, RouterState, ServiceTier,
+};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// What the proxy knows about its supervisor right now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LinkState {
+    /// The hello was accepted and the connection is up.
+    pub connected: bool,
+    /// The router instance, from the last accepted hello.
+    pub instance_id: Option<String>,
+    /// The supervisor's latest state snapshot (kept while disconnected, so
+    /// `/v1/models` can still show the last known statuses).
+    pub router: Option<RouterState>,
+    /// The supervisor refused this proxy for good (a different build or
+    /// configuration). The proxy must exit with this message.
+    pub refused: Option<String>,
+}
+
+/// Something that happened to one lease request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseEvent {
+    Progress(LeasePhase),
+    Granted(LeaseGrant),
+    Failed(LeaseFailure),
+    /// The supervisor ended a granted lease (operator `off --now`).
+    Revoked,
+    /// The connection to the supervisor was lost; the lease is gone.
+    LinkLost,
+}
+
+pub(crate) enum LinkCommand {
+    Acquire {
+        lease: LeaseId,
+        model: String,
+        tier: ServiceTier,
+        events: mpsc::UnboundedSender<LeaseEvent>,
+    },
+    Release {
+        lease: LeaseId,
+    },
+    Arrive {
+        reply: oneshot::Sender<u64>,
+    },
+    SetDraining(bool),
+}
+
+struct Shared {
+    commands: mpsc::UnboundedSender<LinkCommand>,
+    state: watch::Receiver<LinkState>,
+    next_lease: AtomicU64,
+}
+
+/// A cheap, cloneable handle to the supervisor link.
+#[derive(Clone)]
+pub struct SupervisorLink {
+    shared: Arc<Shared>,
+}
+
+impl SupervisorLink {
+    /// Starts the connection task for `socket`. The task lives until every
+    /// handle (and every `Lease`) is dropped.
+    pub fn spawn(socket: PathBuf, fingerprint: u64) -> SupervisorLink {
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        let (state_tx, state) = watch::channel(LinkState::default());
+        tokio::spawn(connection::run(socket, fingerprint, commands_rx, state_tx));
+        SupervisorLink {
+            shared: Arc::new(Shared {
+                commands,
+                state,
+                next_lease: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// A receiver of every state change.
+    pub fn watch(&self) -> watch::Receiver<LinkState> {
+        self.shared.state.clone()
+    }
+
+    /// The state right now.
+    pub fn state(&self) -> LinkState {
+        self.shared.state.borrow().clone()
+    }
+
+    /// Asks for a lease on `model`. Events arrive on the returned `Lease`.
+    pub fn acquire(&self, model: &str, tier: ServiceTier) -> Lease {
+        let lease = self.shared.next_lease.fetch_add(1, Ordering::Relaxed);
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let sent = self
+            .shared
+            .commands
+            .send(LinkCommand::Acquire {
+                lease,
+                model: model.to_owned(),
+                tier,
+                events: events_tx,
+            })
+            .is_ok();
+        Lease {
+            id: lease,
+            events,
+            shared: self.shared.clone(),
+            closed: !sent,
+        }
+    }
+
+    /// Allocates the next arrival sequence number of this router instance;
+    /// `None` while the supervisor cannot be reached.
+    pub async fn arrival(&self) -> Option<u64> {
+        let (reply, rx) = oneshot::channel();
+        self.shared
+            .commands
+            .send(LinkCommand::Arrive { reply })
+            .ok()?;
+        rx.await.ok()
+    }
+
+    /// Tells the supervisor this proxy is draining (kept across reconnects).
+    pub fn set_draining(&self, draining: bool) {
+        let _ = self
+            .shared
+            .commands
+            .send(LinkCommand::SetDraining(draining));
+    }
+}
+
+/// One lease request: waiting, then granted, until dropped.
+pub struct Lease {
+    id: LeaseId,
+    events: mpsc::UnboundedReceiver<LeaseEvent>,
+    shared: Arc<Shared>,
+    /// No more events can come (failed, revoked, or the link is gone).
+    closed: bool,
+}
+
+impl Lease {
+    /// The next event. After `Failed`, `Revoked` or `LinkLost` the lease is
+    /// over and further calls return `LinkLost`.
+    pub async fn next_event(&mut self) -> LeaseEvent {
+        if self.closed {
+            return LeaseEvent::LinkLost;
+        }
+        let event = self.events.recv().await.unwrap_or(LeaseEvent::LinkLost);
+        if matches!(
+            event,
+            LeaseEvent::Failed(_) | LeaseEvent::Revoked | LeaseEvent::LinkLost
+        ) {
+            self.closed = true;
+        }
+        event
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.closed {
+            let _ = self
+                .shared
+                .commands
+                .send(LinkCommand::Release { lease: self.id });
+        }
+    }
+}

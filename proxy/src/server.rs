@@ -1,0 +1,161 @@
+//! `run`: the accept loop, routing, and draining on shutdown.
+//!
+//! Shutdown: the first signal closes the listener (new connections wait in
+//! the socket unit's backlog for the next proxy), tells the supervisor this
+//! proxy is draining, and lets every accepted request finish, bounded by
+//! `drain_ms` when it is positive. A second signal, or the deadline, ends
+//! what is left.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use strata_protocol::config::Config;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::app::App;
+use crate::body::ProxyBody;
+use crate::errors::{ApiError, json_response};
+use crate::link::SupervisorLink;
+use crate::{chat, health, models};
+
+/// A client that opens a connection and sends no complete header within
+/// this long is dropped.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why the proxy stopped with an error.
+#[derive(Debug)]
+pub enum RunError {
+    Listener(std::io::Error),
+    /// The supervisor refused this proxy (different build or config).
+    Refused(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Listener(err) => write!(f, "cannot use the listener: {err}"),
+            RunError::Refused(reason) => write!(f, "the supervisor refused this proxy: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+async fn route(
+    app: Arc<App>,
+    request: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let method = request.method().clone();
+    let response = match request.uri().path() {
+        "/v1/chat/completions" => {
+            if method == Method::POST {
+                chat::handle(app, request).await
+            } else {
+                ApiError::method_not_allowed().into_response()
+            }
+        }
+        "/v1/models" if method == Method::GET => {
+            json_response(StatusCode::OK, &models::listing(&app))
+        }
+        "/health" if method == Method::GET => health::health(&app),
+        "/metrics" if method == Method::GET => health::metrics(&app, &request),
+        "/v1/models" | "/health" | "/metrics" => ApiError::method_not_allowed().into_response(),
+        _ => ApiError::not_found().into_response(),
+    };
+    Ok(response)
+}
+
+/// Serves HTTP on `listener` until `signals` counts a shutdown signal and
+/// the drain has finished.
+pub async fn run(
+    config: Arc<Config>,
+    listener: std::net::TcpListener,
+    mut signals: watch::Receiver<u32>,
+) -> Result<(), RunError> {
+    let listener = TcpListener::from_std(listener).map_err(RunError::Listener)?;
+    let link = SupervisorLink::spawn(config.supervisor_socket.clone(), config.fingerprint());
+    let app = App::new(config.clone(), link.clone());
+    let mut link_state = link.watch();
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    tracing::info!(listen = %config.listen, "proxy serving");
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(err) => {
+                        // Out of descriptors and the like: back off briefly.
+                        tracing::warn!(error = %err, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let app = app.clone();
+                let connection = http.serve_connection(
+                    TokioIo::new(stream),
+                    service_fn(move |request| route(app.clone(), request)),
+                );
+                let connection = graceful.watch(connection);
+                tokio::spawn(async move {
+                    if let Err(err) = connection.await {
+                        tracing::debug!(error = %err, "client connection ended with an error");
+                    }
+                });
+            }
+            changed = signals.changed() => {
+                if changed.is_err() || *signals.borrow() > 0 {
+                    break;
+                }
+            }
+            changed = link_state.changed() => {
+                if changed.is_ok()
+                    && let Some(reason) = link_state.borrow().refused.clone()
+                {
+                    return Err(RunError::Refused(reason));
+                }
+            }
+        }
+    }
+
+    drop(listener);
+    tracing::info!("draining: no new connections, finishing accepted requests");
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+    link.set_draining(true);
+    let drain = graceful.shutdown();
+    let deadline = config.drain_timeout();
+    let forced = async {
+        loop {
+            if signals.changed().await.is_err() || *signals.borrow() >= 2 {
+                return "a second signal";
+            }
+        }
+    };
+    let expired = async {
+        match deadline {
+            Some(deadline) => {
+                tokio::time::sleep(deadline).await;
+                "the drain deadline (drain_ms)"
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = drain => tracing::info!("drained"),
+        why = forced => tracing::warn!("{why}: abandoning remaining requests"),
+        why = expired => tracing::warn!("{why}: abandoning remaining requests"),
+    }
+    Ok(())
+}
