@@ -152,7 +152,7 @@ impl Trace {
             && let Some(first) = observed.first_token_at
         {
             let ttft_ms = first.duration_since(self.arrived).as_millis() as u64;
-                        let decode = observed.decode_rate();
+            let decode = observed.decode_rate();
             self.app.set_last_stream(LastStream {
                 ttft_ms: Some(ttft_ms),
                 decode_tokens_per_second: decode,
