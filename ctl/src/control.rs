@@ -47,7 +47,7 @@ pub fn connect(socket: &Path) -> Result<UnixStream, ExitCode> {
             io::ErrorKind::PermissionDenied => " (run this as the daemon's user)",
             _ => "",
         };
-        eprintln!(
+        say!(
             "strata-ctl: cannot connect to {}: {}{hint}",
             socket.display(),
             describe_io(&err)
@@ -63,7 +63,7 @@ fn send_line(stream: &mut UnixStream, socket: &Path, line: &str) -> Result<(), E
         .write_all(&bytes)
         .and_then(|()| stream.flush())
         .map_err(|err| {
-            eprintln!(
+            say!(
                 "strata-ctl: cannot send the request to {}: {}",
                 socket.display(),
                 describe_io(&err)
@@ -91,7 +91,7 @@ fn report_error_answer(line: &str, error: &Value) -> ExitCode {
     } else {
         ""
     };
-    eprintln!("strata-ctl: the daemon answered with an error: {text}{hint}");
+    say!("strata-ctl: the daemon answered with an error: {text}{hint}");
     ExitCode::FAILURE
 }
 
@@ -105,7 +105,7 @@ fn parse_object(line: &str) -> Option<Map<String, Value>> {
 
 fn unexpected_reply(line: &str) -> ExitCode {
     let shown: String = line.chars().take(200).collect();
-    eprintln!("strata-ctl: unexpected reply from the daemon: {shown:?}");
+    say!("strata-ctl: unexpected reply from the daemon: {shown:?}");
     ExitCode::FAILURE
 }
 
@@ -135,7 +135,7 @@ pub fn status(socket: &Path) -> ExitCode {
     let line = match read_line(&mut reader) {
         Ok(Some(line)) => line,
         Ok(None) => {
-            eprintln!("strata-ctl: the daemon closed the connection without an answer");
+            say!("strata-ctl: the daemon closed the connection without an answer");
             return ExitCode::FAILURE;
         }
         Err(err)
@@ -144,7 +144,7 @@ pub fn status(socket: &Path) -> ExitCode {
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
             ) =>
         {
-            eprintln!(
+            say!(
                 "strata-ctl: no answer from {} within {} s",
                 socket.display(),
                 STATUS_TIMEOUT.as_secs()
@@ -152,7 +152,7 @@ pub fn status(socket: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
         Err(err) => {
-            eprintln!(
+            say!(
                 "strata-ctl: lost the connection to the daemon: {}",
                 describe_io(&err)
             );
@@ -192,12 +192,12 @@ pub fn operation(socket: &Path, request: &Value) -> ExitCode {
         let line = match read_line(&mut reader) {
             Ok(Some(line)) => line,
             Ok(None) => {
-                eprintln!("strata-ctl: the daemon closed the connection without a final answer");
+                say!("strata-ctl: the daemon closed the connection without a final answer");
                 return ExitCode::FAILURE;
             }
             Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
             Err(err) => {
-                eprintln!(
+                say!(
                     "strata-ctl: lost the connection to the daemon before a final answer: {}",
                     describe_io(&err)
                 );
@@ -220,12 +220,12 @@ pub fn operation(socket: &Path, request: &Value) -> ExitCode {
                     .get("elapsed_ms")
                     .and_then(Value::as_u64)
                     .unwrap_or(0);
-                eprintln!("{}", progress_line(elapsed_ms, message));
+                say!("{}", progress_line(elapsed_ms, message));
             }
             Some("done") => {
                 print_stdout(&line);
                 if !message.is_empty() {
-                    eprintln!("{message}");
+                    say!("{message}");
                 }
                 let ok = object.get("ok").and_then(Value::as_bool) == Some(true);
                 return if ok {

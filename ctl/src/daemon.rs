@@ -89,7 +89,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         .enable_all()
         .build()
         .map_err(|err| {
-            eprintln!("strata-ctl: cannot start the runtime: {err}");
+            say!("strata-ctl: cannot start the runtime: {err}");
             ExitCode::FAILURE
         })
 }
@@ -98,7 +98,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 /// printing `strata-ctl: config error: ...` on failure.
 pub fn load_config(path: &Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|err| {
-        eprintln!("strata-ctl: config error: {err}");
+        say!("strata-ctl: config error: {err}");
         ExitCode::FAILURE
     })
 }
@@ -115,7 +115,7 @@ impl Signals {
     pub fn install() -> Result<Signals, ExitCode> {
         let install = |kind| {
             signal(kind).map_err(|err| {
-                eprintln!("strata-ctl: cannot install signal handlers: {err}");
+                say!("strata-ctl: cannot install signal handlers: {err}");
                 ExitCode::FAILURE
             })
         };
@@ -152,7 +152,7 @@ struct Binaries {
 
 fn find_binaries() -> Result<Binaries, ExitCode> {
     let exe = std::env::current_exe().map_err(|err| {
-        eprintln!("strata-ctl: cannot find this executable's path: {err}");
+        say!("strata-ctl: cannot find this executable's path: {err}");
         ExitCode::FAILURE
     })?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
@@ -161,7 +161,7 @@ fn find_binaries() -> Result<Binaries, ExitCode> {
         if path.is_file() {
             Ok(path)
         } else {
-            eprintln!(
+            say!(
                 "strata-ctl: {name} not found beside {} (expected {}); build every binary \
                  (cargo build --bins) or install all three together",
                 exe.display(),
@@ -188,7 +188,7 @@ pub async fn launch(
         Err(code) => return code,
     };
     if config.require_socket_activation {
-        eprintln!(
+        say!(
             "strata-ctl: {} sets require_socket_activation: true, but `strata-ctl daemon` \
              lets strata-proxy bind {} itself; set it to false for development, or use the \
              systemd units in contrib/",
@@ -198,7 +198,7 @@ pub async fn launch(
         return ExitCode::FAILURE;
     }
     if config.listen.port() == 0 {
-        eprintln!(
+        say!(
             "strata-ctl: listen is {}; `strata-ctl daemon` needs a fixed port to check that \
              the proxy serves",
             config.listen
@@ -213,7 +213,7 @@ pub async fn launch(
     // absolute one reads better in their logs and `ps`.
     let config_path = std::path::absolute(config_path).unwrap_or_else(|_| config_path.into());
     if let Ok(Ok(_)) = timeout(Duration::from_secs(1), TcpStream::connect(config.listen)).await {
-        eprintln!(
+        say!(
             "strata-ctl: {} is already in use (another strata-proxy?); stop it or change listen",
             config.listen
         );
@@ -257,7 +257,7 @@ pub async fn launch(
         listen: config.listen,
         control_socket: config.control_socket.clone(),
     };
-    println!(
+    out!(
         "strata-ctl: serving on http://{} (supervisor pid {supervisor_pid}, proxy pid \
          {proxy_pid}); Ctrl-C stops both",
         config.listen
@@ -325,7 +325,7 @@ impl Child {
             command.pre_exec(die_with_parent);
         }
         let child = command.spawn().map_err(|err| {
-            eprintln!(
+            say!(
                 "strata-ctl: cannot start {}: {}",
                 program.display(),
                 describe_io(&err)
@@ -351,9 +351,10 @@ impl Child {
             Err(err) => {
                 // Cannot happen for our own unreaped child; report it as a
                 // failure rather than waiting forever.
-                eprintln!(
+                say!(
                     "strata-ctl: cannot wait for {} (pid {}): {err}",
-                    self.name, self.pid
+                    self.name,
+                    self.pid
                 );
                 ExitStatus::from_raw(1 << 8)
             }
@@ -441,9 +442,9 @@ impl Stack<'_> {
         let (forward, code) = match interrupt {
             Interrupt::Signal(forward, name) => {
                 if running.is_empty() {
-                    eprintln!("strata-ctl: {name} received");
+                    say!("strata-ctl: {name} received");
                 } else {
-                    eprintln!(
+                    say!(
                         "strata-ctl: {name} received; stopping {} (repeat the signal to \
                          interrupt active work, a third time to kill)",
                         running.join(", then ")
@@ -463,18 +464,18 @@ impl Stack<'_> {
                     describe_status(status)
                 );
                 if running.is_empty() {
-                    eprintln!("{what}");
+                    say!("{what}");
                 } else {
-                    eprintln!("{what}; stopping {}", running.join(", then "));
+                    say!("{what}; stopping {}", running.join(", then "));
                 }
                 (Signal::SIGTERM, Some(ExitCode::FAILURE))
             }
             Interrupt::NotReady(message) => {
                 if !message.is_empty() {
-                    eprintln!("strata-ctl: {message}");
+                    say!("strata-ctl: {message}");
                 }
                 if !running.is_empty() {
-                    eprintln!("strata-ctl: stopping {}", running.join(", then "));
+                    say!("strata-ctl: stopping {}", running.join(", then "));
                 }
                 (Signal::SIGTERM, Some(ExitCode::FAILURE))
             }
@@ -487,7 +488,7 @@ impl Stack<'_> {
         match code {
             Some(code) => code,
             None if clean => {
-                eprintln!("strata-ctl: stopped");
+                say!("strata-ctl: stopped");
                 ExitCode::SUCCESS
             }
             None => ExitCode::FAILURE,
@@ -523,9 +524,9 @@ async fn stop(child: &mut Child, first: Signal, signals: &mut Signals, grace: Du
                 let by_our_signal = status.signal() == Some(first as i32);
                 let clean = !killed && (status.success() || by_our_signal);
                 if clean {
-                    eprintln!("strata-ctl: {} stopped", child.label());
+                    say!("strata-ctl: {} stopped", child.label());
                 } else {
-                    eprintln!(
+                    say!(
                         "strata-ctl: {} ended with {}",
                         child.label(),
                         describe_status(status)
@@ -536,19 +537,19 @@ async fn stop(child: &mut Child, first: Signal, signals: &mut Signals, grace: Du
             (_, name) = signals.recv() => {
                 repeats += 1;
                 if repeats == 1 {
-                    eprintln!(
+                    say!(
                         "strata-ctl: {name} again: asking {} to interrupt active work",
                         child.label()
                     );
                     child.signal(first);
                 } else {
-                    eprintln!("strata-ctl: {name} again: killing {}", child.label());
+                    say!("strata-ctl: {name} again: killing {}", child.label());
                     child.signal(Signal::SIGKILL);
                     killed = true;
                 }
             }
             () = sleep_until(deadline), if !killed => {
-                eprintln!(
+                say!(
                     "strata-ctl: {} did not stop within {} s; killing it",
                     child.label(),
                     grace.as_secs()

@@ -118,7 +118,7 @@ async fn run_in(dir: &DemoDir, python: PathBuf, signals: &mut Signals) -> ExitCo
         Err(code) => return code,
     };
     if let Err(err) = plan.write() {
-        eprintln!(
+        say!(
             "strata-ctl: cannot write the demo files in {}: {err}",
             dir.0.display()
         );
@@ -154,14 +154,14 @@ impl DemoDir {
                     let dir = DemoDir(path);
                     if let Err(err) = fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o700))
                     {
-                        eprintln!("strata-ctl: cannot chmod {}: {err}", dir.0.display());
+                        say!("strata-ctl: cannot chmod {}: {err}", dir.0.display());
                         return Err(ExitCode::FAILURE);
                     }
                     return Ok(dir);
                 }
                 Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(err) => {
-                    eprintln!(
+                    say!(
                         "strata-ctl: cannot create {}: {}",
                         path.display(),
                         describe_io(&err)
@@ -170,7 +170,7 @@ impl DemoDir {
                 }
             }
         }
-        eprintln!(
+        say!(
             "strata-ctl: cannot find a free directory name under {}",
             std::env::temp_dir().display()
         );
@@ -181,8 +181,8 @@ impl DemoDir {
 impl Drop for DemoDir {
     fn drop(&mut self) {
         match fs::remove_dir_all(&self.0) {
-            Ok(()) => eprintln!("strata-ctl: removed {}", self.0.display()),
-            Err(err) => eprintln!("strata-ctl: could not remove {}: {err}", self.0.display()),
+            Ok(()) => say!("strata-ctl: removed {}", self.0.display()),
+            Err(err) => say!("strata-ctl: could not remove {}: {err}", self.0.display()),
         }
     }
 }
@@ -205,7 +205,7 @@ fn find_python(given: Option<&Path>) -> Result<PathBuf, ExitCode> {
             match on_path {
                 Some(path) => path,
                 None => {
-                    eprintln!(
+                    say!(
                         "strata-ctl: python3 not found on PATH; the demo's fake Strata backend \
                          needs Python 3.9 or newer (or pass --python PATH)"
                     );
@@ -225,7 +225,7 @@ fn find_python(given: Option<&Path>) -> Result<PathBuf, ExitCode> {
     let output = match output {
         Ok(output) => output,
         Err(err) => {
-            eprintln!(
+            say!(
                 "strata-ctl: cannot run {}: {}",
                 found.display(),
                 describe_io(&err)
@@ -234,7 +234,7 @@ fn find_python(given: Option<&Path>) -> Result<PathBuf, ExitCode> {
         }
     };
     if !output.status.success() {
-        eprintln!(
+        say!(
             "strata-ctl: {} is not a working Python 3.9 or newer (the demo's fake backend needs one)",
             found.display()
         );
@@ -245,7 +245,7 @@ fn find_python(given: Option<&Path>) -> Result<PathBuf, ExitCode> {
         return Ok(reported);
     }
     std::path::absolute(&found).map_err(|err| {
-        eprintln!("strata-ctl: {}: {err}", found.display());
+        say!("strata-ctl: {}: {err}", found.display());
         ExitCode::FAILURE
     })
 }
@@ -274,7 +274,7 @@ struct Plan {
 impl Plan {
     fn new(dir: &Path, python: PathBuf) -> Result<Plan, ExitCode> {
         let (listen_port, backend_port) = free_ports().map_err(|err| {
-            eprintln!("strata-ctl: cannot find free loopback ports: {err}");
+            say!("strata-ctl: cannot find free loopback ports: {err}");
             ExitCode::FAILURE
         })?;
         let listen = SocketAddr::from((Ipv4Addr::LOCALHOST, listen_port));
@@ -282,7 +282,7 @@ impl Plan {
         let control_socket = run_dir.join("control.sock");
         let supervisor_socket = run_dir.join("supervisor.sock");
         if supervisor_socket.as_os_str().len() > MAX_SOCKET_PATH {
-            eprintln!(
+            say!(
                 "strata-ctl: the demo's socket path {} is too long for a Unix socket; \
                  set TMPDIR to a shorter directory (e.g. TMPDIR=/tmp)",
                 supervisor_socket.display()

@@ -11,6 +11,26 @@
 //! `daemon::Child::spawn` (the children's parent-death signal).
 #![deny(unsafe_code)]
 
+/// `eprintln!` that never panics: a closed or hung-up terminal must not
+/// abort a stop sequence or a clean-up (nor, for `on`/`off`, cancel the
+/// operation by killing the client).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `println!` that never panics (a closed stdout, `| head`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, $($arg)*);
+        let _ = stdout.flush();
+    }};
+}
+
 mod check_config;
 mod control;
 mod daemon;

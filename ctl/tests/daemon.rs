@@ -134,6 +134,10 @@ fn daemon_serves_then_stops_proxy_first_on_sigint() {
     let started = stack.proxy_events("start");
     assert_eq!(started.len(), 1);
     assert_eq!(started[0]["pid"], stack.proxy_pid);
+    assert_eq!(
+        started[0]["sigblk"], "0000000000000000",
+        "children must not inherit a blocked signal mask"
+    );
 
     // The children are in their own process groups: a terminal's Ctrl-C
     // reaches only strata-ctl, which forwards it in order.

@@ -4,9 +4,10 @@
 #
 #   strata-proxy CONFIG
 #
-# Reads `listen` and `control_socket` from CONFIG, serves GET /health (200)
-# on `listen`, and on SIGINT or SIGTERM logs which signal came and whether
-# the supervisor's control socket still accepted a connection, then exits 0.
+# Logs its blocked-signal mask at start. Reads `listen` and
+# `control_socket` from CONFIG, serves GET /health (200) on `listen`, and on
+# SIGINT or SIGTERM logs which signal came and whether the supervisor's
+# control socket still accepted a connection, then exits 0.
 #
 # Environment:
 #   STRATA_FAKE_PROXY_LOG   JSON-lines event log (start, signal, exit)
@@ -42,7 +43,15 @@ def supervisor_up():
         s.close()
 
 
-log(event="start", argv=sys.argv[1:])
+def blocked_signals():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("SigBlk:"):
+                return line.split()[1]
+    return None
+
+
+log(event="start", argv=sys.argv[1:], sigblk=blocked_signals())
 if os.environ.get("STRATA_FAKE_PROXY_EXIT"):
     sys.exit(int(os.environ["STRATA_FAKE_PROXY_EXIT"]))
 
