@@ -623,17 +623,18 @@ impl Engine {
         if let ProgressEvent::Start(StartProgress::Spawned { pid: child }) = &progress.event {
             *pid = Some(*child);
         }
-        let phase = match &progress.event {
-            ProgressEvent::StoppingOld { .. } => Some(LeasePhase::StoppingOldBackend),
-            ProgressEvent::OldStopped { .. } => None,
-            ProgressEvent::Start(StartProgress::Spawned { .. }) => Some(LeasePhase::Starting),
-            ProgressEvent::Start(StartProgress::ReadyFileSeen) => {
-                Some(LeasePhase::WaitingForReadiness)
+        // Once spawned, the backend is loading and readiness polling begins, so
+        // `WaitingForReadiness` follows `Starting` at once (not when the ready
+        // file shows up, which is the end of that wait).
+        let phases: &[LeasePhase] = match &progress.event {
+            ProgressEvent::StoppingOld { .. } => &[LeasePhase::StoppingOldBackend],
+            ProgressEvent::Start(StartProgress::Spawned { .. }) => {
+                &[LeasePhase::Starting, LeasePhase::WaitingForReadiness]
             }
-            ProgressEvent::Start(StartProgress::HealthCheckPassed) => Some(LeasePhase::Verified),
-            ProgressEvent::Start(_) => None,
+            ProgressEvent::Start(StartProgress::HealthCheckPassed) => &[LeasePhase::Verified],
+            ProgressEvent::OldStopped { .. } | ProgressEvent::Start(_) => &[],
         };
-        if let Some(phase) = phase {
+        if !phases.is_empty() {
             let targets: Vec<(LeaseKey, Instant)> = self
                 .waiting
                 .iter()
@@ -641,14 +642,16 @@ impl Engine {
                 .map(|w| (w.key, w.received))
                 .collect();
             for ((conn, lease), received) in targets {
-                self.send(
-                    conn,
-                    SupervisorMessage::LeaseProgress {
-                        lease,
-                        phase,
-                        elapsed_ms: received.elapsed().as_millis() as u64,
-                    },
-                );
+                for phase in phases {
+                    self.send(
+                        conn,
+                        SupervisorMessage::LeaseProgress {
+                            lease,
+                            phase: *phase,
+                            elapsed_ms: received.elapsed().as_millis() as u64,
+                        },
+                    );
+                }
             }
         }
         self.control_load_progress(&model, &progress.event);
