@@ -1,8 +1,8 @@
 //! `strata-ctl daemon CONFIG`: config errors, missing binaries, and the
 //! whole start/stop sequence with the real strata-supervisor and a stand-in
 //! strata-proxy (`common/fake_proxy.py`), run from a private bin directory
-//! so that the launcher finds them "beside its own executable". One test
-//! uses the real strata-proxy and is ignored until it serves.
+//! so that the launcher finds them "beside its own executable"; and one
+//! run with the real strata-proxy.
 
 mod common;
 
@@ -325,7 +325,6 @@ fn a_busy_listen_address_is_refused_before_starting() {
 
 /// The real thing: strata-ctl daemon with the workspace's strata-proxy.
 #[test]
-#[ignore = "needs strata-proxy (being written): run with --ignored once it serves"]
 fn daemon_runs_the_real_proxy() {
     let dir = TempDir::new();
     let config = write_config(&dir, MODELS);

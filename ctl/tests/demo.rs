@@ -2,8 +2,8 @@
 //! strata-supervisor, the embedded fake backend and a stand-in
 //! strata-proxy) that must leave nothing behind. `TMPDIR` points into the
 //! test's own private directory, so the demo's directory is found and
-//! checked there. One test uses the real strata-proxy and is ignored until
-//! it serves.
+//! checked there. Two runs use the real strata-proxy (the `/requests`
+//! one is ignored until the proxy serves it).
 
 mod common;
 
@@ -262,9 +262,8 @@ fn http_post(addr: &str, path: &str, body: &str) -> String {
     response
 }
 
-/// The real thing, as a newcomer runs it.
+/// The real thing, as a newcomer runs it: the printed requests work.
 #[test]
-#[ignore = "needs strata-proxy (being written): run with --ignored once it serves"]
 fn demo_serves_the_printed_requests_with_the_real_proxy() {
     let demo = Demo::start(ProxyKind::Real);
     let (status_line, body) = http_get(&demo.listen, "/v1/models");
@@ -276,9 +275,24 @@ fn demo_serves_the_printed_requests_with_the_real_proxy() {
         r#"{"model":"qwen3.8-flash-next","stream":true,"messages":[{"role":"user","content":"Hello"}]}"#,
     );
     assert!(response.contains("data: [DONE]"), "{response}");
-    for path in ["/metrics", "/requests?after=0"] {
-        let (status_line, _) = http_get(&demo.listen, path);
-        assert!(status_line.contains(" 200"), "{path}: {status_line}");
-    }
+    let (status_line, _) = http_get(&demo.listen, "/metrics");
+    assert!(status_line.contains(" 200"), "/metrics: {status_line}");
+    demo.interrupt_and_check_cleanup();
+}
+
+/// The printed `/requests?after=0` line.
+#[test]
+#[ignore = "needs GET /requests in strata-proxy (404 so far): run with --ignored once it exists"]
+fn demo_serves_the_request_log_with_the_real_proxy() {
+    let demo = Demo::start(ProxyKind::Real);
+    let response = http_post(
+        &demo.listen,
+        "/v1/chat/completions",
+        r#"{"model":"qwen3.8-flash-next","messages":[{"role":"user","content":"Hello"}]}"#,
+    );
+    assert!(response.starts_with("HTTP/1."), "{response}");
+    let (status_line, body) = http_get(&demo.listen, "/requests?after=0");
+    assert!(status_line.contains(" 200"), "/requests: {status_line}");
+    assert!(body.contains("qwen3.8-flash-next"), "{body}");
     demo.interrupt_and_check_cleanup();
 }
