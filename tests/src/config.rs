@@ -340,8 +340,8 @@ fn write_json(path: &Path, value: &Value) {
     std::fs::write(path, text).unwrap_or_else(|err| panic!("write {}: {err}", path.display()));
 }
 
-/// A written test config and where everything is. Owns the [`TempDir`]: keep it alive as long
-/// as anything uses the directory.
+/// A written test config and where everything is. Holds the [`TempDir`] (a clone of it, e.g.
+/// through [`TestConfig::fake_log`], keeps the directory after the config is dropped).
 #[derive(Debug)]
 pub struct TestConfig {
     /// `DIR/config.json`.
@@ -387,9 +387,9 @@ impl TestConfig {
         self.load().fingerprint()
     }
 
-    /// A reader of the fake backend's log.
+    /// A reader of the fake backend's log (it keeps the test directory alive).
     pub fn fake_log(&self) -> FakeLog {
-        FakeLog::new(&self.fake_log)
+        FakeLog::in_dir(&self.fake_log, &self.dir)
     }
 
     /// A client of the control socket.

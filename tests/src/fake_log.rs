@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::poll::poll_until;
 use crate::procs;
+use crate::tempdir::TempDir;
 
 /// A reader of one fake log. Cheap: every query re-reads the file.
 #[derive(Debug, Clone)]
@@ -23,6 +24,8 @@ pub struct FakeLog {
     path: PathBuf,
     /// A path every backend of this test has on its command line (the test directory).
     marker: PathBuf,
+    /// Keeps the test directory (and so the log) alive as long as this reader.
+    _dir: Option<TempDir>,
 }
 
 /// One `start` event.
@@ -43,7 +46,19 @@ impl FakeLog {
     pub fn new(path: impl Into<PathBuf>) -> FakeLog {
         let path = path.into();
         let marker = path.parent().unwrap_or(Path::new("/")).to_path_buf();
-        FakeLog { path, marker }
+        FakeLog {
+            path,
+            marker,
+            _dir: None,
+        }
+    }
+
+    /// The log at `path` inside `dir`, keeping `dir` alive as long as this reader.
+    pub fn in_dir(path: impl Into<PathBuf>, dir: &TempDir) -> FakeLog {
+        FakeLog {
+            _dir: Some(dir.clone()),
+            ..FakeLog::new(path)
+        }
     }
 
     /// The log file.

@@ -76,3 +76,8 @@ pub fn signal_group(pgid: u32, signal: Signal) {
         let _ = killpg(Pid::from_raw(raw), signal);
     }
 }
+
+/// Whether `pid` is a zombie (exited, not yet reaped by its parent).
+pub fn is_zombie(pid: u32) -> bool {
+    matches!(stat(pid), Some(('Z', _)))
+}

@@ -28,6 +28,7 @@ pub const SUPERVISOR_BIN: &str = "strata-supervisor";
 #[derive(Debug)]
 pub struct Supervisor {
     daemon: Daemon,
+    terminated: bool,
     stopped: bool,
     /// Declared last: the directory outlives the process.
     pub config: TestConfig,
@@ -47,6 +48,12 @@ pub fn supervisor_command(config: &TestConfig) -> Command {
     command
 }
 
+/// Spawns `strata-supervisor` on `config` without waiting for anything (for runs that are
+/// expected to fail); `name` names its output files in the test directory.
+pub fn spawn_supervisor(config: &TestConfig, name: &str) -> Daemon {
+    Daemon::spawn(name, supervisor_command(config), config.dir.path())
+}
+
 impl Supervisor {
     /// Starts the supervisor and waits until it serves.
     pub fn start(config: TestConfig) -> Supervisor {
@@ -61,6 +68,7 @@ impl Supervisor {
         let daemon = Daemon::spawn("supervisor", command, config.dir.path());
         let mut supervisor = Supervisor {
             daemon,
+            terminated: false,
             stopped: false,
             config,
         };
@@ -125,10 +133,20 @@ impl Supervisor {
         self.config.fake_log()
     }
 
-    /// The normal end of a test: SIGTERM; the supervisor must exit 0 within `DEADLINE`, remove
-    /// both sockets, and leave no backend process of this test running.
+    /// Sends SIGTERM once (the start of a graceful shutdown) without waiting; a second
+    /// SIGTERM would interrupt active leases, so [`Supervisor::stop`] does not send another.
+    pub fn terminate(&mut self) {
+        if !self.terminated {
+            self.daemon.kill(Signal::SIGTERM);
+            self.terminated = true;
+        }
+    }
+
+    /// The normal end of a test: SIGTERM (unless [`Supervisor::terminate`] sent it already);
+    /// the supervisor must exit 0 within `DEADLINE`, remove both sockets, and leave no backend
+    /// process of this test running.
     pub fn stop(mut self) {
-        self.daemon.kill(Signal::SIGTERM);
+        self.terminate();
         let status = self.daemon.wait_exit(DEADLINE);
         assert!(
             status.success(),

@@ -341,3 +341,182 @@ async fn a_proxy_disconnecting_mid_load_leaves_the_model_loaded() {
     assert!(procs::is_alive(pid));
     supervisor.stop();
 }
+
+/// `on` for another model waits for the active leases on the loaded one; requests for the
+/// loaded model that arrive meanwhile wait too, and are served by the new model's turn order.
+#[tokio::test]
+async fn on_another_model_waits_for_active_leases() {
+    let config = ConfigBuilder::new("onwaits")
+        .model(ModelSpec::new(A))
+        .model(ModelSpec::new(B).family(A3B))
+        .build();
+    let supervisor = Supervisor::start(config);
+    let log = supervisor.fake_log();
+    let mut proxy = supervisor.proxy().await;
+    proxy.acquire(1, A).await;
+    proxy.wait_granted(1).await;
+    let pid_a = child_pid(&supervisor.status());
+
+    let mut on = supervisor.control().open(&strata_e2e::on_line(Some(B)));
+    on.wait_progress(
+        DEADLINE,
+        "1 active request on another model, waiting for it to finish",
+    );
+    on.expect_silence(Duration::from_millis(500), "on waits for the lease");
+    assert_eq!(log.start_count("up-a3b-b"), 0);
+    assert!(procs::is_alive(pid_a));
+
+    proxy.release(1).await;
+    let reply = on.wait_done(DEADLINE);
+    reply.assert_ok();
+    assert_eq!(reply.done["loaded"], json!(B));
+    assert!(!procs::is_alive(pid_a));
+    drop(proxy);
+    supervisor.stop();
+}
+
+/// A backend that dies on its own is noticed and reaped (no zombie), the model is no longer
+/// reported loaded, and the next lease reloads it (a same-ID reload: no model switch).
+#[tokio::test]
+async fn a_backend_that_dies_is_reaped_and_reloaded() {
+    let config = ConfigBuilder::new("crash").model(ModelSpec::new(A)).build();
+    let supervisor = Supervisor::start(config);
+    let log = supervisor.fake_log();
+    let mut proxy = supervisor.proxy().await;
+    proxy.acquire(1, A).await;
+    proxy.wait_granted(1).await;
+    proxy.release(1).await;
+    let pid = child_pid(&supervisor.status());
+
+    // The test kills its own test backend by PID, as a crash would.
+    procs::signal(pid, nix::sys::signal::Signal::SIGKILL);
+    let status = poll_for(DEADLINE, "the dead backend to be noticed", || {
+        let status = supervisor.status();
+        status["child_pid"].is_null().then_some(status)
+    });
+    assert_eq!(status["loaded"], Value::Null);
+    proxy
+        .wait_state("not loaded", |state| state.loaded.is_none())
+        .await;
+    poll_until(DEADLINE, "the dead backend to be reaped", || {
+        !procs::is_zombie(pid)
+    });
+
+    proxy.acquire(2, A).await;
+    let grant = proxy.wait_granted(2).await;
+    assert!(!grant.model_switch, "a same-ID reload is not a switch");
+    assert!(grant.load_ms.is_some());
+    assert_eq!(log.starts().len(), 2);
+    proxy.release(2).await;
+    drop(proxy);
+    supervisor.stop();
+}
+
+/// `model_grace_ms` keeps the loaded model selected after its last lease: a same-model lease
+/// in the grace period is granted at once and restarts it, a waiting default-tier lease for
+/// another model switches only once the period has passed, and a priority lease skips it.
+#[tokio::test]
+async fn grace_keeps_the_model_between_leases_and_priority_skips_it() {
+    let grace = Duration::from_millis(2_000);
+    let config = ConfigBuilder::new("grace")
+        .model(ModelSpec::new(A))
+        .model(ModelSpec::new(B).family(A3B))
+        .model_grace_ms(grace.as_millis() as u64)
+        .build();
+    let supervisor = Supervisor::start(config);
+    let mut first = supervisor.proxy().await;
+    let mut second = supervisor.proxy().await;
+
+    first.acquire(1, A).await;
+    first.wait_granted(1).await;
+    second.acquire(1, B).await;
+    second
+        .wait_phase(1, LeasePhase::QueuedBehindOtherModel)
+        .await;
+    first.release(1).await;
+    // Inside the grace period a same-model lease is granted at once.
+    first.acquire(2, A).await;
+    let grant = first.wait_granted(2).await;
+    assert_eq!(grant.load_ms, None);
+    first.release(2).await;
+    let released = std::time::Instant::now();
+    second.wait_granted(1).await;
+    let waited = released.elapsed();
+    assert!(
+        waited >= grace - Duration::from_millis(200),
+        "switched {waited:?} after the last lease, grace is {grace:?}"
+    );
+
+    // B is loaded now; a priority lease for A does not wait for the grace period.
+    second.release(1).await;
+    let released = std::time::Instant::now();
+    first
+        .acquire_tier(3, A, strata_protocol::wire::ServiceTier::Priority)
+        .await;
+    first.wait_granted(3).await;
+    let waited = released.elapsed();
+    assert!(
+        waited < grace - Duration::from_millis(500),
+        "a priority switch waited {waited:?}"
+    );
+    first.release(3).await;
+    drop((first, second));
+    supervisor.stop();
+}
+
+/// `off` during a load started by a lease: routing goes off, the waiting lease fails with
+/// `RoutingOff`, the load is cancelled and its process killed, and `off` reports that no model
+/// is loaded.
+#[tokio::test]
+async fn off_during_a_lease_load_cancels_it() {
+    let config = ConfigBuilder::new("offload")
+        .model(ModelSpec::new(A).load_ms(5_000))
+        .build();
+    let supervisor = Supervisor::start(config);
+    let log = supervisor.fake_log();
+    let mut proxy = supervisor.proxy().await;
+    proxy.acquire(1, A).await;
+    proxy.wait_phase(1, LeasePhase::Starting).await;
+    let pid = poll_for(DEADLINE, "the backend start", || {
+        log.starts().first().map(|start| start.pid)
+    });
+
+    let reply = supervisor.control().off(false);
+    reply.assert_ok();
+    assert_eq!(reply.message(), "off: no model loaded, routing disabled");
+    assert_eq!(proxy.wait_failed(1).await, LeaseFailure::RoutingOff);
+    assert!(
+        !procs::is_alive(pid),
+        "the cancelled load's backend survived off"
+    );
+    assert!(log.events_named("ready").is_empty());
+    let status = supervisor.status();
+    assert_eq!(status["routing"], json!(false));
+    assert_eq!(status["loaded"], Value::Null);
+    drop(proxy);
+    supervisor.stop();
+}
+
+/// `LeasePhase::WaitingForReadiness` is documented as "the backend is loading; waiting for its
+/// ready file", so a proxy must get it while the backend is still loading, not after.
+#[tokio::test]
+async fn waiting_for_readiness_arrives_while_the_backend_loads() {
+    let config = ConfigBuilder::new("phasewait")
+        .model(ModelSpec::new(A).load_ms(1_500))
+        .build();
+    let supervisor = Supervisor::start(config);
+    let log = supervisor.fake_log();
+    let mut proxy = supervisor.proxy().await;
+    proxy.acquire(1, A).await;
+    proxy.wait_phase(1, LeasePhase::WaitingForReadiness).await;
+    assert!(
+        log.events_named("ready").is_empty(),
+        "WaitingForReadiness arrived only after the backend was ready: {:?}\n{}",
+        proxy.phases(1),
+        log.dump()
+    );
+    proxy.wait_granted(1).await;
+    proxy.release(1).await;
+    drop(proxy);
+    supervisor.stop();
+}

@@ -1,0 +1,371 @@
+//! The `strata-supervisor` process: parent-death of the backend, the backend's environment,
+//! socket safety, signals and config errors.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixDatagram, UnixListener};
+use std::os::unix::process::ExitStatusExt;
+
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use strata_e2e::{
+    ConfigBuilder, DEADLINE, FakeProxy, ModelSpec, Supervisor, TestConfig, poll_until, procs,
+    spawn_supervisor,
+};
+use strata_protocol::wire::LeaseFailure;
+
+const A: &str = "flash-a";
+
+fn loaded_pid(supervisor: &Supervisor) -> u32 {
+    let reply = supervisor.control().on(Some(A));
+    reply.assert_ok();
+    reply.done["child_pid"].as_u64().expect("child_pid") as u32
+}
+
+/// SIGKILL of the supervisor takes the backend with it (parent-death signal).
+#[test]
+fn sigkill_of_the_supervisor_kills_the_backend() {
+    let config = ConfigBuilder::new("pdeath")
+        .model(ModelSpec::new(A))
+        .build();
+    let mut supervisor = Supervisor::start(config);
+    let pid = loaded_pid(&supervisor);
+    assert!(procs::is_alive(pid));
+    supervisor.daemon().kill(Signal::SIGKILL);
+    let status = supervisor.daemon().wait_exit(DEADLINE);
+    assert_eq!(status.signal(), Some(Signal::SIGKILL as i32));
+    poll_until(DEADLINE, "the orphaned backend to die", || {
+        !procs::is_alive(pid) && !procs::group_alive(pid)
+    });
+    supervisor.fake_log().assert_no_backends_left();
+}
+
+/// The backend inherits the supervisor's environment minus `STRATA_API_KEY`, `LISTEN_PID`,
+/// `LISTEN_FDS`, `LISTEN_FDNAMES` and `NOTIFY_SOCKET`; the supervisor itself notifies
+/// `READY=1` once serving and `STOPPING=1` on SIGTERM.
+#[test]
+fn the_backend_environment_is_scrubbed() {
+    let config = ConfigBuilder::new("env").model(ModelSpec::new(A)).build();
+    let notify_path = config.dir.join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
+    notify
+        .set_read_timeout(Some(DEADLINE))
+        .expect("notify read timeout");
+    let supervisor = Supervisor::start_with(config, |command| {
+        command
+            .env("STRATA_API_KEY", "not-for-the-backend")
+            .env("LISTEN_PID", "1")
+            .env("LISTEN_FDS", "1")
+            .env("LISTEN_FDNAMES", "http")
+            .env("NOTIFY_SOCKET", &notify_path)
+            .env("KEEP_ME", "yes");
+    });
+    let mut datagram = [0u8; 512];
+    let n = notify.recv(&mut datagram).expect("READY=1 notification");
+    let text = String::from_utf8_lossy(&datagram[..n]).into_owned();
+    assert!(text.lines().any(|line| line == "READY=1"), "{text:?}");
+
+    let pid = loaded_pid(&supervisor);
+    let log = supervisor.fake_log();
+    let start = log.starts().remove(0);
+    assert_eq!(start.pid, pid);
+    let keys: BTreeSet<&str> = start.env_keys.iter().map(String::as_str).collect();
+    for scrubbed in [
+        "STRATA_API_KEY",
+        "LISTEN_PID",
+        "LISTEN_FDS",
+        "LISTEN_FDNAMES",
+        "NOTIFY_SOCKET",
+    ] {
+        assert!(
+            !keys.contains(scrubbed),
+            "{scrubbed} reached the backend: {keys:?}"
+        );
+    }
+    assert!(keys.contains("KEEP_ME"), "{keys:?}");
+    assert!(keys.contains("PYTHONDONTWRITEBYTECODE"), "{keys:?}");
+
+    // The exact command line of the backend contract, read from the live process.
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("backend cmdline");
+    let argv: Vec<String> = cmdline
+        .split(|byte| *byte == 0)
+        .filter(|part| !part.is_empty())
+        .map(|part| String::from_utf8_lossy(part).into_owned())
+        .collect();
+    let config = &supervisor.config;
+    let ready_file = argv.last().expect("argv").clone();
+    let expected = [
+        strata_e2e::python().to_string_lossy().into_owned(),
+        "-m".into(),
+        "serve.server".into(),
+        "--engine".into(),
+        "strata".into(),
+        "--config".into(),
+        config.profile_path(A).to_string_lossy().into_owned(),
+        "--host".into(),
+        "127.0.0.1".into(),
+        "--port".into(),
+        config.backend_port.to_string(),
+        "--idle-unload".into(),
+        "0".into(),
+        "--ready-file".into(),
+        ready_file.clone(),
+    ];
+    assert_eq!(argv, expected);
+    assert!(
+        std::path::Path::new(&ready_file).starts_with(&config.run_dir),
+        "the ready file lives in the private run directory: {ready_file}"
+    );
+
+    supervisor.stop();
+    let n = notify.recv(&mut datagram).expect("STOPPING=1 notification");
+    let text = String::from_utf8_lossy(&datagram[..n]).into_owned();
+    assert!(text.lines().any(|line| line == "STOPPING=1"), "{text:?}");
+}
+
+fn assert_exits_refusing(config: &TestConfig, name: &str, needles: &[&str]) -> String {
+    let mut daemon = spawn_supervisor(config, name);
+    let status = daemon.wait_exit(DEADLINE);
+    let stderr = daemon.stderr();
+    assert!(!status.success(), "{name} should fail\n{stderr}");
+    for needle in needles {
+        assert!(
+            stderr.contains(needle),
+            "{name}: stderr lacks {needle:?}:\n{stderr}"
+        );
+    }
+    stderr
+}
+
+/// A socket directory with any group or other permission makes the supervisor exit non-zero,
+/// naming the directory, before it binds anything.
+#[test]
+fn a_socket_directory_open_to_others_is_refused() {
+    for mode in [0o750, 0o701] {
+        let config = ConfigBuilder::new("opendir")
+            .model(ModelSpec::new(A))
+            .run_dir_mode(mode)
+            .build();
+        let dir = config.run_dir.to_string_lossy().into_owned();
+        assert_exits_refusing(
+            &config,
+            "supervisor",
+            &[&dir, "no group or other permissions"],
+        );
+        assert!(!config.control_socket.exists());
+        assert!(!config.supervisor_socket.exists());
+    }
+}
+
+/// A second supervisor on the same sockets exits non-zero saying another daemon serves; the
+/// first keeps working.
+#[test]
+fn a_second_supervisor_does_not_take_over() {
+    let config = ConfigBuilder::new("second")
+        .model(ModelSpec::new(A))
+        .build();
+    let supervisor = Supervisor::start(config);
+    let first_pid = supervisor.pid();
+    assert_exits_refusing(
+        &supervisor.config,
+        "second",
+        &[
+            "another daemon is serving on this socket",
+            &supervisor.config.control_socket.to_string_lossy(),
+        ],
+    );
+    let status = supervisor.status();
+    assert_eq!(status["daemon_pid"], json!(first_pid));
+    assert!(supervisor.config.supervisor_socket.exists());
+    loaded_pid(&supervisor);
+    supervisor.stop();
+}
+
+/// Stale socket files (nobody listening) are replaced; a path that is not a socket is not;
+/// both sockets are created with mode 0600.
+#[tokio::test]
+async fn stale_sockets_are_replaced_and_new_ones_are_private() {
+    let config = ConfigBuilder::new("stale").model(ModelSpec::new(A)).build();
+    for path in [&config.control_socket, &config.supervisor_socket] {
+        drop(UnixListener::bind(path).expect("bind a soon-stale socket"));
+        assert!(
+            path.exists(),
+            "the stale file stays after the listener closes"
+        );
+    }
+    let supervisor = Supervisor::start(config);
+    for path in [
+        &supervisor.config.control_socket,
+        &supervisor.config.supervisor_socket,
+    ] {
+        let meta = std::fs::symlink_metadata(path).expect("socket metadata");
+        assert!(meta.file_type().is_socket(), "{}", path.display());
+        assert_eq!(
+            meta.permissions().mode() & 0o777,
+            0o600,
+            "{} mode",
+            path.display()
+        );
+    }
+    let mut proxy = FakeProxy::connect(&supervisor.config).await;
+    proxy.acquire(1, A).await;
+    proxy.wait_granted(1).await;
+    drop(proxy);
+    supervisor.stop();
+
+    let config = ConfigBuilder::new("notsock")
+        .model(ModelSpec::new(A))
+        .build();
+    std::fs::write(&config.control_socket, "not a socket").expect("write a regular file");
+    assert_exits_refusing(&config, "supervisor", &["is not a socket"]);
+    assert_eq!(
+        std::fs::read_to_string(&config.control_socket).expect("still there"),
+        "not a socket"
+    );
+}
+
+/// SIGTERM: the backend is stopped (gracefully), both sockets are removed, exit status 0.
+#[test]
+fn sigterm_stops_the_backend_and_removes_the_sockets() {
+    let config = ConfigBuilder::new("sigterm")
+        .model(ModelSpec::new(A))
+        .build();
+    let supervisor = Supervisor::start(config);
+    let pid = loaded_pid(&supervisor);
+    let log = supervisor.fake_log();
+    // `stop` asserts exit 0, both sockets gone and no backend left.
+    supervisor.stop();
+    assert!(!procs::group_alive(pid));
+    assert!(
+        log.index_of(pid, "stop").is_some(),
+        "the backend got SIGTERM first\n{}",
+        log.dump()
+    );
+}
+
+/// During a SIGTERM drain, proxies see `draining`, new leases fail with `ShuttingDown`, and an
+/// active lease is revoked once `drain_ms` has passed; then the supervisor exits 0.
+#[tokio::test]
+async fn sigterm_drains_active_leases_up_to_drain_ms() {
+    let config = ConfigBuilder::new("drain")
+        .model(ModelSpec::new(A))
+        .drain_ms(800)
+        .build();
+    let mut supervisor = Supervisor::start(config);
+    let mut proxy = supervisor.proxy().await;
+    proxy.acquire(1, A).await;
+    proxy.wait_granted(1).await;
+    let pid = supervisor.status()["child_pid"].as_u64().expect("pid") as u32;
+
+    supervisor.terminate();
+    proxy.wait_state("draining", |state| state.draining).await;
+    let status = supervisor.status();
+    assert_eq!(status["draining"], json!(true));
+    assert_eq!(status["loaded"], json!(A), "the lease keeps the model");
+    proxy.acquire(2, A).await;
+    assert_eq!(proxy.wait_failed(2).await, LeaseFailure::ShuttingDown);
+    assert!(procs::is_alive(pid));
+    proxy.wait_revoked(1).await;
+    assert!(proxy.wait_closed(DEADLINE).await, "the link closes at exit");
+    supervisor.stop();
+    assert!(!procs::group_alive(pid));
+}
+
+/// An invalid config: exit status 78 before any socket exists, stderr naming the JSON path.
+#[test]
+fn an_invalid_config_exits_78_naming_the_json_path() {
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit, &str); 3] = [
+        (
+            "relprofile",
+            |json| json["models"][A]["profile"] = json!("profiles/flash-a.json"),
+            "models[\"flash-a\"].profile",
+        ),
+        (
+            "typo",
+            |json| json["lsiten"] = json!("127.0.0.1:1"),
+            "lsiten",
+        ),
+        (
+            "noport",
+            |json| {
+                json.as_object_mut().expect("object").remove("backend_port");
+            },
+            "backend_port",
+        ),
+    ];
+    for (tag, edit, json_path) in cases {
+        let config = ConfigBuilder::new(tag)
+            .model(ModelSpec::new(A))
+            .edit(edit)
+            .build();
+        let mut daemon = spawn_supervisor(&config, "supervisor");
+        let status = daemon.wait_exit(DEADLINE);
+        let stderr = daemon.stderr();
+        assert_eq!(status.code(), Some(78), "{tag}: {status}\n{stderr}");
+        assert!(stderr.contains(json_path), "{tag}: {stderr}");
+        assert!(stderr.contains("config error"), "{tag}: {stderr}");
+        let left: Vec<_> = std::fs::read_dir(&config.run_dir)
+            .expect("run dir")
+            .collect();
+        assert!(left.is_empty(), "{tag}: {left:?}");
+        assert!(config.fake_log().events().is_empty());
+    }
+}
+
+/// SIGTERM during a slow `on`: the operation ends with `ok: false`, the load is cancelled at
+/// its next readiness poll (long before it would finish), and the supervisor exits 0.
+#[test]
+fn sigterm_during_a_load_cancels_it() {
+    let config = ConfigBuilder::new("termload")
+        .model(ModelSpec::new(A).load_ms(8_000))
+        .build();
+    let mut supervisor = Supervisor::start(config);
+    let log = supervisor.fake_log();
+    let mut session = supervisor.control().open(&strata_e2e::on_line(Some(A)));
+    session.wait_progress(DEADLINE, "started, waiting for readiness");
+    let pid = strata_e2e::poll_for(DEADLINE, "the backend to run", || {
+        log.starts().first().map(|start| start.pid)
+    });
+    let asked = std::time::Instant::now();
+    supervisor.terminate();
+    let reply = session.wait_done(DEADLINE);
+    reply.assert_failed();
+    assert_eq!(reply.message(), "on: the daemon is shutting down");
+    let status = supervisor.daemon().wait_exit(DEADLINE);
+    assert!(status.success(), "{status}");
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(5),
+        "shutdown waited for the load: {:?}",
+        asked.elapsed()
+    );
+    assert!(!procs::group_alive(pid));
+    assert!(log.events_named("ready").is_empty());
+    supervisor.stop();
+}
+
+/// With `drain_ms: 0` a SIGTERM waits for active leases without a deadline; a second SIGTERM
+/// interrupts them.
+#[tokio::test]
+async fn a_second_sigterm_interrupts_an_unbounded_drain() {
+    let config = ConfigBuilder::new("term2")
+        .model(ModelSpec::new(A))
+        .drain_ms(0)
+        .build();
+    let mut supervisor = Supervisor::start(config);
+    let mut proxy = supervisor.proxy().await;
+    proxy.acquire(1, A).await;
+    proxy.wait_granted(1).await;
+    supervisor.terminate();
+    proxy.wait_state("draining", |state| state.draining).await;
+    proxy.drain(std::time::Duration::from_millis(1_000)).await;
+    assert!(!proxy.was_revoked(1), "drain_ms 0 has no deadline");
+    assert!(supervisor.daemon().is_running());
+
+    supervisor.daemon().kill(Signal::SIGTERM);
+    proxy.wait_revoked(1).await;
+    let status = supervisor.daemon().wait_exit(DEADLINE);
+    assert!(status.success(), "{status}");
+    drop(proxy);
+    supervisor.stop();
+}
