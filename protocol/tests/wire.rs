@@ -2,11 +2,31 @@
 //! framing rejects oversized, truncated and malformed input.
 
 use strata_protocol::config::ModelStatus;
+use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
     LeaseFailure, LeaseGrant, LeasePhase, MAX_FRAME_BYTES, ModelStatusEntry, PROTOCOL_VERSION,
-    ProxyMessage, RouterState, ServiceTier, SupervisorMessage, WireError, decode_payload,
-    encode_frame, read_frame, write_frame,
+    ProxyMessage, RequestLogStats, RouterState, ServiceTier, SupervisorMessage, WireError,
+    decode_payload, encode_frame, read_frame, write_frame,
 };
+
+fn sample_record() -> RequestRecord {
+    let json = serde_json::json!({
+        "schema_version": 1, "seq": 0, "arrival_seq": 7, "request_id": "1-2-7",
+        "endpoint": "/v1/chat/completions", "stream": true, "model_requested": "qwen3.8-flash-next",
+        "model_resolved": "m", "upstream_model": "up-m",
+        "arrived_at": "2026-11-30T04:58:45.123Z", "completed_at": "2026-11-30T04:58:46.000Z",
+        "lease_at": "2026-11-30T04:58:45.124Z", "first_token_at": null, "last_token_at": null,
+        "queue_depth_at_arrival": 0, "in_flight_at_arrival": 1, "queue_wait_ms": 1,
+        "model_switch": true, "model_load_ms": 800, "upstream_headers_ms": 810,
+        "ttft_ms": null, "ttft_after_lease_ms": null, "generation_ms": null, "total_ms": 877,
+        "prompt_tokens": 22, "completion_tokens": 5, "reasoning_tokens": null,
+        "prompt_n": 22, "cache_n": 0, "predicted_n": 5, "prompt_ms": 11.25, "predicted_ms": 500.25,
+        "prompt_per_second": 1955.556, "predicted_per_second": 9.995, "finish_reason": "stop",
+        "status": 200, "upstream_status": 200, "success": true, "reason": "completed",
+        "response_bytes": 1234, "disconnect_phase": null
+    });
+    serde_json::from_value(json).unwrap()
+}
 
 fn proxy_messages() -> Vec<ProxyMessage> {
     vec![
@@ -28,6 +48,20 @@ fn proxy_messages() -> Vec<ProxyMessage> {
         ProxyMessage::ReleaseLease { lease: u64::MAX },
         ProxyMessage::SetDraining { draining: true },
         ProxyMessage::Arrive { token: 99 },
+        ProxyMessage::SubmitRecord {
+            record: Box::new(sample_record()),
+        },
+        ProxyMessage::QueryRecords {
+            query: 1,
+            after: Some(123),
+            limit: 100,
+        },
+        ProxyMessage::QueryRecords {
+            query: 2,
+            after: None,
+            limit: 1000,
+        },
+        ProxyMessage::QueryRequestLog { query: 3 },
     ]
 }
 
@@ -76,6 +110,21 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
         SupervisorMessage::Arrival {
             token: 99,
             arrival_seq: 1,
+        },
+        SupervisorMessage::Records {
+            query: 1,
+            body: format!("{{\"records\":[{}]}}", sample_record().to_json()),
+        },
+        SupervisorMessage::RequestLog {
+            query: 3,
+            stats: RequestLogStats {
+                write_errors: 1,
+                write_drops: 2,
+                evicted: 3,
+                records_in_ring: 4,
+                next_seq: 5,
+                instance_id: "1-2".into(),
+            },
         },
         SupervisorMessage::ProtocolError {
             message: "malformed frame".into(),

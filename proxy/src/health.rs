@@ -27,8 +27,27 @@ pub fn health(app: &App) -> hyper::Response<ProxyBody> {
     json_response(status, &body)
 }
 
+/// The `request_log` object: the config values, and the supervisor's
+/// counters (null while it is unreachable).
+async fn request_log(app: &App) -> Value {
+    let config = &app.config.request_log;
+    let stats = app.link.request_log().await;
+    json!({
+        "path": config.path.as_ref().map(|path| path.display().to_string()),
+        "max_bytes": config.max_bytes,
+        "rotate_files": config.rotate_files,
+        "capacity": config.capacity,
+        "write_errors": stats.as_ref().map(|s| s.write_errors),
+        "write_drops": stats.as_ref().map(|s| s.write_drops),
+        "evicted": stats.as_ref().map(|s| s.evicted),
+        "records_in_ring": stats.as_ref().map(|s| s.records_in_ring),
+        "next_seq": stats.as_ref().map(|s| s.next_seq),
+        "instance_id": stats.map(|s| s.instance_id),
+    })
+}
+
 /// The metrics document (JSON).
-pub fn metrics_json(app: &App) -> Value {
+pub async fn metrics_json(app: &App) -> Value {
     let state = app.link.state();
     let router = state.router.as_ref();
     let by_tier = app.counters.queued_by_tier();
@@ -47,13 +66,13 @@ pub fn metrics_json(app: &App) -> Value {
         "queue_depth_by_tier": tiers,
         "max_request_body_bytes": app.config.max_request_body_bytes,
         "last_stream_ttft_ms": last.ttft_ms,
-        "last_stream_decode_tokens_per_second": last.decode_tokens_per_second,
+                "last_stream_decode_tokens_per_second": last.decode_tokens_per_second,
+        "request_log": request_log(app).await,
     })
 }
 
 /// The same figures in the Prometheus text format.
-fn metrics_prometheus(app: &App) -> String {
-    let doc = metrics_json(app);
+fn metrics_prometheus(doc: &Value) -> String {
     let mut out = String::new();
     let mut gauge = |name: &str, help: &str, value: Option<f64>, labels: &str| {
         out.push_str(&format!(
@@ -110,10 +129,11 @@ fn metrics_prometheus(app: &App) -> String {
 
 /// `GET /metrics`: JSON, or Prometheus text on `Accept: text/plain` or
 /// `?format=prometheus`.
-pub fn metrics(
+pub async fn metrics(
     app: &App,
     request: &hyper::Request<hyper::body::Incoming>,
 ) -> hyper::Response<ProxyBody> {
+    let doc = metrics_json(app).await;
     let wants_text = request
         .uri()
         .query()
@@ -124,12 +144,12 @@ pub fn metrics(
             .and_then(|value| value.to_str().ok())
             .is_some_and(|accept| accept.starts_with("text/plain"));
     if wants_text {
-        let mut response = hyper::Response::new(ProxyBody::full(metrics_prometheus(app)));
+        let mut response = hyper::Response::new(ProxyBody::full(metrics_prometheus(&doc)));
         response.headers_mut().insert(
             CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4"),
         );
         return response;
     }
-    json_response(StatusCode::OK, &metrics_json(app))
+    json_response(StatusCode::OK, &doc)
 }

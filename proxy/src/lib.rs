@@ -16,6 +16,7 @@ pub mod link;
 pub mod listener;
 mod models;
 pub mod observe;
+mod requests;
 mod server;
 
 pub use server::{RunError, run};

@@ -23,7 +23,7 @@ use crate::app::App;
 use crate::body::ProxyBody;
 use crate::errors::{ApiError, json_response};
 use crate::link::SupervisorLink;
-use crate::{chat, health, models};
+use crate::{chat, health, models, requests};
 
 /// A client that opens a connection and sends no complete header within
 /// this long is dropped.
@@ -65,8 +65,13 @@ async fn route(
             json_response(StatusCode::OK, &models::listing(&app))
         }
         "/health" if method == Method::GET => health::health(&app),
-        "/metrics" if method == Method::GET => health::metrics(&app, &request),
-        "/v1/models" | "/health" | "/metrics" => ApiError::method_not_allowed().into_response(),
+        "/metrics" if method == Method::GET => health::metrics(&app, &request).await,
+        "/requests" if method == Method::GET => {
+            requests::requests(&app, request.uri().query()).await
+        }
+        "/v1/models" | "/health" | "/metrics" | "/requests" => {
+            ApiError::method_not_allowed().into_response()
+        }
         _ => ApiError::not_found().into_response(),
     };
     Ok(response)

@@ -12,8 +12,10 @@ use strata_protocol::config::Config;
 use strata_protocol::ids;
 use tokio::sync::{oneshot, watch};
 
+use crate::accounting::Accounting;
+use crate::accounting::SHUTDOWN_GRACE;
 use crate::engine::{self, Command};
-use crate::link::{self, LinkIdentity};
+use crate::link::{self, LinkShared};
 use crate::sockets::{self, SocketError};
 
 /// Runs the supervisor until `signals` has counted one shutdown signal and
@@ -35,14 +37,22 @@ pub async fn run(
         .map(|elapsed| elapsed.as_millis())
         .unwrap_or_default();
     let instance_id = ids::instance_id(std::process::id(), started_ms);
-    let identity = Arc::new(LinkIdentity {
+    let log = &config.request_log;
+    let accounting = Accounting::new(
+        log.capacity,
+        log.path
+            .clone()
+            .map(|path| (path, log.max_bytes, log.rotate_files)),
+    );
+    let shared = Arc::new(LinkShared {
         fingerprint: config.fingerprint(),
         instance_id: instance_id.clone(),
         arrivals: AtomicU64::new(0),
+        accounting,
     });
     let (engine, engine_task) = engine::spawn(config.clone(), instance_id.clone());
     let control_task = tokio::spawn(crate::control::serve(control_listener, engine.clone()));
-    let link_task = tokio::spawn(link::serve(link_listener, engine.clone(), identity));
+    let link_task = tokio::spawn(link::serve(link_listener, engine.clone(), shared.clone()));
     tracing::info!(
         instance_id,
         control_socket = %config.control_socket.display(),
@@ -78,6 +88,9 @@ pub async fn run(
     let _ = engine_task.await;
     control_task.abort();
     link_task.abort();
+    // Records of requests that finished during the drain are in the queue:
+    // give the writer its grace to put them on disk.
+    shared.accounting.shutdown(SHUTDOWN_GRACE);
     sockets::remove_socket(&config.control_socket);
     sockets::remove_socket(&config.supervisor_socket);
     tracing::info!("supervisor stopped");

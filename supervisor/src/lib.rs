@@ -1,5 +1,7 @@
 //! `strata-supervisor`: owns the one Strata backend process.
 //!
+//! - [`accounting`]: per-request records: memory ring, `/requests` reads,
+//!   the JSONL writer. Owned here so a proxy restart loses nothing.
 //! - [`backend`]: start, verify and stop one Strata child.
 //! - [`engine`]: the single task that owns the child and decides loads,
 //!   switches, idle unloads and operator operations.
@@ -11,6 +13,7 @@
 //! `unsafe` is allowed only in `backend::spawn` (the `pre_exec` hook).
 #![deny(unsafe_code)]
 
+pub mod accounting;
 pub mod backend;
 pub mod control;
 pub mod daemon;

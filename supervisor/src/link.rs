@@ -15,24 +15,60 @@ use strata_protocol::wire::{
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
+use strata_protocol::record::RequestRecord;
+use strata_protocol::wire::RequestLogStats;
+
+use crate::accounting::Accounting;
 use crate::engine::{Command, EngineHandle};
 use crate::sockets;
 
 /// A proxy that connects but says nothing is dropped after this long.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Identity checks a hello must pass, and the instance-wide counters that
-/// must stay unique while several proxies are connected.
-#[derive(Debug)]
-pub struct LinkIdentity {
+/// What every proxy connection shares: the identity checks a hello must
+/// pass, and the instance-wide state that must stay unique and survive
+/// while proxies come and go (arrival numbers, the accounting store).
+pub struct LinkShared {
     pub fingerprint: u64,
     pub instance_id: String,
     /// The last arrival sequence handed out; the next is one more.
     pub arrivals: AtomicU64,
+    pub accounting: Accounting,
+}
+
+impl LinkShared {
+    fn next_arrival(&self) -> u64 {
+        self.arrivals.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Stores a finished request's record: assigns its completion `seq`
+    /// (and its arrival number if the proxy could not get one), then keeps
+    /// and writes the one serialized text.
+    fn store(&self, mut record: RequestRecord) {
+        if record.arrival_seq == 0 {
+            record.arrival_seq = self.next_arrival();
+        }
+        self.accounting.submit(|seq| {
+            record.seq = seq;
+            Arc::from(record.to_json())
+        });
+    }
+
+    fn request_log(&self) -> RequestLogStats {
+        let stats = self.accounting.stats();
+        RequestLogStats {
+            write_errors: stats.write_errors,
+            write_drops: stats.write_drops,
+            evicted: stats.evicted,
+            records_in_ring: stats.records_in_ring,
+            next_seq: stats.next_seq,
+            instance_id: self.instance_id.clone(),
+        }
+    }
 }
 
 /// Accepts proxy connections until the listener fails.
-pub async fn serve(listener: UnixListener, engine: EngineHandle, identity: Arc<LinkIdentity>) {
+pub async fn serve(listener: UnixListener, engine: EngineHandle, identity: Arc<LinkShared>) {
     let next_conn = Arc::new(AtomicU64::new(1));
     loop {
         let stream = match listener.accept().await {
@@ -56,7 +92,7 @@ async fn handle_connection(
     stream: UnixStream,
     conn: u64,
     engine: EngineHandle,
-    identity: &LinkIdentity,
+    identity: &LinkShared,
 ) {
     let (mut reader, mut writer) = stream.into_split();
     let refuse = |reason: String| SupervisorMessage::Refused { reason };
@@ -135,8 +171,28 @@ async fn handle_connection(
             // Answered here, not by the engine: it is a counter, and an
             // arrival must not wait behind a model load.
             Ok(Some(ProxyMessage::Arrive { token })) => {
-                let arrival_seq = identity.arrivals.fetch_add(1, Ordering::Relaxed) + 1;
+                let arrival_seq = identity.next_arrival();
                 let _ = events_tx.send(SupervisorMessage::Arrival { token, arrival_seq });
+                continue;
+            }
+            // Accounting is answered here too: it never touches the backend.
+            Ok(Some(ProxyMessage::SubmitRecord { record })) => {
+                identity.store(*record);
+                continue;
+            }
+            Ok(Some(ProxyMessage::QueryRecords {
+                query,
+                after,
+                limit,
+            })) => {
+                let page = identity.accounting.page(after, limit as usize);
+                let body = page.to_json(&identity.instance_id);
+                let _ = events_tx.send(SupervisorMessage::Records { query, body });
+                continue;
+            }
+            Ok(Some(ProxyMessage::QueryRequestLog { query })) => {
+                let stats = identity.request_log();
+                let _ = events_tx.send(SupervisorMessage::RequestLog { query, stats });
                 continue;
             }
             Ok(Some(ProxyMessage::Hello { .. })) => {

@@ -15,6 +15,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ModelStatus;
+use crate::record::RequestRecord;
 
 /// Bumped whenever a message or field changes shape.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -67,6 +68,19 @@ pub enum ProxyMessage {
     /// A chat request arrived: allocate its arrival sequence number.
     /// `token` is echoed in the answer so the proxy can match it.
     Arrive { token: u64 },
+    /// A finished request's accounting record; the supervisor assigns its
+    /// `seq` (and its `arrival_seq` when the proxy sent 0), keeps it in the
+    /// ring and writes it to the JSONL file. No answer.
+    SubmitRecord { record: Box<RequestRecord> },
+    /// A `/requests` read: records with `seq > after` (or the newest
+    /// `limit` when `after` is `None`).
+    QueryRecords {
+        query: u64,
+        after: Option<u64>,
+        limit: u32,
+    },
+    /// The `request_log` figures for `/metrics`.
+    QueryRequestLog { query: u64 },
 }
 
 /// Supervisor to proxy.
@@ -108,6 +122,24 @@ pub enum SupervisorMessage {
     /// Answer to [`ProxyMessage::Arrive`]: the request's arrival sequence,
     /// from 1 per instance, unique across every proxy of the instance.
     Arrival { token: u64, arrival_seq: u64 },
+    /// Answer to [`ProxyMessage::QueryRecords`]: the complete `/requests`
+    /// JSON document, built where the records are stored so each item is
+    /// byte-for-byte the JSONL line.
+    Records { query: u64, body: String },
+    /// Answer to [`ProxyMessage::QueryRequestLog`].
+    RequestLog { query: u64, stats: RequestLogStats },
+}
+
+/// The accounting store's counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestLogStats {
+    pub write_errors: u64,
+    pub write_drops: u64,
+    pub evicted: u64,
+    pub records_in_ring: u64,
+    /// The next completion sequence to allocate.
+    pub next_seq: u64,
+    pub instance_id: String,
 }
 
 /// Where a waiting lease request is.

@@ -19,5 +19,5 @@ pub use frame::{
 };
 pub use messages::{
     LeaseFailure, LeaseGrant, LeaseId, LeasePhase, ModelStatusEntry, PROTOCOL_VERSION,
-    ProxyMessage, RouterState, ServiceTier, SupervisorMessage,
+    ProxyMessage, RequestLogStats, RouterState, ServiceTier, SupervisorMessage,
 };

@@ -98,6 +98,7 @@ impl StrataHeaders {
 /// Answers with a router-made error and finishes the trace.
 fn reject(mut trace: Trace, headers: &StrataHeaders, failure: Failure) -> Response<ProxyBody> {
     trace.status = Some(failure.error.status.as_u16());
+    trace.router_body_bytes = failure.error.body_json().to_string().len() as u64;
     let mut response = failure.error.into_response();
     headers.apply(response.headers_mut());
     trace.finish(failure.reason);
@@ -482,6 +483,7 @@ async fn wait_for_grant(
             LeaseEvent::Progress(_) => trace.admitted(),
             LeaseEvent::Granted(grant) => {
                 trace.admitted();
+                trace.granted = true;
                 trace.model_switch = grant.model_switch;
                 trace.model_load_ms = grant.load_ms;
                 return Ok(grant);

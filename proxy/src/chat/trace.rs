@@ -14,6 +14,7 @@ use time::OffsetDateTime;
 
 use crate::app::{App, LastStream};
 use crate::observe::Observed;
+use strata_protocol::record::{CHAT_ENDPOINT, RequestRecord, SCHEMA_VERSION};
 
 /// How far a request got, for `disconnect_phase`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +93,11 @@ pub struct Trace {
     pub upstream_status: Option<u16>,
     pub phase: Phase,
     pub observed: Option<Observed>,
+    /// A lease was granted (`queue_wait_ms` is null otherwise).
+    pub granted: bool,
+    /// Length of a router-made error body, for `response_bytes` when
+    /// nothing was forwarded.
+    pub router_body_bytes: u64,
     finished: bool,
 }
 
@@ -119,6 +125,8 @@ impl Trace {
             upstream_status: None,
             phase: Phase::Queued,
             observed: None,
+            granted: false,
+            router_body_bytes: 0,
             finished: false,
         }
     }
@@ -159,6 +167,8 @@ impl Trace {
             });
         }
         let disconnect_phase = (reason == Reason::ClientDisconnect).then(|| self.phase.as_str());
+        let record = self.record(reason, success, disconnect_phase);
+        self.app.link.submit_record(record);
         tracing::debug!(
             request_id = %self.request_id,
             arrived_at = %self.arrived_at,
@@ -172,6 +182,88 @@ impl Trace {
             total_ms = self.arrived.elapsed().as_millis() as u64,
             "request finished"
         );
+    }
+}
+
+/// RFC3339 UTC with milliseconds, ending in `Z`.
+const TIMESTAMP: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
+    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+);
+
+fn millis(from: Instant, to: Instant) -> u64 {
+    to.saturating_duration_since(from).as_millis() as u64
+}
+
+impl Trace {
+    /// Wall-clock time of a monotonic instant, anchored at arrival so all
+    /// timestamps of one record agree with its durations.
+    fn timestamp(&self, at: Instant) -> String {
+        let offset = at.saturating_duration_since(self.arrived);
+        let when = self.arrived_at + offset;
+        when.format(TIMESTAMP)
+            .unwrap_or_else(|_| String::from("1970-01-01T00:00:00.000Z"))
+    }
+
+    fn record(
+        &self,
+        reason: Reason,
+        success: bool,
+        disconnect_phase: Option<&'static str>,
+    ) -> RequestRecord {
+        let completed = Instant::now();
+        let observed = self.observed.as_ref();
+        let first = observed.and_then(|o| o.first_token_at);
+        let last = observed.and_then(|o| o.last_token_at);
+        RequestRecord {
+            schema_version: SCHEMA_VERSION,
+            seq: 0,
+            arrival_seq: self.arrival_seq.unwrap_or(0),
+            request_id: self.request_id.clone(),
+            endpoint: CHAT_ENDPOINT.to_owned(),
+            stream: self.stream,
+            model_requested: self.model_requested.clone(),
+            model_resolved: self.model_resolved.clone(),
+            upstream_model: self.upstream_model.clone(),
+            arrived_at: self.timestamp(self.arrived),
+            completed_at: self.timestamp(completed),
+            lease_at: self.lease_at.map(|at| self.timestamp(at)),
+            first_token_at: first.map(|at| self.timestamp(at)),
+            last_token_at: last.map(|at| self.timestamp(at)),
+            queue_depth_at_arrival: self.queue_depth_at_arrival as u64,
+            in_flight_at_arrival: self.in_flight_at_arrival as u64,
+            queue_wait_ms: self
+                .lease_at
+                .filter(|_| self.granted)
+                .map(|at| millis(self.arrived, at)),
+            model_switch: self.model_switch,
+            model_load_ms: self.model_load_ms,
+            upstream_headers_ms: self.upstream_headers_at.map(|at| millis(self.arrived, at)),
+            ttft_ms: first.map(|at| millis(self.arrived, at)),
+            ttft_after_lease_ms: first
+                .zip(self.lease_at)
+                .map(|(at, lease)| millis(lease, at)),
+            generation_ms: first.zip(last).map(|(first, last)| millis(first, last)),
+            total_ms: millis(self.arrived, completed),
+            prompt_tokens: observed.and_then(|o| o.prompt_tokens),
+            completion_tokens: observed.and_then(|o| o.completion_tokens),
+            reasoning_tokens: observed.and_then(|o| o.reasoning_tokens),
+            prompt_n: observed.and_then(|o| o.prompt_n),
+            cache_n: observed.and_then(|o| o.cache_n),
+            predicted_n: observed.and_then(|o| o.predicted_n),
+            prompt_ms: observed.and_then(|o| o.prompt_ms),
+            predicted_ms: observed.and_then(|o| o.predicted_ms),
+            prompt_per_second: observed.and_then(|o| o.prompt_per_second),
+            predicted_per_second: observed.and_then(|o| o.predicted_per_second),
+            finish_reason: observed
+                .and_then(|o| o.finish_reason)
+                .map(|reason| reason.as_str().to_owned()),
+            status: self.status,
+            upstream_status: self.upstream_status,
+            success,
+            reason: reason.as_str().to_owned(),
+            response_bytes: observed.map_or(self.router_body_bytes, |o| o.response_bytes),
+            disconnect_phase: disconnect_phase.map(str::to_owned),
+        }
     }
 }
 

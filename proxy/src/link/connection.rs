@@ -5,12 +5,14 @@
 //! frame would be lost. Everything else happens in this one task, so the
 //! pending-lease table needs no lock.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    LeaseId, PROTOCOL_VERSION, ProxyMessage, SupervisorMessage, read_frame, write_frame,
+    LeaseId, PROTOCOL_VERSION, ProxyMessage, RequestLogStats, SupervisorMessage, read_frame,
+    write_frame,
 };
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
@@ -37,11 +39,21 @@ pub(super) async fn run(
     state: watch::Sender<LinkState>,
 ) {
     let mut draining = false;
+    let mut unsent = VecDeque::new();
     let mut backoff = BACKOFF_START;
     loop {
         match UnixStream::connect(&socket).await {
             Ok(stream) => {
-                match serve(stream, fingerprint, &mut commands, &state, &mut draining).await {
+                match serve(
+                    stream,
+                    fingerprint,
+                    &mut commands,
+                    &state,
+                    &mut draining,
+                    &mut unsent,
+                )
+                .await
+                {
                     Ended::Stop => return,
                     Ended::Lost => backoff = BACKOFF_START,
                 }
@@ -61,7 +73,7 @@ pub(super) async fn run(
                 _ = &mut sleep => break,
                 command = commands.recv() => match command {
                     None => return,
-                    Some(command) => refuse_while_disconnected(command, &mut draining),
+                    Some(command) => refuse_while_disconnected(command, &mut draining, &mut unsent),
                 },
             }
         }
@@ -69,13 +81,34 @@ pub(super) async fn run(
     }
 }
 
-fn refuse_while_disconnected(command: LinkCommand, draining: &mut bool) {
+/// Records kept for the supervisor while it is unreachable; beyond this
+/// the oldest are dropped (and the loss logged).
+const MAX_UNSENT_RECORDS: usize = 8192;
+
+fn keep_unsent(unsent: &mut VecDeque<Box<RequestRecord>>, record: Box<RequestRecord>) {
+    if unsent.len() == MAX_UNSENT_RECORDS {
+        unsent.pop_front();
+        tracing::warn!("supervisor unreachable too long: dropped an accounting record");
+    }
+    unsent.push_back(record);
+}
+
+fn refuse_while_disconnected(
+    command: LinkCommand,
+    draining: &mut bool,
+    unsent: &mut VecDeque<Box<RequestRecord>>,
+) {
     match command {
         LinkCommand::Acquire { events, .. } => {
             let _ = events.send(LeaseEvent::LinkLost);
         }
-        LinkCommand::Release { .. } | LinkCommand::Arrive { .. } => {}
+        // Dropping the reply senders answers `None`.
+        LinkCommand::Release { .. }
+        | LinkCommand::Arrive { .. }
+        | LinkCommand::QueryRecords { .. }
+        | LinkCommand::QueryRequestLog { .. } => {}
         LinkCommand::SetDraining(value) => *draining = value,
+        LinkCommand::SubmitRecord(record) => keep_unsent(unsent, record),
     }
 }
 
@@ -86,6 +119,7 @@ async fn serve(
     commands: &mut mpsc::UnboundedReceiver<LinkCommand>,
     state: &watch::Sender<LinkState>,
     draining: &mut bool,
+    unsent: &mut VecDeque<Box<RequestRecord>>,
 ) -> Ended {
     let (mut reader, mut writer) = stream.into_split();
     let hello = ProxyMessage::Hello {
@@ -132,6 +166,15 @@ async fn serve(
     {
         return Ended::Lost;
     }
+    while let Some(record) = unsent.pop_front() {
+        let message = ProxyMessage::SubmitRecord { record };
+        if write_frame(&mut writer, &message).await.is_err() {
+            if let ProxyMessage::SubmitRecord { record } = message {
+                unsent.push_front(record);
+            }
+            return Ended::Lost;
+        }
+    }
 
     let (frames_tx, mut frames) = mpsc::unbounded_channel();
     let reader_task = tokio::spawn(async move {
@@ -145,6 +188,8 @@ async fn serve(
         writer,
         leases: HashMap::new(),
         arrivals: HashMap::new(),
+        pages: HashMap::new(),
+        stats: HashMap::new(),
         next_token: 1,
     };
     let ended = loop {
@@ -159,7 +204,10 @@ async fn serve(
                     if let LinkCommand::SetDraining(value) = &command {
                         *draining = *value;
                     }
-                    if session.send(command).await.is_err() {
+                    if let Err(lost) = session.send(command).await {
+                        if let Some(record) = lost {
+                            keep_unsent(unsent, record);
+                        }
                         break Ended::Lost;
                     }
                 }
@@ -179,11 +227,21 @@ struct Session {
     writer: OwnedWriteHalf,
     leases: HashMap<LeaseId, mpsc::UnboundedSender<LeaseEvent>>,
     arrivals: HashMap<u64, oneshot::Sender<u64>>,
+    pages: HashMap<u64, oneshot::Sender<String>>,
+    stats: HashMap<u64, oneshot::Sender<RequestLogStats>>,
     next_token: u64,
 }
 
 impl Session {
-    async fn send(&mut self, command: LinkCommand) -> Result<(), ()> {
+    fn token(&mut self) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        token
+    }
+
+    /// Writes the frame for `command`. On failure a record that could not
+    /// be sent is handed back so it is not lost.
+    async fn send(&mut self, command: LinkCommand) -> Result<(), Option<Box<RequestRecord>>> {
         let message = match command {
             LinkCommand::Acquire {
                 lease,
@@ -202,16 +260,41 @@ impl Session {
                 ProxyMessage::ReleaseLease { lease }
             }
             LinkCommand::Arrive { reply } => {
-                let token = self.next_token;
-                self.next_token += 1;
+                let token = self.token();
                 self.arrivals.insert(token, reply);
                 ProxyMessage::Arrive { token }
             }
             LinkCommand::SetDraining(draining) => ProxyMessage::SetDraining { draining },
+            LinkCommand::SubmitRecord(record) => ProxyMessage::SubmitRecord { record },
+            LinkCommand::QueryRecords {
+                after,
+                limit,
+                reply,
+            } => {
+                let query = self.token();
+                self.pages.insert(query, reply);
+                ProxyMessage::QueryRecords {
+                    query,
+                    after,
+                    limit,
+                }
+            }
+            LinkCommand::QueryRequestLog { reply } => {
+                let query = self.token();
+                self.stats.insert(query, reply);
+                ProxyMessage::QueryRequestLog { query }
+            }
         };
-        write_frame(&mut self.writer, &message)
-            .await
-            .map_err(|err| tracing::warn!(error = %err, "writing to the supervisor failed"))
+        match write_frame(&mut self.writer, &message).await {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                tracing::warn!(error = %err, "writing to the supervisor failed");
+                match message {
+                    ProxyMessage::SubmitRecord { record } => Err(Some(record)),
+                    _ => Err(None),
+                }
+            }
+        }
     }
 
     fn dispatch(&mut self, message: SupervisorMessage, state: &watch::Sender<LinkState>) {
@@ -235,6 +318,16 @@ impl Session {
             SupervisorMessage::Arrival { token, arrival_seq } => {
                 if let Some(reply) = self.arrivals.remove(&token) {
                     let _ = reply.send(arrival_seq);
+                }
+            }
+            SupervisorMessage::Records { query, body } => {
+                if let Some(reply) = self.pages.remove(&query) {
+                    let _ = reply.send(body);
+                }
+            }
+            SupervisorMessage::RequestLog { query, stats } => {
+                if let Some(reply) = self.stats.remove(&query) {
+                    let _ = reply.send(stats);
                 }
             }
             SupervisorMessage::ProtocolError { message } => {

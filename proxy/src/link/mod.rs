@@ -14,8 +14,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    LeaseFailure, LeaseGrant, LeaseId, LeasePhase, RouterState, ServiceTier,
+    LeaseFailure, LeaseGrant, LeaseId, LeasePhase, RequestLogStats, RouterState, ServiceTier,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -60,6 +61,15 @@ pub(crate) enum LinkCommand {
         reply: oneshot::Sender<u64>,
     },
     SetDraining(bool),
+    SubmitRecord(Box<RequestRecord>),
+    QueryRecords {
+        after: Option<u64>,
+        limit: u32,
+        reply: oneshot::Sender<String>,
+    },
+    QueryRequestLog {
+        reply: oneshot::Sender<RequestLogStats>,
+    },
 }
 
 struct Shared {
@@ -139,6 +149,41 @@ impl SupervisorLink {
             .shared
             .commands
             .send(LinkCommand::SetDraining(draining));
+    }
+
+    /// Hands a finished request's record to the supervisor. Records made
+    /// while the supervisor is unreachable wait (bounded) and are sent
+    /// after the next hello.
+    pub fn submit_record(&self, record: RequestRecord) {
+        let _ = self
+            .shared
+            .commands
+            .send(LinkCommand::SubmitRecord(Box::new(record)));
+    }
+
+    /// The `/requests` document for a page of records; `None` while the
+    /// supervisor is unreachable.
+    pub async fn records(&self, after: Option<u64>, limit: u32) -> Option<String> {
+        let (reply, rx) = oneshot::channel();
+        self.shared
+            .commands
+            .send(LinkCommand::QueryRecords {
+                after,
+                limit,
+                reply,
+            })
+            .ok()?;
+        rx.await.ok()
+    }
+
+    /// The supervisor's accounting counters; `None` while unreachable.
+    pub async fn request_log(&self) -> Option<RequestLogStats> {
+        let (reply, rx) = oneshot::channel();
+        self.shared
+            .commands
+            .send(LinkCommand::QueryRequestLog { reply })
+            .ok()?;
+        rx.await.ok()
     }
 }
 

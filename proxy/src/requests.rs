@@ -1,0 +1,113 @@
+//! `GET /requests`: pages of accounting records, read from the supervisor.
+//!
+//! The supervisor holds the ring (so records survive a proxy restart) and
+//! builds the document from the stored record texts, so an item is
+//! byte-for-byte the JSONL line; this endpoint validates the cursor and
+//! passes the answer on.
+
+use hyper::StatusCode;
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+
+use crate::app::App;
+use crate::body::ProxyBody;
+use crate::errors::ApiError;
+
+const DEFAULT_LIMIT: u64 = 100;
+const MAX_LIMIT: u64 = 1000;
+
+/// A parsed `/requests` query.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RecordsQuery {
+    pub after: Option<u64>,
+    pub limit: u32,
+}
+
+/// Parses `after` and `limit`; a present but non-integer value is an error.
+/// Other parameters are ignored.
+pub fn parse_query(query: Option<&str>) -> Result<RecordsQuery, &'static str> {
+    let mut after = None;
+    let mut limit = DEFAULT_LIMIT;
+    for pair in query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "after" => {
+                after = Some(
+                    value
+                        .parse::<u64>()
+                        .map_err(|_| "after must be a non-negative integer")?,
+                );
+            }
+            "limit" => {
+                limit = value
+                    .parse::<u64>()
+                    .map_err(|_| "limit must be a non-negative integer")?;
+            }
+            _ => {}
+        }
+    }
+    Ok(RecordsQuery {
+        after,
+        limit: limit.clamp(1, MAX_LIMIT) as u32,
+    })
+}
+
+pub async fn requests(app: &App, query: Option<&str>) -> hyper::Response<ProxyBody> {
+    let query = match parse_query(query) {
+        Ok(query) => query,
+        Err(message) => {
+            return ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_query",
+                message,
+            )
+            .into_response();
+        }
+    };
+    let Some(body) = app.link.records(query.after, query.limit).await else {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "supervisor_unavailable",
+            "the records live in the supervisor, which is not reachable; try again shortly",
+        )
+        .into_response();
+    };
+    let mut response = hyper::Response::new(ProxyBody::full(body));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursor_and_limit_parse_and_clamp() {
+        let ok = |after, limit| Ok(RecordsQuery { after, limit });
+        assert_eq!(parse_query(None), ok(None, 100));
+        assert_eq!(parse_query(Some("")), ok(None, 100));
+        assert_eq!(parse_query(Some("after=0")), ok(Some(0), 100));
+        assert_eq!(parse_query(Some("after=123&limit=5")), ok(Some(123), 5));
+        assert_eq!(parse_query(Some("limit=0")), ok(None, 1));
+        assert_eq!(parse_query(Some("limit=5000")), ok(None, 1000));
+                assert!(parse_query(Some("limit=99999999999999999999")).is_err());
+        assert_eq!(parse_query(Some("x=1&limit=2")), ok(None, 2));
+        for bad in [
+            "after=-1",
+            "after=abc",
+            "after=",
+            "after",
+            "limit=1.5",
+            "limit=-3",
+        ] {
+            assert!(parse_query(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}
