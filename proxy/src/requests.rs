@@ -97,7 +97,7 @@ mod tests {
         assert_eq!(parse_query(Some("after=123&limit=5")), ok(Some(123), 5));
         assert_eq!(parse_query(Some("limit=0")), ok(None, 1));
         assert_eq!(parse_query(Some("limit=5000")), ok(None, 1000));
-                assert!(parse_query(Some("limit=99999999999999999999")).is_err());
+        assert!(parse_query(Some("limit=99999999999999999999")).is_err());
         assert_eq!(parse_query(Some("x=1&limit=2")), ok(None, 2));
         for bad in [
             "after=-1",
