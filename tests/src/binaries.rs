@@ -1,6 +1,7 @@
 //! Locating the workspace binaries the tests run.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// The path of a workspace binary (`strata-supervisor`, `strata-proxy`, `strata-ctl`).
 ///
@@ -30,4 +31,16 @@ fn default_dir() -> PathBuf {
     } else {
         parent.to_path_buf()
     }
+}
+
+/// The command that runs workspace daemon `name` on the config at `config` (`NAME CONFIG`),
+/// with `PYTHONDONTWRITEBYTECODE=1` (a backend it spawns inherits it, keeping `__pycache__`
+/// out of the fake's source directory) and `STRATA_LOG` passed through (default `info`).
+pub fn daemon_command(name: &str, config: &Path) -> Command {
+    let mut command = Command::new(binary(name));
+    command.arg(config).env("PYTHONDONTWRITEBYTECODE", "1").env(
+        "STRATA_LOG",
+        std::env::var("STRATA_LOG").unwrap_or_else(|_| "info".into()),
+    );
+    command
 }

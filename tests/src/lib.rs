@@ -15,7 +15,10 @@
 //! - [`FakeLog`]: the fake backend's JSON-lines event log (starts, pids, env keys), and the
 //!   end-of-test check that no backend process of this test is left.
 //! - [`poll_until`] and friends: bounded polling; tests never sleep to synchronise.
-//! - [`binary`], [`python`], [`fake_strata_dir`], [`free_port`]: locating things.
+//! - [`binary`], [`daemon_command`], [`python`], [`fake_strata_dir`], [`free_port`]: locating
+//!   and running things.
+//! - `e2e-unix-client` (a binary of this crate, `env!("CARGO_BIN_EXE_e2e-unix-client")`): a
+//!   raw Unix-socket client for acting as another process or user.
 //!
 //! Conventions: loopback only, ports from [`free_port`], every process stopped by PID (never by
 //! name), and every wait bounded by a deadline that panics with what was awaited.
@@ -34,7 +37,7 @@ pub mod python;
 pub mod supervisor;
 pub mod tempdir;
 
-pub use binaries::binary;
+pub use binaries::{binary, daemon_command};
 pub use config::{A3B, ConfigBuilder, FLASH, ModelSpec, TestConfig};
 pub use control::{ControlClient, ControlSession, OpReply, off_line, on_line};
 pub use daemon::Daemon;

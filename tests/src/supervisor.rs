@@ -13,7 +13,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::binaries::binary;
+use crate::binaries::daemon_command;
 use crate::config::TestConfig;
 use crate::control::ControlClient;
 use crate::daemon::Daemon;
@@ -34,18 +34,9 @@ pub struct Supervisor {
     pub config: TestConfig,
 }
 
-/// The command that runs `strata-supervisor CONFIG`: `PYTHONDONTWRITEBYTECODE=1` keeps
-/// `__pycache__` out of the fake's source directory; `STRATA_LOG` defaults to `info`.
+/// The command that runs `strata-supervisor CONFIG` (see [`daemon_command`]).
 pub fn supervisor_command(config: &TestConfig) -> Command {
-    let mut command = Command::new(binary(SUPERVISOR_BIN));
-    command
-        .arg(&config.path)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env(
-            "STRATA_LOG",
-            std::env::var("STRATA_LOG").unwrap_or_else(|_| "info".into()),
-        );
-    command
+    daemon_command(SUPERVISOR_BIN, &config.path)
 }
 
 /// Spawns `strata-supervisor` on `config` without waiting for anything (for runs that are

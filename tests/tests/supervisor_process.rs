@@ -369,3 +369,100 @@ async fn a_second_sigterm_interrupts_an_unbounded_drain() {
     drop(proxy);
     supervisor.stop();
 }
+
+/// Root only: a socket directory owned by another user is refused, naming both users.
+#[test]
+fn a_socket_directory_owned_by_another_user_is_refused() {
+    if !strata_e2e::is_root() || strata_e2e::in_nix_sandbox() {
+        eprintln!("skipped: chown needs real root");
+        return;
+    }
+    let config = ConfigBuilder::new("dirowner")
+        .model(ModelSpec::new(A))
+        .build();
+    std::os::unix::fs::chown(&config.run_dir, Some(NOBODY), Some(NOBODY)).expect("chown");
+    assert_exits_refusing(
+        &config,
+        "supervisor",
+        &[
+            &config.run_dir.to_string_lossy(),
+            &format!("belongs to uid {NOBODY}, not to the daemon user"),
+        ],
+    );
+    assert!(!config.control_socket.exists());
+}
+
+/// The unprivileged user the root-only tests act as.
+const NOBODY: u32 = 65534;
+
+/// Runs `e2e-unix-client` as [`NOBODY`] against `socket`, sending `payload`.
+fn as_nobody(socket: &std::path::Path, payload: &[u8]) -> Vec<u8> {
+    use std::os::unix::process::CommandExt;
+    let hex: String = payload.iter().map(|byte| format!("{byte:02x}")).collect();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_e2e-unix-client"))
+        .arg(socket)
+        .arg(hex)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .expect("run e2e-unix-client as nobody");
+    assert!(
+        output.status.success(),
+        "e2e-unix-client: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+/// Root only: with the file permissions opened up, another user can reach both sockets, and
+/// the peer-credential check still refuses it; the daemon keeps serving its own user.
+#[test]
+fn another_user_is_refused_by_peer_credentials() {
+    if !strata_e2e::is_root() || strata_e2e::in_nix_sandbox() {
+        eprintln!("skipped: acting as another user needs real root");
+        return;
+    }
+    let config = ConfigBuilder::new("peercred")
+        .model(ModelSpec::new(A))
+        .build();
+    let supervisor = Supervisor::start(config);
+    let config = &supervisor.config;
+    let open = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    // Only for this test: let the other user reach the sockets at all.
+    open(config.dir.path(), 0o711);
+    open(&config.run_dir, 0o711);
+    open(&config.control_socket, 0o666);
+    open(&config.supervisor_socket, 0o666);
+
+    let reply = as_nobody(&config.control_socket, b"status\n");
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        "{\"error\":\"permission denied\"}\n"
+    );
+    let hello = strata_protocol::wire::encode_frame(&strata_protocol::wire::ProxyMessage::Hello {
+        protocol_version: strata_protocol::wire::PROTOCOL_VERSION,
+        fingerprint: config.fingerprint(),
+        pid: std::process::id(),
+    })
+    .expect("encode hello");
+    let reply = as_nobody(&config.supervisor_socket, &hello);
+    assert!(reply.len() > 4, "no reply frame: {reply:?}");
+    let message: strata_protocol::wire::SupervisorMessage =
+        strata_protocol::wire::decode_payload(&reply[4..]).expect("a supervisor frame");
+    assert_eq!(
+        message,
+        strata_protocol::wire::SupervisorMessage::Refused {
+            reason: "permission denied: wrong user".into()
+        }
+    );
+
+    open(&config.run_dir, 0o700);
+    open(config.dir.path(), 0o700);
+    let status = supervisor.status();
+    assert_eq!(status["proxies"], json!(0));
+    assert!(supervisor.fake_log().events().is_empty());
+    supervisor.stop();
+}
