@@ -70,6 +70,17 @@ impl Engine {
         });
     }
 
+    /// Why a new operation cannot start now, if it cannot.
+    fn refuse_operation(&self) -> Option<&'static str> {
+        if self.shutdown.is_some() {
+            Some("the daemon is shutting down")
+        } else if self.control.is_some() {
+            Some("another operation is running")
+        } else {
+            None
+        }
+    }
+
     /// Ends the current control operation with a failure.
     pub(super) fn abort_control(&mut self, message: &str) {
         if let Some(op) = self.control.take() {
@@ -95,12 +106,7 @@ impl Engine {
             events,
             started: Instant::now(),
         };
-        if self.control.is_some() || self.shutdown.is_some() {
-            let reason = if self.shutdown.is_some() {
-                "the daemon is shutting down"
-            } else {
-                "another operation is running"
-            };
+        if let Some(reason) = self.refuse_operation() {
             self.done(op, false, format!("on: {reason}"));
             return;
         }
@@ -195,12 +201,7 @@ impl Engine {
             events,
             started: Instant::now(),
         };
-        if self.control.is_some() || self.shutdown.is_some() {
-            let reason = if self.shutdown.is_some() {
-                "the daemon is shutting down"
-            } else {
-                "another operation is running"
-            };
+        if let Some(reason) = self.refuse_operation() {
             self.done(op, false, format!("off: {reason}"));
             return;
         }

@@ -326,9 +326,18 @@ impl Engine {
         keys.len()
     }
 
-    /// Fails every waiting request, including those admitted to a load.
-    pub(super) fn fail_all_waiting(&mut self, failure: LeaseFailure) {
-        for waiter in std::mem::take(&mut self.waiting) {
+    /// Removes and returns the waiting requests that match `which`.
+    fn take_waiting(&mut self, which: impl Fn(&Waiter) -> bool) -> Vec<Waiter> {
+        let (taken, kept) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|waiter| which(waiter));
+        self.waiting = kept;
+        taken
+    }
+
+    /// Fails the waiting requests that match `which`.
+    fn fail_waiting(&mut self, which: impl Fn(&Waiter) -> bool, failure: LeaseFailure) {
+        for waiter in self.take_waiting(which) {
             let (conn, lease) = waiter.key;
             self.send(
                 conn,
@@ -338,6 +347,11 @@ impl Engine {
                 },
             );
         }
+    }
+
+    /// Fails every waiting request, including those admitted to a load.
+    pub(super) fn fail_all_waiting(&mut self, failure: LeaseFailure) {
+        self.fail_waiting(|_| true, failure);
     }
 
     pub(super) fn set_routing(&mut self, routing: bool) {
@@ -422,10 +436,8 @@ impl Engine {
             return;
         }
         let limit = self.best_other_tier(&model);
-        let (grant, keep): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut self.waiting)
-            .into_iter()
-            .partition(|w| w.model == model && limit.is_none_or(|best| w.tier <= best));
-        self.waiting = keep;
+        let grant =
+            self.take_waiting(|w| w.model == model && limit.is_none_or(|best| w.tier <= best));
         for waiter in grant {
             self.grant(waiter, false, None);
         }
@@ -455,20 +467,7 @@ impl Engine {
         if let Some(failure) = self.cooldown_failure() {
             // Nothing may launch now; everyone who needs a launch fails.
             let serving = self.backend.as_ref().and(self.selected.clone());
-            let (fail, keep): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut self.waiting)
-                .into_iter()
-                .partition(|w| Some(&w.model) != serving.as_ref());
-            self.waiting = keep;
-            for waiter in fail {
-                let (conn, lease) = waiter.key;
-                self.send(
-                    conn,
-                    SupervisorMessage::LeaseFailed {
-                        lease,
-                        failure: failure.clone(),
-                    },
-                );
-            }
+            self.fail_waiting(|w| Some(&w.model) != serving.as_ref(), failure);
             return true;
         }
         let seq = self.start_load(&model, false);
@@ -721,11 +720,7 @@ impl Engine {
                     .model(&model)
                     .map(|entry| entry.upstream_model.clone())
                     .unwrap_or_default();
-                let (grant, keep): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut self.waiting)
-                    .into_iter()
-                    .partition(|w| w.admitted_to == Some(seq));
-                self.waiting = keep;
-                for waiter in grant {
+                for waiter in self.take_waiting(|w| w.admitted_to == Some(seq)) {
                     self.grant_with(waiter, addr, &upstream_model, switch, Some(load_ms));
                 }
                 self.broadcast_state();
@@ -751,22 +746,12 @@ impl Engine {
                 self.last_startup_error = Some(message.clone());
                 self.cooldown_until =
                     Some(Instant::now() + Duration::from_millis(self.config.timers.cooldown_ms));
-                let (fail, keep): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut self.waiting)
-                    .into_iter()
-                    .partition(|w| w.admitted_to == Some(seq));
-                self.waiting = keep;
-                for waiter in fail {
-                    let (conn, lease) = waiter.key;
-                    self.send(
-                        conn,
-                        SupervisorMessage::LeaseFailed {
-                            lease,
-                            failure: LeaseFailure::LoadFailed {
-                                message: message.clone(),
-                            },
-                        },
-                    );
-                }
+                self.fail_waiting(
+                    |w| w.admitted_to == Some(seq),
+                    LeaseFailure::LoadFailed {
+                        message: message.clone(),
+                    },
+                );
                 self.broadcast_state();
                 self.control_load_finished(&model, Err(message));
             }
@@ -864,10 +849,7 @@ impl Engine {
             .as_ref()
             .and(self.selected.clone())
             .filter(|_| self.op.is_none());
-        let loading = match &self.op {
-            Some(RunningOp::Load { model, .. }) => Some(model.clone()),
-            _ => None,
-        };
+        let loading = self.loading_model();
         let statuses = self
             .config
             .registry
@@ -894,6 +876,13 @@ impl Engine {
             loading,
             last_startup_error: self.last_startup_error.clone(),
             statuses,
+        }
+    }
+
+    fn loading_model(&self) -> Option<String> {
+        match &self.op {
+            Some(RunningOp::Load { model, .. }) => Some(model.clone()),
+            _ => None,
         }
     }
 
@@ -929,10 +918,7 @@ impl Engine {
             draining: self.is_draining(),
             child_pid,
             loaded: self.router_state().loaded,
-            loading: match &self.op {
-                Some(RunningOp::Load { model, .. }) => Some(model.clone()),
-                _ => None,
-            },
+            loading: self.loading_model(),
             last_startup_error: self.last_startup_error.clone(),
             proxies: self.conns.len(),
             active_leases: self.active.len(),
