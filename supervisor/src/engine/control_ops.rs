@@ -315,11 +315,20 @@ impl Engine {
                     // model): nothing left to do.
                     let op = self.control.take().expect("checked above");
                     self.quiet_since = Instant::now();
-                    self.done(
-                        op,
-                        true,
-                        format!("on: model {model} loaded and healthy, routing enabled"),
-                    );
+                    let (ok, message) = if self.routing {
+                        (
+                            true,
+                            format!("on: model {model} loaded and healthy, routing enabled"),
+                        )
+                    } else {
+                        (
+                            false,
+                            format!(
+                                "on: model {model} is loaded, but routing was turned off meanwhile and stays off"
+                            ),
+                        )
+                    };
+                    self.done(op, ok, message);
                     return false;
                 }
                 // An explicit on ignores the failure cooldown.
@@ -400,6 +409,19 @@ impl Engine {
         let previous_routing = *previous_routing;
         let op = self.control.take().expect("checked above");
         match result {
+            // A legacy bare `off` arrived during the load: the operator's
+            // later word stands, and `on` did not achieve what it promises
+            // (a router that accepts requests).
+            Ok(()) if !self.routing => {
+                self.quiet_since = Instant::now();
+                self.done(
+                    op,
+                    false,
+                    format!(
+                        "on: model {model} loaded, but routing was turned off during the load and stays off"
+                    ),
+                );
+            }
             Ok(()) => {
                 self.quiet_since = Instant::now();
                 self.done(
