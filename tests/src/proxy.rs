@@ -213,6 +213,21 @@ impl FakeProxy {
         Ok(Some(message))
     }
 
+    /// `Arrive`: allocates a request's arrival sequence number and waits for the `Arrival`
+    /// that answers it.
+    pub async fn arrive(&mut self, token: u64) -> u64 {
+        self.send(&ProxyMessage::Arrive { token }).await;
+        match self
+            .wait_for(DEADLINE, &format!("Arrival {token}"), |message| {
+                matches!(message, SupervisorMessage::Arrival { token: t, .. } if *t == token)
+            })
+            .await
+        {
+            SupervisorMessage::Arrival { arrival_seq, .. } => arrival_seq,
+            _ => unreachable!("the predicate matched an Arrival"),
+        }
+    }
+
     /// Reads until a message matches `pred` and returns it; panics with `what` on timeout or
     /// a closed connection. Only new messages are considered.
     pub async fn wait_for(

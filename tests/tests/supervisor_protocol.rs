@@ -206,3 +206,34 @@ async fn a_draining_proxy_is_reported_until_it_goes() {
     drop(new);
     supervisor.stop();
 }
+
+/// Arrival sequence numbers start at 1 and are unique and increasing across every proxy of
+/// the instance, and are answered even while a model loads.
+#[tokio::test]
+async fn arrival_numbers_are_unique_across_proxies_and_do_not_wait_for_loads() {
+    let supervisor = Supervisor::start(
+        ConfigBuilder::new("arrive")
+            .model(ModelSpec::new(A).load_ms(3_000))
+            .build(),
+    );
+    let mut old = supervisor.proxy().await;
+    let mut new = supervisor.proxy().await;
+    old.acquire(1, A).await;
+    old.wait_phase(1, strata_protocol::wire::LeasePhase::Starting)
+        .await;
+    let asked = std::time::Instant::now();
+    let mut seen = Vec::new();
+    for token in 0..6u64 {
+        let proxy = if token % 2 == 0 { &mut old } else { &mut new };
+        seen.push(proxy.arrive(100 + token).await);
+    }
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "arrivals waited for the load: {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(seen, [1, 2, 3, 4, 5, 6]);
+    assert!(old.outcome(1).is_none(), "still loading");
+    drop((old, new));
+    supervisor.stop();
+}
