@@ -29,11 +29,13 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod fake_log;
+pub mod http;
 pub mod net;
 pub mod poll;
 pub mod procs;
 pub mod proxy;
 pub mod python;
+pub mod stack;
 pub mod supervisor;
 pub mod tempdir;
 

@@ -1,0 +1,332 @@
+//! [`Stack`]: the whole router for one test: `strata-supervisor` plus `strata-proxy` on a
+//! [`TestConfig`], talking HTTP on the config's `listen` address.
+//!
+//! [`Stack::start`] starts the supervisor (waiting until its control socket answers), then the
+//! proxy (waiting until `GET /health` answers 200, i.e. it serves and reached the supervisor).
+//! Works the same for wait-first and legacy configs: the config decides.
+//!
+//! The proxy can be stopped, killed and replaced while the supervisor keeps running
+//! ([`Stack::kill_proxy`], [`Stack::wait_proxy_exit`], [`Stack::start_proxy`],
+//! [`Stack::restart_proxy`]), or started through a wrapper such as the socket-activation
+//! launcher ([`Stack::start_proxy_with`], [`Stack::spawn_proxy_with`], [`launch_with_fd3`]).
+//! Replaced proxy processes are kept (reaped, with their stderr) until the stack is dropped.
+//!
+//! [`Stack::stop`] is the clean end of a test: SIGTERM to the proxy (exit 0), then the
+//! supervisor's own clean stop (exit 0, sockets removed, no backend left). Dropping the stack
+//! instead (a failing test) SIGKILLs the proxies first, then the supervisor and any backend of
+//! this test, by PID, and prints their stderr and the fake log if the test panicked.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+use crate::binaries::binary;
+use crate::config::TestConfig;
+use crate::control::ControlClient;
+use crate::daemon::Daemon;
+use crate::fake_log::FakeLog;
+use crate::http::{self, Response};
+use crate::poll::{DEADLINE, POLL_INTERVAL};
+use crate::python::python;
+use crate::supervisor::Supervisor;
+
+/// The proxy binary's name.
+pub const PROXY_BIN: &str = "strata-proxy";
+
+/// The command that runs `strata-proxy CONFIG`: `STRATA_LOG` passed through (default `info`).
+pub fn proxy_command(config: &TestConfig) -> Command {
+    let mut command = Command::new(binary(PROXY_BIN));
+    command
+        .arg(&config.path)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env(
+            "STRATA_LOG",
+            std::env::var("STRATA_LOG").unwrap_or_else(|_| "info".into()),
+        );
+    command
+}
+
+/// `tests/launch_with_fd3.py`: starts a program the way systemd socket activation does (or
+/// deliberately not quite); see its `--help`.
+pub fn launcher_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("launch_with_fd3.py")
+}
+
+/// `python launch_with_fd3.py ARGS -- PROGRAM PROGRAM-ARGS`, with `inner`'s program, arguments
+/// and environment changes. The launcher exec()s the program in place, so the spawned process
+/// *is* the program (same PID).
+pub fn launch_with_fd3(args: &[&str], inner: &Command) -> Command {
+    let mut command = Command::new(python());
+    command.arg(launcher_path()).args(args).arg("--");
+    command.arg(inner.get_program()).args(inner.get_args());
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    command
+}
+
+/// The resident set size of `pid` in KiB (`VmRSS` of `/proc/PID/status`), if it exists.
+pub fn vm_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+}
+
+/// A supervisor and a proxy for one test.
+pub struct Stack {
+    /// The current proxy (none between a kill and the next start).
+    proxy: Option<Daemon>,
+    /// Earlier proxy processes, kept for their stderr and reaped on drop.
+    retired: Vec<Daemon>,
+    spawned: usize,
+    /// Always `Some` until [`Stack::stop`] takes it.
+    supervisor: Option<Supervisor>,
+}
+
+impl std::fmt::Debug for Stack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stack")
+            .field("listen", &self.supervisor.as_ref().map(|s| s.config.listen))
+            .field("proxy", &self.proxy.as_ref().map(Daemon::pid))
+            .field("supervisor", &self.supervisor.as_ref().map(Supervisor::pid))
+            .finish()
+    }
+}
+
+impl Stack {
+    /// Starts the supervisor, then the proxy, and waits until `GET /health` answers 200.
+    pub fn start(config: TestConfig) -> Stack {
+        let mut stack = Stack::supervisor_only(config);
+        stack.start_proxy();
+        stack
+    }
+
+    /// Starts only the supervisor (start a proxy with [`Stack::start_proxy`] or
+    /// [`Stack::start_proxy_with`]).
+    pub fn supervisor_only(config: TestConfig) -> Stack {
+        Stack {
+            proxy: None,
+            retired: Vec::new(),
+            spawned: 0,
+            supervisor: Some(Supervisor::start(config)),
+        }
+    }
+
+    /// The config.
+    pub fn config(&self) -> &TestConfig {
+        &self.sup().config
+    }
+
+    /// The proxy's HTTP address (`listen`).
+    pub fn addr(&self) -> SocketAddr {
+        self.sup().config.listen
+    }
+
+    /// The backend's address (`127.0.0.1:backend_port`), for talking to the fake directly.
+    pub fn backend_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.sup().config.backend_port))
+    }
+
+    /// A control-socket client.
+    pub fn control(&self) -> ControlClient {
+        self.sup().control()
+    }
+
+    /// Bare `status` from the control socket.
+    pub fn status(&self) -> Value {
+        self.sup().status()
+    }
+
+    /// The fake backend's log.
+    pub fn fake_log(&self) -> FakeLog {
+        self.sup().fake_log()
+    }
+
+    /// The supervisor.
+    pub fn supervisor(&mut self) -> &mut Supervisor {
+        self.supervisor
+            .as_mut()
+            .expect("the stack owns its supervisor")
+    }
+
+    fn sup(&self) -> &Supervisor {
+        self.supervisor
+            .as_ref()
+            .expect("the stack owns its supervisor")
+    }
+
+    /// The current proxy process; panics if there is none.
+    pub fn proxy(&mut self) -> &mut Daemon {
+        self.proxy.as_mut().expect("no proxy is running")
+    }
+
+    /// The current proxy's PID; panics if there is none.
+    pub fn proxy_pid(&self) -> u32 {
+        self.proxy.as_ref().expect("no proxy is running").pid()
+    }
+
+    /// The default proxy command for this stack's config.
+    pub fn proxy_command(&self) -> Command {
+        proxy_command(&self.sup().config)
+    }
+
+    /// Starts a proxy with the default command and waits until it serves. Panics if a proxy
+    /// is already current (kill it and wait for its exit first).
+    pub fn start_proxy(&mut self) -> &mut Daemon {
+        self.start_proxy_with(|command| command)
+    }
+
+    /// Like [`Stack::start_proxy`], with the command passed through `wrap` first (add
+    /// environment, or wrap it in a launcher with [`launch_with_fd3`]).
+    pub fn start_proxy_with(&mut self, wrap: impl FnOnce(Command) -> Command) -> &mut Daemon {
+        self.spawn_proxy_with(wrap);
+        self.wait_proxy_serving(DEADLINE);
+        self.proxy()
+    }
+
+    /// Spawns a proxy through `wrap` without waiting for anything (for runs expected to fail).
+    pub fn spawn_proxy_with(&mut self, wrap: impl FnOnce(Command) -> Command) -> &mut Daemon {
+        if let Some(mut old) = self.proxy.take() {
+            assert!(
+                !old.is_running(),
+                "a proxy (pid {}) is still running; stop it before starting another",
+                old.pid()
+            );
+            self.retired.push(old);
+        }
+        self.spawned += 1;
+        let name = format!("proxy{}", self.spawned);
+        let command = wrap(self.proxy_command());
+        let daemon = Daemon::spawn(&name, command, self.sup().config.dir.path());
+        self.proxy.insert(daemon)
+    }
+
+    /// Waits (bounded) until the current proxy answers `GET /health` with 200; panics with its
+    /// stderr if it exits first or the deadline passes.
+    pub fn wait_proxy_serving(&mut self, timeout: Duration) {
+        let addr = self.addr();
+        let deadline = Instant::now() + timeout;
+        loop {
+            let proxy = self.proxy.as_mut().expect("no proxy is running");
+            if let Some(status) = proxy.try_exit() {
+                panic!(
+                    "strata-proxy exited with {status} before serving\n{}",
+                    proxy.stderr_report()
+                );
+            }
+            let last = match http::try_request(addr, "GET", "/health", &[], b"") {
+                Ok(response) if response.status == 200 => return,
+                Ok(response) => format!("{response}"),
+                Err(err) => err.to_string(),
+            };
+            if Instant::now() >= deadline {
+                panic!(
+                    "strata-proxy did not serve /health with 200 within {timeout:?} (last: {last})\n{}",
+                    proxy.stderr_report()
+                );
+            }
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// Sends `signal` to the current proxy (by PID). It stays the current proxy until
+    /// [`Stack::wait_proxy_exit`] or the next start.
+    pub fn kill_proxy(&mut self, signal: Signal) {
+        self.proxy().kill(signal);
+    }
+
+    /// Waits (bounded) for the current proxy to exit and returns its status.
+    pub fn wait_proxy_exit(&mut self, timeout: Duration) -> ExitStatus {
+        self.proxy().wait_exit(timeout)
+    }
+
+    /// SIGTERMs the current proxy, expects a clean exit (0), and starts a new one.
+    pub fn restart_proxy(&mut self) -> &mut Daemon {
+        self.kill_proxy(Signal::SIGTERM);
+        let status = self.wait_proxy_exit(DEADLINE);
+        assert!(
+            status.success(),
+            "strata-proxy exited with {status} after SIGTERM\n{}",
+            self.proxy().stderr_report()
+        );
+        self.start_proxy()
+    }
+
+    /// `GET path` on the proxy.
+    pub fn get(&self, path: &str) -> Response {
+        http::get(self.addr(), path)
+    }
+
+    /// `POST /v1/chat/completions` on the proxy, read to the end.
+    pub fn chat(&self, body: &Value) -> Response {
+        http::chat(self.addr(), body)
+    }
+
+    /// `POST /v1/chat/completions` on the proxy, returning once the headers are in.
+    pub fn open_chat(&self, body: &Value) -> http::Stream {
+        http::open_chat(self.addr(), body)
+    }
+
+    /// The proxy's `/metrics` JSON.
+    pub fn metrics(&self) -> Value {
+        self.get("/metrics").expect_status(200).json()
+    }
+
+    /// Everything the proxies of this stack wrote to stderr, in start order.
+    pub fn proxy_stderr(&self) -> String {
+        self.retired
+            .iter()
+            .chain(self.proxy.as_ref())
+            .map(Daemon::stderr_report)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The clean end of a test: SIGTERM to the current proxy (it must exit 0), then the
+    /// supervisor's clean stop (exit 0, sockets removed, no backend process left).
+    pub fn stop(mut self) {
+        if let Some(proxy) = self.proxy.as_mut()
+            && proxy.is_running()
+        {
+            proxy.kill(Signal::SIGTERM);
+            let status = proxy.wait_exit(DEADLINE);
+            assert!(
+                status.success(),
+                "strata-proxy exited with {status} after SIGTERM\n{}",
+                proxy.stderr_report()
+            );
+        }
+        let supervisor = self
+            .supervisor
+            .take()
+            .expect("the stack owns its supervisor");
+        supervisor.stop();
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // Proxies first (by PID), then the supervisor (its own Drop kills any backend of this
+        // test and prints the fake log when the test failed).
+        if let Some(mut proxy) = self.proxy.take() {
+            proxy.kill_and_reap();
+            self.retired.push(proxy);
+        }
+        for proxy in &mut self.retired {
+            proxy.kill_and_reap();
+        }
+        // Each Daemon prints its stderr on drop while panicking.
+        self.retired.clear();
+        self.supervisor.take();
+    }
+}
