@@ -503,11 +503,11 @@ fn idle_unload_applies_after_on_counting_from_its_end() {
     supervisor.stop();
 }
 
-/// A legacy bare `off` during an `on` load: when `on` reports success, routing must be on
-/// (the spec: `on` returns only when "the router accepts requests").
+/// A legacy bare `off` during an `on` load: the operator's later word stands, so routing
+/// stays off, and `on` fails (it promises a router that accepts requests) while the model it
+/// loaded stays loaded.
 #[test]
-#[ignore = "bug: a bare `off` during `on` leaves `on` reporting ok 'routing enabled' with routing off (control_ops.rs:403 ignores self.routing)"]
-fn a_legacy_off_during_on_does_not_leave_a_successful_on_with_routing_off() {
+fn a_legacy_off_during_on_makes_on_fail_and_routing_stays_off() {
     let config = ConfigBuilder::new("onlegacy")
         .model(ModelSpec::new(A).load_ms(1_500))
         .build();
@@ -517,11 +517,14 @@ fn a_legacy_off_during_on_does_not_leave_a_successful_on_with_routing_off() {
     session.wait_progress(DEADLINE, "started, waiting for readiness");
     assert_eq!(control.request("off"), vec![json!({"routing": false})]);
     let reply = session.wait_done(DEADLINE);
-    let routing = control.status()["routing"] == true;
-    assert!(
-        !reply.ok() || (reply.done["routing"] == true && routing),
-        "on succeeded ({:?}) but routing is off: {reply:#?}",
-        reply.message()
+    reply.assert_failed();
+    assert_eq!(
+        reply.message(),
+        format!("on: model {A} loaded, but routing was turned off during the load and stays off")
     );
+    assert_eq!(reply.done["routing"], json!(false));
+    let status = control.status();
+    assert_eq!(status["routing"], json!(false));
+    assert_eq!(status["loaded"], json!(A));
     supervisor.stop();
 }

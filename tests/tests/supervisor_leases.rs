@@ -417,7 +417,7 @@ async fn a_backend_that_dies_is_reaped_and_reloaded() {
 /// another model switches only once the period has passed, and a priority lease skips it.
 #[tokio::test]
 async fn grace_keeps_the_model_between_leases_and_priority_skips_it() {
-    let grace = Duration::from_millis(2_000);
+    let grace = Duration::from_millis(2_500);
     let config = ConfigBuilder::new("grace")
         .model(ModelSpec::new(A))
         .model(ModelSpec::new(B).family(A3B))
