@@ -348,3 +348,63 @@ async fn identity_mismatch_never_routes() {
     drop(proxy);
     supervisor.stop();
 }
+
+/// Models that are not installed, not compatible, or whose profile is missing or breaks a
+/// rule (lazy loading, an API key, another model name) are refused by lease and by `on`, and
+/// never launched.
+#[tokio::test]
+async fn unprepared_models_are_never_launched() {
+    use strata_protocol::config::ModelStatus;
+    let cases = [
+        ("flash-u", ModelStatus::NotInstalled),
+        ("flash-i", ModelStatus::Incompatible),
+        ("flash-m", ModelStatus::MissingProfile),
+        ("flash-l", ModelStatus::InvalidProfile),
+        ("flash-k", ModelStatus::InvalidProfile),
+        ("flash-n", ModelStatus::InvalidProfile),
+    ];
+    let config = ConfigBuilder::new("unprepared")
+        .model(ModelSpec::new("flash-u").not_installed())
+        .model(ModelSpec::new("flash-i").incompatible())
+        .model(ModelSpec::new("flash-m").without_profile())
+        .model(ModelSpec::new("flash-l").profile_key("lazy_load", true))
+        .model(ModelSpec::new("flash-k").profile_key("api_key", "secret"))
+        .model(ModelSpec::new("flash-n").profile_key("model_name", "something-else"))
+        .build();
+    let supervisor = Supervisor::start(config);
+    let control = supervisor.control();
+    let mut proxy = supervisor.proxy().await;
+    for (lease, (id, status)) in (1..).zip(cases) {
+        proxy.acquire(lease, id).await;
+        assert_eq!(
+            proxy.wait_failed(lease).await,
+            LeaseFailure::NotPrepared { status },
+            "{id}"
+        );
+        let reply = control.on(Some(id));
+        reply.assert_failed();
+        assert_eq!(
+            reply.message(),
+            format!("on: model {id} is not prepared ({})", status.as_str())
+        );
+    }
+    let state = proxy.state().expect("a state").clone();
+    for (id, status) in cases {
+        let entry = state
+            .statuses
+            .iter()
+            .find(|entry| entry.id == id)
+            .unwrap_or_else(|| panic!("{id} missing from {state:?}"));
+        assert_eq!(entry.status, status, "{id}");
+    }
+    assert!(supervisor.fake_log().events().is_empty());
+    let status = control.status();
+    assert_eq!(
+        status["last_startup_error"],
+        Value::Null,
+        "nothing was started"
+    );
+    assert_eq!(status["routing"], json!(true));
+    drop(proxy);
+    supervisor.stop();
+}
