@@ -152,6 +152,8 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
         },
         LeaseFailure::LoadFailed {
             message: "backend did not become ready within 120000 ms".into(),
+            model_switch: true,
+            load_ms: Some(120_450),
         },
         LeaseFailure::Cooldown {
             message: "x".into(),

@@ -578,7 +578,6 @@ async fn a_cancelled_off_leaves_routing_disabled_and_the_model_loaded() {
 /// A legacy bare `on` while `off` waits for a lease: when `off` reports "routing disabled",
 /// routing must be off.
 #[tokio::test]
-#[ignore = "bug: a bare `on` during `off` leaves `off` reporting ok 'routing disabled' with routing on (engine/control_ops.rs:452, stop_finished, ignores self.routing)"]
 async fn a_legacy_on_during_off_does_not_leave_a_successful_off_with_routing_on() {
     let config = ConfigBuilder::new("offlegacy")
         .model(ModelSpec::new(A))

@@ -95,12 +95,19 @@ async fn failure_case(
         backend_port,
     };
     let message = expected(&second);
-    assert_eq!(
-        failure,
-        LeaseFailure::LoadFailed {
-            message: message.clone()
-        }
-    );
+    // A failed start is still a load the request was admitted to: it
+    // reports whether it was a switch and how long it took.
+    let LeaseFailure::LoadFailed {
+        message: got,
+        model_switch,
+        load_ms,
+    } = &failure
+    else {
+        panic!("expected LoadFailed, got {failure:?}");
+    };
+    assert_eq!(got, &message);
+    assert!(model_switch, "a cold start is a switch");
+    assert!(load_ms.is_some(), "a failed load has a duration");
     if let Some(pid) = second.pid {
         assert!(!procs::is_alive(pid), "failed backend {pid} still running");
     }
@@ -243,7 +250,7 @@ async fn cooldown_fails_leases_without_relaunch_but_on_ignores_it() {
     let mut proxy = supervisor.proxy().await;
 
     proxy.acquire(1, MODEL).await;
-    let LeaseFailure::LoadFailed { message } = proxy.wait_failed(1).await else {
+    let LeaseFailure::LoadFailed { message, .. } = proxy.wait_failed(1).await else {
         panic!(
             "the first failure is a load failure: {:#?}",
             proxy.history()
@@ -325,11 +332,12 @@ async fn identity_mismatch_never_routes() {
     for lease in 1..=2 {
         proxy.acquire(lease, MODEL).await;
         let failure = proxy.wait_failed(lease).await;
+        let LeaseFailure::LoadFailed { message, .. } = &failure else {
+            panic!("expected LoadFailed, got {failure:?}");
+        };
         assert_eq!(
-            failure,
-            LeaseFailure::LoadFailed {
-                message: "backend identity mismatch: ready file names a different model".into()
-            }
+            message,
+            "backend identity mismatch: ready file names a different model"
         );
     }
     // The mismatching backend did get ready (so the check, not a crash, rejected it).

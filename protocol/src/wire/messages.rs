@@ -184,8 +184,15 @@ pub enum LeaseFailure {
     /// The model is not installed, not compatible, or its profile is
     /// missing or invalid; nothing was launched.
     NotPrepared { status: ModelStatus },
-    /// The backend failed to start; `message` is bounded and generic.
-    LoadFailed { message: String },
+    /// The backend failed to start; `message` is bounded and generic. The
+    /// request was admitted, so the load's figures are reported as for a
+    /// grant: whether it was a switch, and how long the failed load and its
+    /// cleanup took.
+    LoadFailed {
+        message: String,
+        model_switch: bool,
+        load_ms: Option<u64>,
+    },
     /// A recent start failed; no new launch until the cooldown ends.
     Cooldown { message: String, remaining_ms: u64 },
     /// The supervisor is shutting down.

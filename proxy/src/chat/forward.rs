@@ -77,6 +77,26 @@ pub async fn fail_after_headers(
     }
 }
 
+/// Ends a response whose backend body broke off part-way.
+async fn backend_cut_off(
+    tx: &mpsc::Sender<StreamItem>,
+    mode: AfterHeaders,
+    at_frame_boundary: bool,
+    observer: &mut ResponseObserver,
+) {
+    let error = ApiError::new(
+        hyper::StatusCode::BAD_GATEWAY,
+        "server_error",
+        "upstream_error",
+        "the backend connection failed during the response",
+    );
+    if mode == AfterHeaders::InBandError && !at_frame_boundary {
+        // Close the half-sent frame so the error frame parses.
+        let _ = send(tx, Ok(Bytes::from_static(b"\n\n"))).await;
+    }
+    fail_after_headers(tx, mode, &error, observer).await;
+}
+
 /// Copies `upstream`'s body to `tx` until one side ends.
 pub async fn forward(
     upstream: &mut Upstream,
@@ -114,19 +134,16 @@ pub async fn forward(
                         return ForwardEnd::ClientGone;
                     }
                 }
-                Some(Err(err)) => {
+                                Some(Err(err)) => {
                     tracing::debug!(error = %err, "backend body failed");
-                    let error = ApiError::new(
-                        hyper::StatusCode::BAD_GATEWAY,
-                        "server_error",
-                        "upstream_error",
-                        "the backend connection failed during the response",
-                    );
-                    if mode == AfterHeaders::InBandError && !at_frame_boundary {
-                        // Close the half-sent frame so the error frame parses.
-                        let _ = send(tx, Ok(Bytes::from_static(b"\n\n"))).await;
-                    }
-                    fail_after_headers(tx, mode, &error, observer).await;
+                    backend_cut_off(tx, mode, at_frame_boundary, observer).await;
+                    return ForwardEnd::UpstreamFailed;
+                }
+                // Strata's bodies end at EOF; an event stream that ends
+                // before `[DONE]` was cut off (the backend died).
+                None if observer.sse_unfinished() => {
+                    tracing::debug!("backend stream ended before [DONE]");
+                    backend_cut_off(tx, mode, at_frame_boundary, observer).await;
                     return ForwardEnd::UpstreamFailed;
                 }
                 None => return ForwardEnd::Completed,

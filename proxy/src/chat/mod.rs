@@ -358,7 +358,7 @@ fn lease_failure(failure: LeaseFailure) -> Failure {
             );
             unavailable("model_not_prepared", &message, Reason::ModelNotPrepared)
         }
-        LeaseFailure::LoadFailed { message } => {
+        LeaseFailure::LoadFailed { message, .. } => {
             let message = format!("the model failed to load: {message}");
             unavailable("model_load_error", &message, Reason::ModelLoadError)
         }
@@ -488,7 +488,18 @@ async fn wait_for_grant(
                 trace.model_load_ms = grant.load_ms;
                 return Ok(grant);
             }
-            LeaseEvent::Failed(failure) => return Err(lease_failure(failure)),
+            LeaseEvent::Failed(failure) => {
+                if let LeaseFailure::LoadFailed {
+                    model_switch,
+                    load_ms,
+                    ..
+                } = &failure
+                {
+                    trace.model_switch = *model_switch;
+                    trace.model_load_ms = *load_ms;
+                }
+                return Err(lease_failure(failure));
+            }
             LeaseEvent::Revoked | LeaseEvent::LinkLost => {
                 return Err(Failure::new(
                     ApiError::new(

@@ -150,6 +150,15 @@ impl Trace {
             return;
         }
         self.finished = true;
+        // A body that passed through whole but reported a failure in band
+        // (an error frame or error document) did not complete.
+        let reason = if reason == Reason::Completed
+            && self.observed.as_ref().is_some_and(|o| o.inband_error)
+        {
+            Reason::UpstreamError
+        } else {
+            reason
+        };
         let success = reason == Reason::Completed
             && self
                 .status

@@ -95,6 +95,13 @@ impl ResponseObserver {
         }
     }
 
+    /// An SSE body that has not sent `data: [DONE]` yet. At the backend's
+    /// EOF this means the stream was cut off: Strata ends every complete
+    /// stream, failed ones included, with `[DONE]`.
+    pub fn sse_unfinished(&self) -> bool {
+        matches!(&self.body, Body::Sse(sse) if !sse.saw_done())
+    }
+
     /// Called once at EOF (or cancellation): reads a final unterminated
     /// SSE line or the JSON body and returns what was learned. (A second
     /// call would find the JSON body already consumed.)

@@ -31,6 +31,11 @@ impl SseObserver {
         self.lines.feed(chunk, |line| state.line(line, now));
     }
 
+    /// `data: [DONE]` has been seen.
+    pub(super) fn saw_done(&self) -> bool {
+        self.state.out.saw_done
+    }
+
     /// Reads a final line that had no `\n` before EOF.
     pub(super) fn finish(&mut self) -> Observed {
         let state = &mut self.state;

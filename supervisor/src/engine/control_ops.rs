@@ -285,7 +285,7 @@ impl Engine {
                 }
                 let Some(backend) = &self.backend else {
                     let op = self.control.take().expect("checked above");
-                    self.done(op, true, "off: no model loaded, routing disabled".into());
+                    self.finish_off(op, "off: no model loaded, routing disabled");
                     return true;
                 };
                 let pid = backend.pid();
@@ -449,6 +449,18 @@ impl Engine {
             "stopped",
             format!("backend pid {pid} exited, memory released"),
         );
-        self.done(op, true, "off: model unloaded, routing disabled".into());
+        self.finish_off(op, "off: model unloaded, routing disabled");
+    }
+
+    /// Answers `off`. A legacy bare `on` that arrived meanwhile stands (the
+    /// operator's later word), but then `off` did not leave routing
+    /// disabled as it promises, so it reports failure.
+    fn finish_off(&mut self, op: ControlOp, message: &str) {
+        if self.routing {
+            let text = format!("{message}, but routing was turned back on meanwhile");
+            self.done(op, false, text);
+        } else {
+            self.done(op, true, message.to_owned());
+        }
     }
 }

@@ -750,6 +750,8 @@ impl Engine {
                     |w| w.admitted_to == Some(seq),
                     LeaseFailure::LoadFailed {
                         message: message.clone(),
+                        model_switch: switch,
+                        load_ms: Some(load_ms),
                     },
                 );
                 self.broadcast_state();
