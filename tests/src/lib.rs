@@ -24,6 +24,7 @@
 //! name), and every wait bounded by a deadline that panics with what was awaited.
 #![forbid(unsafe_code)]
 
+pub mod accounting;
 pub mod binaries;
 pub mod config;
 pub mod control;
