@@ -466,3 +466,45 @@ fn another_user_is_refused_by_peer_credentials() {
     assert!(supervisor.fake_log().events().is_empty());
     supervisor.stop();
 }
+
+/// A backend that ignores SIGTERM and has a grandchild in its process group: `off` escalates
+/// to SIGKILL after `shutdown_ms` and answers only once the whole group is gone.
+#[test]
+fn off_kills_a_stubborn_backend_and_its_whole_group() {
+    let shutdown = std::time::Duration::from_millis(600);
+    let config = ConfigBuilder::new("stubborn")
+        .model(
+            ModelSpec::new(A)
+                .fake("ignore_sigterm", true)
+                .fake("spawn_grandchild", true),
+        )
+        .shutdown_ms(shutdown.as_millis() as u64)
+        .build();
+    let supervisor = Supervisor::start(config);
+    let pid = loaded_pid(&supervisor);
+    let log = supervisor.fake_log();
+    let grandchild = log.events_named("grandchild")[0]["child_pid"]
+        .as_u64()
+        .expect("grandchild pid") as u32;
+    assert!(procs::is_alive(grandchild));
+
+    let asked = std::time::Instant::now();
+    let reply = supervisor.control().off(false);
+    reply.assert_ok();
+    assert!(
+        asked.elapsed() >= shutdown - std::time::Duration::from_millis(50),
+        "SIGKILL before shutdown_ms: {:?}",
+        asked.elapsed()
+    );
+    assert!(
+        !procs::group_alive(pid),
+        "off answered before the group was gone"
+    );
+    assert!(!procs::is_alive(grandchild));
+    assert!(
+        !log.events_named("signal_ignored").is_empty(),
+        "{}",
+        log.dump()
+    );
+    supervisor.stop();
+}
