@@ -381,6 +381,19 @@ class ServingTests(unittest.TestCase):
         msg = json.loads(body)["choices"][0]["message"]
         self.assertEqual(msg, {"role": "assistant", "content": "tok "})
 
+    def test_fixed_ids_make_identical_requests_byte_identical(self):
+        for stream in (True, False):
+            r1, body1 = self.fake.chat({"fixed_ids": True, "tool_call": True}, stream=stream)
+            r2, body2 = self.fake.chat({"fixed_ids": True, "tool_call": True}, stream=stream)
+            self.assertEqual((r1.status, r2.status), (200, 200))
+            self.assertEqual(body1, body2)
+            self.assertIn(b'"id":"chatcmpl-000000000000000000000000"', body1)
+            self.assertIn(b'"created":0,', body1)
+            self.assertIn(b'"id":"call_000000000000000000000000"', body1)
+            r3, body3 = self.fake.chat({"tool_call": True}, stream=stream)
+            self.assertNotEqual(body1, body3)
+            self.assertNotIn(b"chatcmpl-000000000000000000000000", body3)
+
     def test_error_status_and_bad_requests(self):
         r, body = self.fake.chat({"error_status": 503})
         self.assertEqual(r.status, 503)

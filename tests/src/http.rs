@@ -175,9 +175,14 @@ fn parse_block(block: &str) -> Frame {
 }
 
 /// Where the next frame ends in `bytes`: `(end of the frame's text, start of what follows)`.
+/// Linear in the frame's length (a CRLF blank line is only looked for before the first LF one).
 fn frame_end(bytes: &[u8]) -> Option<(usize, usize)> {
     let lf = bytes.windows(2).position(|w| w == b"\n\n");
-    let crlf = bytes.windows(4).position(|w| w == b"\r\n\r\n");
+    let crlf_scope = match lf {
+        Some(at) => &bytes[..(at + 2).min(bytes.len())],
+        None => bytes,
+    };
+    let crlf = crlf_scope.windows(4).position(|w| w == b"\r\n\r\n");
     match (lf, crlf) {
         (Some(a), Some(b)) if b < a => Some((b, b + 4)),
         (Some(a), _) => Some((a, a + 2)),
@@ -334,6 +339,31 @@ impl Conn {
     /// Connects (bounded by [`DEADLINE`]).
     pub fn connect(addr: SocketAddr) -> std::io::Result<Conn> {
         let stream = TcpStream::connect_timeout(&addr, DEADLINE)?;
+        stream.set_nodelay(true)?;
+        stream.set_write_timeout(Some(DEADLINE))?;
+        Ok(Conn { stream, addr })
+    }
+
+    /// Connects with the receive buffer fixed at `bytes` (`SO_RCVBUF` set before connecting,
+    /// which also turns off the kernel's receive-buffer autotuning), so a client that reads
+    /// slowly cannot hide a server's lack of backpressure in a huge kernel buffer.
+    pub fn connect_with_recv_buffer(addr: SocketAddr, bytes: usize) -> std::io::Result<Conn> {
+        use nix::sys::socket::{
+            AddressFamily, SockFlag, SockType, SockaddrIn, SockaddrIn6, connect, setsockopt,
+            socket, sockopt,
+        };
+        use std::os::fd::AsRawFd;
+        let family = match addr {
+            SocketAddr::V4(_) => AddressFamily::Inet,
+            SocketAddr::V6(_) => AddressFamily::Inet6,
+        };
+        let fd = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+        setsockopt(&fd, sockopt::RcvBuf, &bytes)?;
+        match addr {
+            SocketAddr::V4(v4) => connect(fd.as_raw_fd(), &SockaddrIn::from(v4))?,
+            SocketAddr::V6(v6) => connect(fd.as_raw_fd(), &SockaddrIn6::from(v6))?,
+        }
+        let stream = TcpStream::from(fd);
         stream.set_nodelay(true)?;
         stream.set_write_timeout(Some(DEADLINE))?;
         Ok(Conn { stream, addr })

@@ -100,10 +100,16 @@ def timings(prompt, completion, cached, token_delay_ms):
 class Completion(object):
     """Identity shared by every chunk of one response."""
 
-    def __init__(self, model):
-        self.id = "chatcmpl-" + os.urandom(12).hex()
-        self.call_id = "call_" + os.urandom(12).hex()
-        self.created = int(time.time())
+    def __init__(self, model, fixed_ids=False):
+        if fixed_ids:
+            # Deterministic identity, so two identical requests get byte-identical answers.
+            self.id = "chatcmpl-" + "0" * 24
+            self.call_id = "call_" + "0" * 24
+            self.created = 0
+        else:
+            self.id = "chatcmpl-" + os.urandom(12).hex()
+            self.call_id = "call_" + os.urandom(12).hex()
+            self.created = int(time.time())
         self.model = model
 
     def chunk(self, delta, finish_reason=None, **extra):

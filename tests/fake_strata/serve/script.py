@@ -55,6 +55,7 @@ REQUEST_KEYS = {
     "timings": (True, "bool"),
     "finish_reason": (None, "str"),
     "content_bytes": (None, "positive_count"),
+    "fixed_ids": (False, "bool"),
 }
 
 

@@ -344,7 +344,7 @@ class Handler(BaseHTTPRequestHandler):
                     self.send_error_json(status, frames.error_type_for(status), message)
                     done = {"status": status, "frames": 0}
                 else:
-                    completion = frames.Completion(model)
+                    completion = frames.Completion(model, params["fixed_ids"])
                     if stream:
                         done = self.run_stream(params, completion, prompt, cached)
                     else:

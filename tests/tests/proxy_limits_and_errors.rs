@@ -1,0 +1,500 @@
+//! Request limits and router-made errors of the real `strata-proxy`: 413 for bodies over
+//! `max_request_body_bytes` (declared and chunked), 400 for malformed requests, 404 for
+//! unknown or disabled models, 404/405 for other paths and methods, all in the OpenAI error
+//! shape, never echoing request content; and the `x-strata-*` headers on every chat response,
+//! errors included.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use strata_e2e::http::{self, CHAT_PATH, Conn, Response, chat_body};
+use strata_e2e::stack::Stack;
+use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec};
+
+const A: &str = "flash-a";
+const B: &str = "flash-b";
+const C: &str = "flash-c";
+const LIMIT: usize = 1024;
+/// A string no error body may contain: it is only ever in request content.
+const CANARY: &str = "CANARY-7f3a9c-do-not-echo";
+
+/// Checks the OpenAI error shape, the code, and that nothing of the request is echoed.
+fn assert_error(response: &Response, status: u16, code: &str) -> Value {
+    assert_eq!(response.status, status, "{response}");
+    assert_eq!(
+        response.header("content-type"),
+        Some("application/json"),
+        "{response}"
+    );
+    let doc = response.json();
+    let error = &doc["error"];
+    assert!(
+        error["message"].is_string() && error["type"].is_string(),
+        "OpenAI error shape expected: {response}"
+    );
+    assert_eq!(error["code"], code, "{response}");
+    assert_eq!(
+        doc.as_object().map(|o| o.len()),
+        Some(1),
+        "only `error`: {doc}"
+    );
+    assert!(
+        !response.text().contains(CANARY) && !response.text().contains("zzz-"),
+        "an error body echoes request content: {response}"
+    );
+    doc
+}
+
+fn request_id(response: &Response) -> String {
+    response
+        .header("x-strata-request-id")
+        .unwrap_or_else(|| panic!("no x-strata-request-id: {response}"))
+        .to_owned()
+}
+
+fn post(stack: &Stack, body: &[u8]) -> Response {
+    http::request(
+        stack.addr(),
+        "POST",
+        CHAT_PATH,
+        &[("content-type", "application/json")],
+        body,
+    )
+}
+
+/// A chat body of exactly `size` bytes (padded with a `pad` member).
+fn body_of_size(size: usize) -> Vec<u8> {
+    let mut body = chat_body(A, false);
+    body["pad"] = json!("");
+    let base = body.to_string().len();
+    assert!(base <= size);
+    body["pad"] = json!(
+        CANARY
+            .repeat(size)
+            .chars()
+            .take(size - base)
+            .collect::<String>()
+    );
+    let text = body.to_string().into_bytes();
+    assert_eq!(text.len(), size);
+    text
+}
+
+fn limits_config(tag: &str) -> strata_e2e::TestConfig {
+    ConfigBuilder::new(tag)
+        .model(ModelSpec::new(A))
+        .set("max_request_body_bytes", LIMIT as u64)
+        .build()
+}
+
+#[test]
+fn bodies_over_the_limit_get_413_declared_or_chunked() {
+    let stack = Stack::start(limits_config("limit"));
+    let mut ids = HashSet::new();
+
+    // Exactly the limit is fine; one byte more is not.
+    let ok = post(&stack, &body_of_size(LIMIT));
+    assert_eq!(ok.status, 200, "{ok}");
+    ids.insert(request_id(&ok));
+    let over = post(&stack, &body_of_size(LIMIT + 1));
+    assert_error(&over, 413, "request_too_large");
+    ids.insert(request_id(&over));
+
+    // A declared length over the limit is refused before any body byte is sent.
+    let mut conn = Conn::connect(stack.addr()).unwrap();
+    conn.write(
+        format!(
+            "POST {CHAT_PATH} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            50 * 1024 * 1024
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let early = conn.response(DEADLINE);
+    assert_error(&early, 413, "request_too_large");
+    ids.insert(request_id(&early));
+
+    // Chunked: under the limit in several chunks is accepted ...
+    let body = body_of_size(LIMIT);
+    let mut conn = Conn::connect(stack.addr()).unwrap();
+    conn.write(
+        format!("POST {CHAT_PATH} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    for piece in body.chunks(100) {
+        conn.write_chunk(piece).unwrap();
+    }
+    conn.write_chunk(b"").unwrap();
+    let chunked_ok = conn.response(DEADLINE);
+    assert_eq!(chunked_ok.status, 200, "{chunked_ok}");
+    ids.insert(request_id(&chunked_ok));
+
+    // ... over it is a 413, whether or not the client keeps sending.
+    let body = body_of_size(4 * LIMIT);
+    let mut conn = Conn::connect(stack.addr()).unwrap();
+    conn.write(
+        format!("POST {CHAT_PATH} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    for piece in body.chunks(512) {
+        // The proxy may answer and stop reading before the last chunk; that is fine.
+        if conn.write_chunk(piece).is_err() {
+            break;
+        }
+    }
+    let _ = conn.write_chunk(b"");
+    let chunked_over = conn.response(DEADLINE);
+    assert_error(&chunked_over, 413, "request_too_large");
+    ids.insert(request_id(&chunked_over));
+    assert_eq!(ids.len(), 5, "request ids are unique: {ids:?}");
+
+    // Only the two accepted requests reached the backend.
+    let requests = stack.fake_log().events_named("request");
+    assert_eq!(requests.len(), 2, "{}", stack.fake_log().dump());
+    assert!(requests.iter().all(|r| r["body_bytes"] == json!(LIMIT)));
+    assert_eq!(stack.metrics()["max_request_body_bytes"], json!(LIMIT));
+    stack.stop();
+}
+
+#[test]
+fn malformed_requests_get_400_with_the_openai_shape_and_no_echo() {
+    let stack = Stack::start(limits_config("bad"));
+    let messages = json!([{"role": "user", "content": CANARY}]);
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "invalid JSON",
+            format!("{{\"model\": \"{A}\", \"messages\": [\"{CANARY}\"").into_bytes(),
+            "invalid_json",
+        ),
+        (
+            "trailing garbage",
+            format!("{{\"model\": \"{A}\"}} {CANARY}").into_bytes(),
+            "invalid_json",
+        ),
+        (
+            "not UTF-8",
+            b"{\"model\": \"\xff\xfe\"}".to_vec(),
+            "invalid_json",
+        ),
+        ("empty body", Vec::new(), "invalid_json"),
+        (
+            "an array",
+            json!([CANARY, {"model": A}]).to_string().into_bytes(),
+            "invalid_json",
+        ),
+        (
+            "a string",
+            json!(CANARY).to_string().into_bytes(),
+            "invalid_json",
+        ),
+        (
+            "missing model",
+            json!({"messages": messages}).to_string().into_bytes(),
+            "invalid_request",
+        ),
+        (
+            "model not a string",
+            json!({"model": [CANARY], "messages": messages})
+                .to_string()
+                .into_bytes(),
+            "invalid_request",
+        ),
+        (
+            "stream not a boolean",
+            json!({"model": A, "stream": CANARY, "messages": messages})
+                .to_string()
+                .into_bytes(),
+            "invalid_request",
+        ),
+        (
+            "stream a number",
+            json!({"model": A, "stream": 1, "messages": messages})
+                .to_string()
+                .into_bytes(),
+            "invalid_request",
+        ),
+        (
+            "bad service_tier",
+            json!({"model": A, "service_tier": CANARY, "messages": messages})
+                .to_string()
+                .into_bytes(),
+            "invalid_service_tier",
+        ),
+        (
+            "service_tier not a string",
+            json!({"model": A, "service_tier": 3, "messages": messages})
+                .to_string()
+                .into_bytes(),
+            "invalid_service_tier",
+        ),
+        (
+            "bad speed",
+            json!({"model": A, "speed": CANARY, "messages": messages})
+                .to_string()
+                .into_bytes(),
+            "invalid_speed",
+        ),
+        (
+            "bad speed with a good tier",
+            json!({"model": A, "speed": "slow", "service_tier": "priority", "stream": true})
+                .to_string()
+                .into_bytes(),
+            "invalid_speed",
+        ),
+    ];
+    let mut ids = HashSet::new();
+    for (what, body, code) in cases {
+        let response = post(&stack, &body);
+        assert_eq!(response.status, 400, "{what}: {response}");
+        assert_error(&response, 400, code);
+        assert!(
+            ids.insert(request_id(&response)),
+            "{what}: duplicate request id"
+        );
+        assert_eq!(
+            response.header("x-strata-concrete-model"),
+            None,
+            "{what}: no model was resolved: {response}"
+        );
+    }
+    assert!(
+        stack.fake_log().starts().is_empty(),
+        "a rejected request must not start a backend\n{}",
+        stack.fake_log().dump()
+    );
+    stack.stop();
+}
+
+#[test]
+fn unknown_and_disabled_models_and_dead_aliases_get_404() {
+    let config = ConfigBuilder::new("notfound")
+        .model(ModelSpec::new(A))
+        .model(ModelSpec::new(B))
+        .model(ModelSpec::new(C).family(strata_e2e::A3B))
+        .alias(strata_e2e::FLASH, &[A, B])
+        .alias(strata_e2e::A3B, &[C])
+        .enabled_models(&[A])
+        .build();
+    let stack = Stack::start(config);
+    let cases = [
+        ("unknown model", format!("zzz-{CANARY}")),
+        ("disabled model", B.to_owned()),
+        (
+            "alias with every entry disabled",
+            "qwen3.6-35b-a3b".to_owned(),
+        ),
+        ("case matters", A.to_uppercase()),
+    ];
+    for stream in [false, true] {
+        for (what, model) in &cases {
+            let response = stack.chat(&chat_body(model, stream));
+            assert_error(&response, 404, "model_not_found");
+            request_id(&response);
+            assert_eq!(
+                response.header("x-strata-concrete-model"),
+                None,
+                "{what}: {response}"
+            );
+        }
+    }
+    // The dead alias and the disabled models are not listed either.
+    let listing = stack.get("/v1/models").expect_status(200).json();
+    let ids: Vec<&str> = listing["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|item| item["id"].as_str())
+        .collect();
+    assert_eq!(ids, [A, "qwen3.8-flash-next"], "{listing}");
+    assert!(stack.fake_log().starts().is_empty());
+    stack.stop();
+}
+
+#[test]
+fn other_paths_get_404_and_wrong_methods_405_in_the_openai_shape() {
+    let stack = Stack::start(limits_config("paths"));
+    let canary_path = format!("/zzz-{CANARY}");
+    let not_found = [
+        ("GET", "/"),
+        ("GET", "/v1/completions"),
+        ("POST", "/v1/completions"),
+        ("POST", "/v1/embeddings"),
+        ("GET", "/v1/models/flash-a"),
+        ("POST", "/v1/chat/completions/extra"),
+        ("GET", "/v1/chat"),
+        ("GET", "/healthz"),
+        ("POST", canary_path.as_str()),
+        ("GET", "/v1/models?zzz=1"),
+    ];
+    for (method, path) in not_found {
+        if path.contains('?') {
+            // A query string does not change the route.
+            let response = http::request(stack.addr(), method, path, &[], b"");
+            assert_eq!(response.status, 200, "{method} {path}: {response}");
+            continue;
+        }
+        let response = http::request(stack.addr(), method, path, &[], CANARY.as_bytes());
+        assert_error(&response, 404, "not_found");
+    }
+    let wrong_method = [
+        ("GET", "/v1/chat/completions"),
+        ("PUT", "/v1/chat/completions"),
+        ("DELETE", "/v1/chat/completions"),
+        ("POST", "/v1/models"),
+        ("DELETE", "/health"),
+        ("POST", "/metrics"),
+        ("PUT", "/requests"),
+    ];
+    for (method, path) in wrong_method {
+        let response = http::request(stack.addr(), method, path, &[], CANARY.as_bytes());
+        assert_error(&response, 405, "method_not_allowed");
+    }
+    assert!(
+        stack.fake_log().events().is_empty(),
+        "nothing reached a backend"
+    );
+    stack.stop();
+}
+
+/// `x-strata-request-id` on every chat response, errors included, each one different;
+/// `x-strata-concrete-model` once the model is resolved; `x-strata-service-tier` on upstream
+/// responses (legacy) and on early streaming responses (wait-first).
+#[test]
+fn strata_headers_on_success_and_on_every_error() {
+    for wait_first in [false, true] {
+        let config = ConfigBuilder::new("headers")
+            .model(ModelSpec::new(A))
+            .model(ModelSpec::new(B).not_installed())
+            .model(ModelSpec::new(C).start_failure("exit"))
+            .set("max_request_body_bytes", LIMIT as u64)
+            .wait_when_busy(wait_first)
+            .build();
+        let stack = Stack::start(config);
+        let mut ids = HashSet::new();
+        let mut check = |what: &str, response: &Response| {
+            let id = request_id(response);
+            assert!(
+                id.contains('-') && !id.starts_with("unlinked"),
+                "{what}: {id}"
+            );
+            assert!(ids.insert(id), "{what}: request id repeated");
+        };
+
+        // Successes: the concrete model and the tier.
+        for (tier_fields, tier) in [
+            (json!({}), "default"),
+            (json!({"service_tier": "priority"}), "priority"),
+            (json!({"speed": "fast"}), "priority"),
+            (json!({"service_tier": "flex", "speed": "standard"}), "flex"),
+            (json!({"service_tier": "auto"}), "default"),
+        ] {
+            for stream in [false, true] {
+                let mut body = chat_body(A, stream);
+                for (key, value) in tier_fields.as_object().unwrap() {
+                    body[key] = value.clone();
+                }
+                let response = stack.chat(&body);
+                assert_eq!(response.status, 200, "{response}");
+                check("success", &response);
+                assert_eq!(response.header("x-strata-concrete-model"), Some(A));
+                assert_eq!(
+                    response.header("x-strata-service-tier"),
+                    Some(tier),
+                    "{body}: {response}"
+                );
+            }
+        }
+
+        // Upstream errors keep the headers (wait-first streams turn them into event: error).
+        let mut body = chat_body(A, false);
+        body["fake"] = json!({"error_status": 409});
+        let response = stack.chat(&body);
+        assert_eq!(response.status, 409, "{response}");
+        check("upstream 409", &response);
+        assert_eq!(response.header("x-strata-concrete-model"), Some(A));
+        assert_eq!(response.header("x-strata-service-tier"), Some("default"));
+
+        // Router errors before resolution: the request id only.
+        for (what, body) in [
+            ("invalid JSON", b"{".to_vec()),
+            ("too large", body_of_size(LIMIT + 1)),
+            (
+                "unknown model",
+                chat_body("zzz-unknown", false).to_string().into_bytes(),
+            ),
+        ] {
+            let response = post(&stack, &body);
+            assert!(response.status >= 400, "{what}: {response}");
+            check(what, &response);
+        }
+
+        // Router errors after resolution: the concrete model too.
+        for stream in [false, true] {
+            let response = stack.chat(&chat_body(B, stream));
+            check("not prepared", &response);
+            assert_eq!(
+                response.header("x-strata-concrete-model"),
+                Some(B),
+                "{response}"
+            );
+            if stream && wait_first {
+                assert_eq!(response.status, 200, "{response}");
+                let frames = response.frames();
+                assert_eq!(frames.len(), 1, "{frames:#?}");
+                assert_eq!(frames[0].event.as_deref(), Some("error"));
+                assert_eq!(frames[0].json()["error"]["code"], "model_not_prepared");
+                assert_eq!(frames[0].json()["error"]["status"], 503);
+            } else {
+                assert_error(&response, 503, "model_not_prepared");
+            }
+        }
+        for stream in [false, true] {
+            let response = stack.chat(&chat_body(C, stream));
+            check("load error", &response);
+            assert_eq!(response.header("x-strata-concrete-model"), Some(C));
+            if !(stream && wait_first) {
+                assert_error(&response, 503, "model_load_error");
+            }
+        }
+        // Routing off.
+        stack.control().off(false).assert_ok();
+        let response = stack.chat(&chat_body(A, false));
+        assert_error(&response, 503, "routing_off");
+        check("routing off", &response);
+        assert_eq!(response.header("x-strata-concrete-model"), Some(A));
+        stack.stop();
+    }
+}
+
+/// A body shorter than its `Content-Length`, after which the client stops sending: the proxy
+/// answers 400 (it cannot parse what never came) with the request id, like every chat error.
+#[test]
+#[ignore = "bug: the 400 incomplete_body answer lacks x-strata-request-id (proxy/src/chat/mod.rs, the BodyError::Client arm of handle returns ApiError::into_response() without StrataHeaders::apply)"]
+fn a_truncated_body_gets_an_error_with_a_request_id() {
+    let stack = Stack::start(limits_config("short"));
+    let mut conn = Conn::connect(stack.addr()).unwrap();
+    conn.write(
+        format!(
+            "POST {CHAT_PATH} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{{\"model\": \"{A}\""
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    conn.shutdown_write();
+    match conn.try_response(Duration::from_secs(10)) {
+        Ok(response) => {
+            assert_eq!(response.status, 400, "{response}");
+            request_id(&response);
+            assert_error(&response, 400, "incomplete_body");
+        }
+        // Closing without an answer is acceptable for a client that hung up its side.
+        Err(err) => eprintln!("no answer to a truncated body: {err}"),
+    }
+    // Nothing was sent upstream, and the proxy still serves.
+    assert!(stack.fake_log().events_named("request").is_empty());
+    assert_eq!(stack.chat(&chat_body(A, false)).status, 200);
+    stack.stop();
+}
