@@ -575,10 +575,11 @@ async fn a_cancelled_off_leaves_routing_disabled_and_the_model_loaded() {
     supervisor.stop();
 }
 
-/// A legacy bare `on` while `off` waits for a lease: when `off` reports "routing disabled",
-/// routing must be off.
+/// A legacy bare `on` while `off` waits for a lease: the operator's later word stands
+/// (routing stays on), the model is still unloaded, and `off` fails because it did not leave
+/// routing disabled as it promises.
 #[tokio::test]
-async fn a_legacy_on_during_off_does_not_leave_a_successful_off_with_routing_on() {
+async fn a_legacy_on_during_off_makes_off_fail_and_routing_stays_on() {
     let config = ConfigBuilder::new("offlegacy")
         .model(ModelSpec::new(A))
         .build();
@@ -587,17 +588,21 @@ async fn a_legacy_on_during_off_does_not_leave_a_successful_off_with_routing_on(
     let mut proxy = supervisor.proxy().await;
     proxy.acquire(1, A).await;
     proxy.wait_granted(1).await;
+    let pid = child_pid(&supervisor.status());
     let mut off = control.open(&off_line(false));
     off.wait_progress(DEADLINE, "1 active request, waiting for it to finish");
     assert_eq!(control.request("on"), vec![json!({"routing": true})]);
     proxy.release(1).await;
     let reply = off.wait_done(DEADLINE);
-    let routing = control.status()["routing"] == true;
-    assert!(
-        !reply.ok() || (reply.done["routing"] == false && !routing),
-        "off succeeded ({:?}) but routing is on: {reply:#?}",
-        reply.message()
+    reply.assert_failed();
+    assert_eq!(
+        reply.message(),
+        "off: model unloaded, routing disabled, but routing was turned back on meanwhile"
     );
+    assert_eq!(reply.done["routing"], json!(true));
+    assert_eq!(reply.done["loaded"], Value::Null);
+    assert!(!procs::group_alive(pid));
+    assert_eq!(control.status()["routing"], json!(true));
     drop(proxy);
     supervisor.stop();
 }
