@@ -28,6 +28,9 @@ const MAX_LINE: usize = 64 * 1024;
 /// How often a half-closed client is checked for having gone away.
 const HANGUP_POLL: Duration = Duration::from_millis(100);
 
+/// A client gets this long to send its one request line.
+const REQUEST_LINE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Accepts control connections until the listener fails.
 pub async fn serve(listener: UnixListener, engine: EngineHandle) {
     let operation_lock = Arc::new(Mutex::new(()));
@@ -115,10 +118,12 @@ async fn handle_connection(
     }
     let mut reader = BufReader::new(reader);
     let mut line = Vec::new();
-    let read = (&mut reader)
-        .take(MAX_LINE as u64 + 1)
-        .read_until(b'\n', &mut line)
-        .await?;
+        let mut limited = (&mut reader).take(MAX_LINE as u64 + 1);
+    let read_line = limited.read_until(b'\n', &mut line);
+    let Ok(read) = tokio::time::timeout(REQUEST_LINE_TIMEOUT, read_line).await else {
+        return write_line(&mut writer, &json!({"error": "no request line received"})).await;
+    };
+    let read = read?;
     if read == 0 {
         return Ok(());
     }

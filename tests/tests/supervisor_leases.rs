@@ -606,3 +606,25 @@ async fn a_legacy_on_during_off_makes_off_fail_and_routing_stays_on() {
     drop(proxy);
     supervisor.stop();
 }
+
+/// A model outside `enabled_models` is refused like an unknown one, even by
+/// a client that talks to the supervisor socket directly, and never starts.
+#[tokio::test]
+async fn a_model_outside_enabled_models_is_refused_and_never_started() {
+    let config = ConfigBuilder::new("disabled")
+        .model(ModelSpec::new(A))
+        .model(ModelSpec::new(B).family(A3B))
+        .enabled_models(&[A])
+        .build();
+    let log = config.fake_log();
+    let upstream_b = config.upstream(B);
+    let supervisor = Supervisor::start(config);
+    let mut proxy = supervisor.proxy().await;
+    proxy.acquire(1, B).await;
+    assert_eq!(proxy.wait_failed(1).await, LeaseFailure::UnknownModel);
+    proxy.acquire(2, A).await;
+    proxy.wait_granted(2).await;
+    assert_eq!(log.start_count(&upstream_b), 0, "{}", log.dump());
+    proxy.release(2).await;
+    supervisor.stop();
+}

@@ -248,6 +248,10 @@ impl Engine {
             Some(LeaseFailure::RoutingOff)
         } else {
             match self.config.registry.model(&model) {
+                // Models outside enabled_models reject direct requests; the
+                // proxy already filters them, this keeps that true for any
+                // client of the socket.
+                _ if !self.config.registry.is_enabled(&model) => Some(LeaseFailure::UnknownModel),
                 None => Some(LeaseFailure::UnknownModel),
                 Some(entry) if !entry.prepared.is_prepared() => Some(LeaseFailure::NotPrepared {
                     status: entry.prepared,
