@@ -250,9 +250,13 @@ fn wait_first_reasons() {
     // (queue_wait_ms null), the load's duration unknown.
     let loading = stack.open_chat(&chat_request(SLOW_LOAD, true, "x", Value::Null));
     let loading_id = loading.header("x-strata-request-id").unwrap().to_owned();
-    poll_until(DEADLINE, "the slow model to load", || {
-        stack.status()["loading"] == json!(SLOW_LOAD)
+    // The supervisor admits the request (LeaseProgress Admitted) before it spawns the backend,
+    // so once the fake logs its start the proxy has long known the request is loading.
+    let upstream = stack.config().upstream(SLOW_LOAD);
+    poll_until(DEADLINE, "the slow model's backend to start", || {
+        stack.fake_log().start_count(&upstream) == 1
     });
+    assert_eq!(stack.status()["loading"], json!(SLOW_LOAD));
     loading.disconnect();
     count(1);
     let rec = wait_record(addr, &loading_id);

@@ -1,0 +1,278 @@
+//! A proxy restart during traffic (issue 5, item 9). The old proxy gets SIGTERM while several
+//! streams are in flight: it closes its listener and drains them. A new proxy starts as soon
+//! as the listener is free and serves new requests while the old one is still draining. The
+//! supervisor owns the accounting, so afterwards:
+//!
+//! - `/requests`, now served by the new proxy, has the old proxy's last records;
+//! - `instance_id` is unchanged and a cursor taken before the restart continues without a gap;
+//! - `seq`, `arrival_seq` and `request_id` are unique although two proxies overlapped;
+//! - the JSONL file has exactly one writer: one line per record, no duplicates.
+
+use std::collections::HashSet;
+use std::net::TcpStream;
+
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use strata_e2e::accounting::{
+    Record, all_records, assert_all_schema, assert_fields, by_request_id, chat_request, page,
+    wait_jsonl, wait_records, with_request_log,
+};
+use strata_e2e::http::{self, Frame};
+use strata_e2e::stack::{Stack, proxy_command};
+use strata_e2e::{ConfigBuilder, DEADLINE, Daemon, ModelSpec, poll_until};
+
+const A: &str = "flash-a";
+const IN_FLIGHT: usize = 4;
+
+fn content_delta(frame: &Frame) -> bool {
+    frame.is_data()
+        && frame.json()["choices"][0]["delta"]["content"]
+            .as_str()
+            .is_some_and(|c| !c.is_empty())
+}
+
+#[test]
+fn proxy_restart_during_traffic_keeps_records_cursors_and_one_writer() {
+    let mut config = ConfigBuilder::new("acct-restart")
+        .model(ModelSpec::new(A))
+        .wait_when_busy(true)
+        .build();
+    let log = with_request_log(&mut config, json!({}));
+    let mut stack = Stack::start(config);
+    let addr = stack.addr();
+
+    // Before the restart: two records, and a reader's cursor after them.
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let response = stack.chat(&chat_request(A, false, "x", Value::Null));
+        response.expect_status(200);
+        ids.push(response.header("x-strata-request-id").unwrap().to_owned());
+    }
+    wait_records(addr, 2);
+    let before = page(addr, "after=0");
+    let instance = before.instance_id().to_owned();
+    let cursor = before.next_seq();
+    assert_eq!(cursor, 2);
+
+    // Slow streams through the old proxy (5 s each, ample time for the new proxy to start and
+    // serve while the old one drains), each past its first content delta.
+    let slow = json!({"tokens": 100, "token_delay_ms": 50});
+    let mut streams: Vec<http::Stream> = (0..IN_FLIGHT)
+        .map(|_| stack.open_chat(&chat_request(A, true, "x", slow.clone())))
+        .collect();
+    for stream in &mut streams {
+        stream.frames_until(DEADLINE, "a content delta", content_delta);
+    }
+    let old_ids: Vec<String> = streams
+        .iter()
+        .map(|s| s.header("x-strata-request-id").unwrap().to_owned())
+        .collect();
+    ids.extend(old_ids.iter().cloned());
+
+    // SIGTERM: the old proxy stops listening and drains its streams.
+    let old_pid = stack.proxy_pid();
+    stack.kill_proxy(Signal::SIGTERM);
+    poll_until(DEADLINE, "the old proxy to close its listener", || {
+        TcpStream::connect(addr).is_err()
+    });
+    assert!(
+        stack.proxy().is_running(),
+        "the old proxy is still draining"
+    );
+
+    // The new proxy, started while the old one drains.
+    let mut new_proxy = Daemon::spawn(
+        "proxy-new",
+        proxy_command(stack.config()),
+        stack.config().dir.path(),
+    );
+    poll_until(DEADLINE, "the new proxy to serve", || {
+        assert!(new_proxy.is_running(), "{}", new_proxy.stderr_report());
+        http::try_request(addr, "GET", "/health", &[], b"").is_ok_and(|r| r.status == 200)
+    });
+    assert_ne!(new_proxy.pid(), old_pid);
+    assert_eq!(
+        stack.status()["proxies"],
+        json!(2),
+        "both proxies are connected to the supervisor"
+    );
+
+    // New requests while the old proxy still streams: numbers come from the one supervisor.
+    let mut new_streams: Vec<http::Stream> = (0..2)
+        .map(|_| stack.open_chat(&chat_request(A, true, "x", json!({"tokens": 3}))))
+        .collect();
+    for _ in 0..2 {
+        let response = stack.chat(&chat_request(A, false, "x", Value::Null));
+        response.expect_status(200);
+        ids.push(response.header("x-strata-request-id").unwrap().to_owned());
+    }
+    // Records written by the old proxy's streams will come later; the cursor moves on now.
+    let during = page(addr, &format!("after={cursor}"));
+    assert_eq!(during.instance_id(), instance);
+    assert_eq!(during.dropped(), 0);
+    assert!(
+        stack.proxy().is_running(),
+        "the two proxies overlapped: the old one still drains"
+    );
+    for stream in &mut new_streams {
+        let frames = stream.remaining_frames(DEADLINE);
+        assert!(frames.last().is_some_and(Frame::is_done), "{frames:#?}");
+        ids.push(stream.header("x-strata-request-id").unwrap().to_owned());
+    }
+
+    // The old streams finish normally; then the old proxy exits cleanly.
+    for stream in &mut streams {
+        let frames = stream.remaining_frames(DEADLINE);
+        assert!(frames.last().is_some_and(Frame::is_done), "{frames:#?}");
+    }
+    let status = stack.wait_proxy_exit(DEADLINE);
+    assert!(status.success(), "old proxy: {status}");
+
+    // Everything is in the ring, read through the new proxy.
+    let total = ids.len() as u64;
+    let records = wait_records(addr, total);
+    let seqs: Vec<u64> = records.iter().map(Record::seq).collect();
+    assert_eq!(seqs, (1..=total).collect::<Vec<_>>(), "dense and unique");
+    let arrivals: HashSet<u64> = records.iter().map(|r| r.u64("arrival_seq")).collect();
+    assert_eq!(arrivals, (1..=total).collect::<HashSet<_>>());
+    let mut recorded: Vec<&str> = records.iter().map(Record::request_id).collect();
+    recorded.sort();
+    let mut expected_ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    expected_ids.sort();
+    assert_eq!(recorded, expected_ids, "one record per request, IDs unique");
+    assert_all_schema(&records, &instance);
+    for id in &old_ids {
+        let rec = by_request_id(&records, id);
+        assert_fields(
+            rec,
+            json!({"reason": "completed", "success": true, "stream": true,
+                   "completion_tokens": 100}),
+        );
+    }
+
+    // The cursor from before the restart continues with the next record, same instance.
+    let after = page(addr, &format!("after={cursor}&limit=1000"));
+    assert_eq!(after.instance_id(), instance);
+    assert_eq!(after.dropped(), 0);
+    assert_eq!(after.seqs(), (cursor + 1..=total).collect::<Vec<_>>());
+    assert_eq!(stack.status()["instance_id"], json!(instance));
+
+    // One writer: one line per record, the same bytes, in seq order.
+    let lines = wait_jsonl(&log, records.len());
+    let raw: Vec<&str> = records.iter().map(|r| r.raw.as_str()).collect();
+    assert_eq!(lines, raw);
+    let unique: HashSet<&String> = lines.iter().collect();
+    assert_eq!(unique.len(), lines.len(), "no duplicate lines");
+    let metrics = http::get(addr, "/metrics").json()["request_log"].clone();
+    assert_eq!(metrics["next_seq"], json!(total + 1), "{metrics}");
+    assert_eq!(metrics["instance_id"], json!(instance), "{metrics}");
+    assert_eq!(all_records(addr), records, "reading changed nothing");
+
+    // Clean end: the new proxy, then the supervisor.
+    new_proxy.kill(Signal::SIGTERM);
+    assert!(new_proxy.wait_exit(DEADLINE).success());
+    stack.stop();
+}
+
+/// Waits until the supervisor spawned as `daemon` answers `status` with its PID.
+fn wait_supervisor(daemon: &mut Daemon, control: &strata_e2e::ControlClient) {
+    poll_until(DEADLINE, "the supervisor to serve", || {
+        assert!(daemon.is_running(), "{}", daemon.stderr_report());
+        control
+            .try_request("status")
+            .is_ok_and(|lines| lines.len() == 1 && lines[0]["daemon_pid"] == json!(daemon.pid()))
+    });
+}
+
+/// A request finished while the supervisor is unreachable still gets its one record: the
+/// proxy keeps it and submits it after the next hello (here to a new supervisor, a new
+/// instance), which assigns its arrival number. Its ID is the proxy-made `unlinked-PID-N`.
+#[test]
+fn records_made_while_the_supervisor_is_away_are_submitted_when_it_returns() {
+    let mut config = ConfigBuilder::new("acct-away")
+        .model(ModelSpec::new(A))
+        .wait_when_busy(true)
+        .build();
+    let log = with_request_log(&mut config, json!({}));
+    let control = config.control();
+    let mut first = strata_e2e::spawn_supervisor(&config, "supervisor1");
+    wait_supervisor(&mut first, &control);
+    let mut proxy = Daemon::spawn("proxy", proxy_command(&config), config.dir.path());
+    let addr = config.listen;
+    poll_until(DEADLINE, "the proxy to serve", || {
+        assert!(proxy.is_running(), "{}", proxy.stderr_report());
+        http::try_request(addr, "GET", "/health", &[], b"").is_ok_and(|r| r.status == 200)
+    });
+    http::request(addr, "POST", http::CHAT_PATH, &[], b"[]").expect_status(400);
+    wait_records(addr, 1);
+    let first_instance = page(addr, "").instance_id().to_owned();
+
+    // The supervisor stops (cleanly: it removes its sockets); the proxy keeps serving.
+    first.kill(Signal::SIGTERM);
+    assert!(first.wait_exit(DEADLINE).success());
+    poll_until(DEADLINE, "the proxy to notice", || {
+        http::get(addr, "/health").status == 503
+    });
+    let rejected = http::request(addr, "POST", http::CHAT_PATH, &[], b"[]");
+    rejected.expect_status(400);
+    let unavailable = http::chat(addr, &chat_request(A, false, "x", Value::Null));
+    unavailable.expect_status(503);
+    assert_eq!(
+        unavailable.json()["error"]["code"],
+        "supervisor_unavailable"
+    );
+    let away_ids: Vec<String> = [&rejected, &unavailable]
+        .iter()
+        .map(|r| r.header("x-strata-request-id").unwrap().to_owned())
+        .collect();
+    for id in &away_ids {
+        assert!(
+            id.starts_with(&format!("unlinked-{}-", proxy.pid())),
+            "{id}"
+        );
+    }
+
+    // A new supervisor: a new instance. The proxy reconnects and hands over both records.
+    let mut second = strata_e2e::spawn_supervisor(&config, "supervisor2");
+    wait_supervisor(&mut second, &control);
+    poll_until(DEADLINE, "the proxy to reconnect", || {
+        http::get(addr, "/health").status == 200
+    });
+    let records = wait_records(addr, 2);
+    let instance = page(addr, "").instance_id().to_owned();
+    assert_ne!(instance, first_instance);
+    assert_all_schema(&records, &instance);
+    let rec = by_request_id(&records, &away_ids[0]);
+    assert_fields(rec, json!({"reason": "invalid_request", "status": 400}));
+    let rec = by_request_id(&records, &away_ids[1]);
+    assert_fields(
+        rec,
+        json!({"reason": "upstream_error", "status": 503, "model_resolved": A,
+               "lease_at": null, "success": false}),
+    );
+    // The new instance numbers them, and then its own requests, without gaps.
+    let response = http::chat(addr, &chat_request(A, false, "x", Value::Null));
+    response.expect_status(200);
+    assert_eq!(
+        response.header("x-strata-request-id"),
+        Some(format!("{instance}-3").as_str())
+    );
+    let records = wait_records(addr, 3);
+    let arrivals: Vec<u64> = records.iter().map(|r| r.u64("arrival_seq")).collect();
+    let mut sorted = arrivals.clone();
+    sorted.sort();
+    assert_eq!(sorted, [1, 2, 3]);
+
+    // One file across both instances: the first instance's line, then the second's three.
+    let lines = wait_jsonl(&log, 4);
+    let seqs: Vec<u64> = lines.iter().map(|l| Record::new(l).seq()).collect();
+    assert_eq!(seqs, [1, 1, 2, 3]);
+    let raw: Vec<&str> = records.iter().map(|r| r.raw.as_str()).collect();
+    assert_eq!(lines[1..], raw[..]);
+
+    proxy.kill(Signal::SIGTERM);
+    assert!(proxy.wait_exit(DEADLINE).success());
+    second.kill(Signal::SIGTERM);
+    assert!(second.wait_exit(DEADLINE).success());
+    config.fake_log().assert_no_backends_left();
+}
