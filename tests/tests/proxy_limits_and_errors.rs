@@ -498,3 +498,48 @@ fn a_truncated_body_gets_an_error_with_a_request_id() {
     assert_eq!(stack.chat(&chat_body(A, false)).status, 200);
     stack.stop();
 }
+
+/// Legacy bounded scheduling: over `max_pending` gets 429 `queue_full`, and a request that
+/// waits longer than `queue_ms` for its model gets 504 `queue_timeout` without a switch; both
+/// carry the request id and the concrete model.
+#[test]
+fn legacy_queue_full_and_queue_timeout() {
+    let config = ConfigBuilder::new("legacy-q")
+        .model(ModelSpec::new(A))
+        .model(ModelSpec::new(B))
+        .wait_when_busy(false)
+        .set("max_pending", 2)
+        .set("queue_ms", 500)
+        .build();
+    let stack = Stack::start(config);
+    let mut body = chat_body(A, true);
+    body["fake"] = json!({"tokens": 30, "token_delay_ms": 100});
+    let mut holder = stack.open_chat(&body);
+    holder.frames_until(DEADLINE, "A's first data frame", http::Frame::is_data);
+
+    // B waits for A's lease and gives up after queue_ms.
+    let timed_out = stack.chat(&chat_body(B, false));
+    assert_error(&timed_out, 504, "queue_timeout");
+    request_id(&timed_out);
+    assert_eq!(timed_out.header("x-strata-concrete-model"), Some(B));
+
+    // A second active request fills max_pending (2); a third is refused at once.
+    let mut second = stack.open_chat(&body);
+    second.frames_until(DEADLINE, "the second stream's data", http::Frame::is_data);
+    let full = stack.chat(&chat_body(A, false));
+    assert_error(&full, 429, "queue_full");
+    request_id(&full);
+    assert_eq!(full.header("x-strata-concrete-model"), Some(A));
+
+    for stream in [&mut holder, &mut second] {
+        let rest = stream.remaining_frames(DEADLINE);
+        assert!(rest.last().is_some_and(http::Frame::is_done));
+    }
+    assert_eq!(
+        stack.fake_log().start_count(&stack.config().upstream(B)),
+        0,
+        "a queue timeout never switches"
+    );
+    assert_eq!(stack.chat(&chat_body(A, false)).status, 200);
+    stack.stop();
+}
