@@ -21,8 +21,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use strata_e2e::accounting::{
-    Record, all_records, assert_all_schema, assert_fields, assert_schema, chat_request, page,
-    wait_jsonl_within, wait_record, wait_record_where, with_request_log,
+    Record, assert_all_schema, assert_fields, assert_schema, chat_request, page, wait_jsonl_within,
+    wait_record, wait_record_where, wait_records, with_request_log,
 };
 use strata_e2e::http::{self, CHAT_PATH, Conn, request_bytes};
 use strata_e2e::stack::Stack;
@@ -390,8 +390,7 @@ fn wait_first_reasons() {
     );
     stack.control().on(Some(A)).assert_ok();
 
-    let records = all_records(addr);
-    assert_eq!(records.len() as u64, expected_records);
+    let records = wait_records(addr, expected_records);
     let instance = page(addr, "").instance_id().to_owned();
     assert_all_schema(&records, &instance);
     stack.stop();
@@ -494,6 +493,9 @@ fn legacy_reasons() {
         .build();
     let stack = Stack::start(config);
     let addr = stack.addr();
+    // Load A first: in legacy mode queue_ms also bounds a cold start, which a loaded machine
+    // can stretch past 300 ms.
+    stack.control().on(Some(A)).assert_ok();
 
     // completed, stream, legacy: the backend's own headers pass through.
     let mut stream = stack.open_chat(&chat_request(A, true, "x", json!({"tokens": 3})));
@@ -563,10 +565,10 @@ fn legacy_reasons() {
                "in_flight_at_arrival": 1}),
     );
     assert!(rec.u64("total_ms") >= 300, "{rec}");
-    blocker.remaining_frames(DEADLINE);
-
-    let records = all_records(addr);
-    assert_eq!(records.len(), 5);
+    // However the blocker ends (a slow machine can take it past response_ms), it is one more
+    // record.
+    blocker.disconnect();
+    let records = wait_records(addr, 5);
     let instance = page(addr, "").instance_id().to_owned();
     assert_all_schema(&records, &instance);
     stack.stop();
