@@ -21,7 +21,16 @@ pub type StreamItem = Result<Bytes, std::io::Error>;
 
 pub enum ProxyBody {
     Full(Option<Bytes>),
-    Channel(mpsc::Receiver<StreamItem>),
+    Channel(ChannelBody),
+}
+
+/// The receiving end of a streaming body.
+pub struct ChannelBody {
+    rx: mpsc::Receiver<StreamItem>,
+    /// The last frame handed to hyper was data.
+    after_data: bool,
+    /// An error held back for one poll (see `poll_frame`).
+    held_error: Option<std::io::Error>,
 }
 
 impl ProxyBody {
@@ -32,7 +41,12 @@ impl ProxyBody {
     /// A streaming body and the sender that feeds it.
     pub fn channel() -> (mpsc::Sender<StreamItem>, Self) {
         let (tx, rx) = mpsc::channel(STREAM_CHANNEL_CHUNKS);
-        (tx, ProxyBody::Channel(rx))
+        let body = ChannelBody {
+            rx,
+            after_data: false,
+            held_error: None,
+        };
+        (tx, ProxyBody::Channel(body))
     }
 }
 
@@ -46,12 +60,30 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         match self.get_mut() {
             ProxyBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            ProxyBody::Channel(rx) => match rx.poll_recv(cx) {
-                Poll::Ready(Some(Ok(bytes))) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
-                Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(err))),
-                Poll::Ready(None) => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
-            },
+            ProxyBody::Channel(body) => {
+                if let Some(err) = body.held_error.take() {
+                    return Poll::Ready(Some(Err(err)));
+                }
+                match body.rx.poll_recv(cx) {
+                    Poll::Ready(Some(Ok(bytes))) => {
+                        body.after_data = true;
+                        Poll::Ready(Some(Ok(Frame::data(bytes))))
+                    }
+                    // hyper drops the connection as soon as a body fails,
+                    // possibly with the data just before still unflushed in
+                    // its buffer. Yielding once (and waking at once) lets it
+                    // flush that data first; the error comes on the next poll.
+                    Poll::Ready(Some(Err(err))) if body.after_data => {
+                        body.after_data = false;
+                        body.held_error = Some(err);
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
+                    Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(err))),
+                    Poll::Ready(None) => Poll::Ready(None),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 

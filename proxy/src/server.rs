@@ -29,6 +29,9 @@ use crate::{chat, health, models, requests};
 /// this long is dropped.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long an exiting proxy waits to hand its last records over.
+const RECORD_FLUSH_LIMIT: Duration = Duration::from_secs(2);
+
 /// Why the proxy stopped with an error.
 #[derive(Debug)]
 pub enum RunError {
@@ -161,6 +164,11 @@ pub async fn run(
         _ = drain => tracing::info!("drained"),
         why = forced => tracing::warn!("{why}: abandoning remaining requests"),
         why = expired => tracing::warn!("{why}: abandoning remaining requests"),
+    }
+    // The last requests' records are still on their way to the supervisor,
+    // which keeps them for the next proxy.
+    if !link.flush(RECORD_FLUSH_LIMIT).await {
+        tracing::warn!("could not hand every accounting record to the supervisor before exiting");
     }
     Ok(())
 }

@@ -472,7 +472,6 @@ fn strata_headers_on_success_and_on_every_error() {
 /// A body shorter than its `Content-Length`, after which the client stops sending: the proxy
 /// answers 400 (it cannot parse what never came) with the request id, like every chat error.
 #[test]
-#[ignore = "bug: the 400 incomplete_body answer lacks x-strata-request-id (proxy/src/chat/mod.rs, the BodyError::Client arm of handle returns ApiError::into_response() without StrataHeaders::apply)"]
 fn a_truncated_body_gets_an_error_with_a_request_id() {
     let stack = Stack::start(limits_config("short"));
     let mut conn = Conn::connect(stack.addr()).unwrap();

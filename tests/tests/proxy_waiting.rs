@@ -295,7 +295,6 @@ fn a_backend_dying_mid_stream_ends_the_stream_as_an_error() {
 /// sent before dying must still reach the client before the transport error. Repeated, since
 /// the loss depends on timing.
 #[test]
-#[ignore = "bug: legacy mode can drop the frames forwarded just before a backend failure: forward.rs sends Err right after the last data chunk (fail_after_headers, TransportError) and hyper's server aborts the connection on a body error without flushing what it buffered"]
 fn legacy_delivers_what_the_backend_sent_before_dying() {
     let config = ConfigBuilder::new("die-legacy")
         .model(ModelSpec::new(A))

@@ -159,14 +159,18 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
             return reject(trace, &headers, Failure::new(error, Reason::InvalidRequest));
         }
         Err(BodyError::Client) => {
+            // The client went away mid-upload: the answer is for form's
+            // sake (nobody reads it), so the record keeps status null.
             trace.finish(Reason::ClientDisconnect);
-            return ApiError::new(
+            let mut response = ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 "incomplete_body",
                 "the request body could not be read",
             )
             .into_response();
+            headers.apply(response.headers_mut());
+            return response;
         }
     };
 
@@ -387,6 +391,8 @@ impl Job {
     /// returns once the backend's response headers are in.
     async fn admit_and_send(self, trace: &mut Trace) -> Result<Dispatched, Failure> {
         let config = &self.app.config;
+        // Legacy queue_ms bounds the wait for admission only; a load that
+        // admission starts is bounded by startup_ms in the supervisor.
         let queue_deadline = config.queue_timeout().map(|limit| Instant::now() + limit);
         let (lease, grant) = {
             let _queued = CountGuard::queued(&self.app, self.tier);
@@ -459,6 +465,7 @@ async fn wait_for_grant(
     deadline: Option<Instant>,
 ) -> Result<LeaseGrant, Failure> {
     loop {
+        let deadline = deadline.filter(|_| trace.lease_at.is_none());
         let event = match deadline {
             None => lease.next_event().await,
             Some(deadline) => {
@@ -569,12 +576,14 @@ fn respond_passthrough(
             false,
         )
         .await;
-        drop(dispatched);
         trace.observed = Some(observer.finish());
         let upstream_ok = trace
             .upstream_status
             .is_some_and(|status| (200..300).contains(&status));
         trace.finish(end_reason(end, upstream_ok));
+        // The record went to the supervisor before the lease release does,
+        // so a supervisor that waits for leases has every record too.
+        drop(dispatched);
     });
     response
 }
@@ -630,6 +639,8 @@ fn respond_early(job: Job, mut trace: Trace, headers: StrataHeaders) -> Response
     tokio::spawn(async move {
         let mut observer = ResponseObserver::new(BodyKind::Sse);
         let outcome = with_keepalive(&tx, &mut observer, job.admit_and_send(&mut trace)).await;
+        // Held until the record is submitted, like the passthrough path.
+        let mut finished = None;
         let reason = match outcome {
             None => Reason::ClientDisconnect,
             Some(Err(failure)) => {
@@ -655,11 +666,11 @@ fn respond_early(job: Job, mut trace: Trace, headers: StrataHeaders) -> Response
                         true,
                     )
                     .await;
-                    drop(dispatched);
+                    finished = Some(dispatched);
                     end_reason(end, true)
                 } else {
                     let error = upstream_error(status, &mut dispatched.upstream).await;
-                    drop(dispatched);
+                    finished = Some(dispatched);
                     forward::fail_after_headers(
                         &tx,
                         AfterHeaders::InBandError,
@@ -673,6 +684,7 @@ fn respond_early(job: Job, mut trace: Trace, headers: StrataHeaders) -> Response
         };
         trace.observed = Some(observer.finish());
         trace.finish(reason);
+        drop(finished);
     });
     response
 }

@@ -103,10 +103,13 @@ fn refuse_while_disconnected(
             let _ = events.send(LeaseEvent::LinkLost);
         }
         // Dropping the reply senders answers `None`.
+        // A flush while disconnected is not answered: the caller's bound
+        // runs out, and records stay in `unsent`.
         LinkCommand::Release { .. }
         | LinkCommand::Arrive { .. }
         | LinkCommand::QueryRecords { .. }
-        | LinkCommand::QueryRequestLog { .. } => {}
+        | LinkCommand::QueryRequestLog { .. }
+        | LinkCommand::Flush { .. } => {}
         LinkCommand::SetDraining(value) => *draining = value,
         LinkCommand::SubmitRecord(record) => keep_unsent(unsent, record),
     }
@@ -283,6 +286,12 @@ impl Session {
                 let query = self.token();
                 self.stats.insert(query, reply);
                 ProxyMessage::QueryRequestLog { query }
+            }
+            // Commands are written in order, so everything before this one
+            // is already on the socket.
+            LinkCommand::Flush { reply } => {
+                let _ = reply.send(());
+                return Ok(());
             }
         };
         match write_frame(&mut self.writer, &message).await {

@@ -70,6 +70,10 @@ pub(crate) enum LinkCommand {
     QueryRequestLog {
         reply: oneshot::Sender<RequestLogStats>,
     },
+    /// Answered once every command sent before it has been written.
+    Flush {
+        reply: oneshot::Sender<()>,
+    },
 }
 
 struct Shared {
@@ -174,6 +178,22 @@ impl SupervisorLink {
             })
             .ok()?;
         rx.await.ok()
+    }
+
+    /// Waits (at most `limit`) until everything handed to the link so far,
+    /// records in particular, has been written to the supervisor. A
+    /// draining proxy calls this before it exits.
+    pub async fn flush(&self, limit: std::time::Duration) -> bool {
+        let (reply, rx) = oneshot::channel();
+        if self
+            .shared
+            .commands
+            .send(LinkCommand::Flush { reply })
+            .is_err()
+        {
+            return false;
+        }
+        matches!(tokio::time::timeout(limit, rx).await, Ok(Ok(())))
     }
 
     /// The supervisor's accounting counters; `None` while unreachable.
