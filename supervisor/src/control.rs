@@ -118,7 +118,7 @@ async fn handle_connection(
     }
     let mut reader = BufReader::new(reader);
     let mut line = Vec::new();
-        let mut limited = (&mut reader).take(MAX_LINE as u64 + 1);
+    let mut limited = (&mut reader).take(MAX_LINE as u64 + 1);
     let read_line = limited.read_until(b'\n', &mut line);
     let Ok(read) = tokio::time::timeout(REQUEST_LINE_TIMEOUT, read_line).await else {
         return write_line(&mut writer, &json!({"error": "no request line received"})).await;
