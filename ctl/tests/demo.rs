@@ -282,7 +282,6 @@ fn demo_serves_the_printed_requests_with_the_real_proxy() {
 
 /// The printed `/requests?after=0` line.
 #[test]
-#[ignore = "needs GET /requests in strata-proxy (404 so far): run with --ignored once it exists"]
 fn demo_serves_the_request_log_with_the_real_proxy() {
     let demo = Demo::start(ProxyKind::Real);
     let response = http_post(
