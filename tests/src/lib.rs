@@ -15,7 +15,7 @@
 //! - [`FakeLog`]: the fake backend's JSON-lines event log (starts, pids, env keys), and the
 //!   end-of-test check that no backend process of this test is left.
 //! - [`poll_until`] and friends: bounded polling; tests never sleep to synchronise.
-//! - [`binary`], [`daemon_command`], [`python`], [`fake_strata_dir`], [`free_port`]: locating
+//! - [`binary`], [`daemon_command`], [`python()`], [`fake_strata_dir`], [`free_port`]: locating
 //!   and running things.
 //! - `e2e-unix-client` (a binary of this crate, `env!("CARGO_BIN_EXE_e2e-unix-client")`): a
 //!   raw Unix-socket client for acting as another process or user.

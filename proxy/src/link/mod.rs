@@ -1,6 +1,6 @@
 //! The proxy's side of the private supervisor socket.
 //!
-//! One background task ([`connection`]) owns the socket: it connects, says
+//! One background task (`connection`) owns the socket: it connects, says
 //! hello, keeps the latest [`LinkState`] in a watch channel, routes lease
 //! events to the request that asked, and reconnects with backoff when the
 //! supervisor restarts. Request handlers hold a cheap [`SupervisorLink`]

@@ -1,7 +1,7 @@
 //! The engine: the one task that owns the Strata child.
 //!
 //! Everything that can change which model is loaded goes through here as a
-//! [`Command`], processed in order by a single task ([`state::Engine`]):
+//! [`Command`], processed in order by a single task (`state::Engine`):
 //! lease requests and releases from proxies, operator `on`/`off`, the idle
 //! tick, shutdown. Loads and stops run as child tasks of the engine that
 //! report back with [`Command::OpFinished`]; while one runs, no other load,
