@@ -1,0 +1,89 @@
+//! The proxy's link to its supervisor, through the real binaries: a proxy
+//! configured differently is refused and exits with the reason, and while
+//! the supervisor is away `/v1/models` still lists from the config.
+
+use nix::sys::signal::Signal;
+use serde_json::json;
+use strata_e2e::stack::proxy_command;
+use strata_e2e::{ConfigBuilder, DEADLINE, Daemon, ModelSpec, http, poll_until};
+
+const A: &str = "flash-a";
+
+/// Waits until the supervisor spawned as `daemon` answers `status`.
+fn wait_supervisor(daemon: &mut Daemon, control: &strata_e2e::ControlClient) {
+    poll_until(DEADLINE, "the supervisor to serve", || {
+        assert!(daemon.is_running(), "{}", daemon.stderr_report());
+        control
+            .try_request("status")
+            .is_ok_and(|lines| lines.len() == 1 && lines[0]["daemon_pid"] == json!(daemon.pid()))
+    });
+}
+
+#[test]
+fn a_proxy_with_a_different_model_configuration_is_refused_and_exits() {
+    let config = ConfigBuilder::new("fp-mismatch")
+        .model(ModelSpec::new(A))
+        .build();
+    let control = config.control();
+    let mut supervisor = strata_e2e::spawn_supervisor(&config, "supervisor");
+    wait_supervisor(&mut supervisor, &control);
+
+    // Same sockets and listener, different enabled models: another registry.
+    let mut other = config.json.clone();
+    other["enabled_models"] = json!([]);
+    let other_path = config.dir.path().join("other.json");
+    std::fs::write(&other_path, other.to_string()).unwrap();
+    let mut command = std::process::Command::new(strata_e2e::binary("strata-proxy"));
+    command.arg(&other_path);
+    let mut proxy = Daemon::spawn("proxy", command, config.dir.path());
+    let status = proxy.wait_exit(DEADLINE);
+    assert!(!status.success(), "the refused proxy must exit non-zero");
+    let stderr = proxy.stderr();
+    assert!(
+        stderr.contains("refused") && stderr.contains("fingerprint"),
+        "the reason names the refusal and the fingerprint:\n{stderr}"
+    );
+    // The supervisor is unaffected.
+    assert_eq!(control.status()["proxies"], 0);
+    supervisor.kill(Signal::SIGTERM);
+    assert!(supervisor.wait_exit(DEADLINE).success());
+}
+
+#[test]
+fn models_are_listed_from_the_config_while_the_supervisor_is_away() {
+    let config = ConfigBuilder::new("away-models")
+        .model(ModelSpec::new(A))
+        .build();
+    let control = config.control();
+    let mut supervisor = strata_e2e::spawn_supervisor(&config, "supervisor");
+    wait_supervisor(&mut supervisor, &control);
+    let mut proxy = Daemon::spawn("proxy", proxy_command(&config), config.dir.path());
+    let addr = config.listen;
+    poll_until(DEADLINE, "the proxy to serve", || {
+        assert!(proxy.is_running(), "{}", proxy.stderr_report());
+        http::try_request(addr, "GET", "/health", &[], b"").is_ok_and(|r| r.status == 200)
+    });
+
+    supervisor.kill(Signal::SIGTERM);
+    assert!(supervisor.wait_exit(DEADLINE).success());
+    poll_until(DEADLINE, "the proxy to notice", || {
+        http::get(addr, "/health").status == 503
+    });
+    let health = http::get(addr, "/health").json();
+    assert_eq!(health["supervisor"], "disconnected", "{health}");
+    let models = http::get(addr, "/v1/models").expect_status(200).json();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|item| item["id"].as_str())
+        .collect();
+    assert_eq!(ids, [A], "{models}");
+    assert_eq!(
+        models["data"][0]["status"], "prepared_unverified",
+        "{models}"
+    );
+
+    proxy.kill(Signal::SIGTERM);
+    assert!(proxy.wait_exit(DEADLINE).success());
+}
