@@ -49,7 +49,7 @@ pub use net::free_port;
 pub use poll::{DEADLINE, POLL_INTERVAL, poll_for, poll_for_async, poll_until, poll_until_async};
 pub use proxy::{FakeProxy, LinkError, Welcome};
 pub use python::{fake_strata_dir, python};
-pub use supervisor::{Supervisor, spawn_supervisor, supervisor_command};
+pub use supervisor::{Supervisor, spawn_supervisor, supervisor_command, wait_supervisor_serving};
 pub use tempdir::TempDir;
 
 /// Whether the tests run inside a Nix build sandbox (`STRATA_TEST_IN_NIX_SANDBOX` is set).

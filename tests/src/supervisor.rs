@@ -45,6 +45,17 @@ pub fn spawn_supervisor(config: &TestConfig, name: &str) -> Daemon {
     Daemon::spawn(name, supervisor_command(config), config.dir.path())
 }
 
+/// Waits until the supervisor spawned as `daemon` answers `status` with its
+/// own PID (not an older daemon's), failing at once if it exits.
+pub fn wait_supervisor_serving(daemon: &mut Daemon, control: &ControlClient) {
+    crate::poll::poll_until(DEADLINE, "the supervisor to serve", || {
+        assert!(daemon.is_running(), "{}", daemon.stderr_report());
+        control
+            .try_request("status")
+            .is_ok_and(|lines| lines.len() == 1 && lines[0]["daemon_pid"] == daemon.pid())
+    });
+}
+
 impl Supervisor {
     /// Starts the supervisor and waits until it serves.
     pub fn start(config: TestConfig) -> Supervisor {

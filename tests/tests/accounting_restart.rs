@@ -201,16 +201,6 @@ fn proxy_restart_during_traffic_keeps_records_cursors_and_one_writer() {
     stack.stop();
 }
 
-/// Waits until the supervisor spawned as `daemon` answers `status` with its PID.
-fn wait_supervisor(daemon: &mut Daemon, control: &strata_e2e::ControlClient) {
-    poll_until(DEADLINE, "the supervisor to serve", || {
-        assert!(daemon.is_running(), "{}", daemon.stderr_report());
-        control
-            .try_request("status")
-            .is_ok_and(|lines| lines.len() == 1 && lines[0]["daemon_pid"] == json!(daemon.pid()))
-    });
-}
-
 /// A request finished while the supervisor is unreachable still gets its one record: the
 /// proxy keeps it and submits it after the next hello (here to a new supervisor, a new
 /// instance), which assigns its arrival number. Its ID is the proxy-made `unlinked-PID-N`.
@@ -223,7 +213,7 @@ fn records_made_while_the_supervisor_is_away_are_submitted_when_it_returns() {
     let log = with_request_log(&mut config, json!({}));
     let control = config.control();
     let mut first = strata_e2e::spawn_supervisor(&config, "supervisor1");
-    wait_supervisor(&mut first, &control);
+    strata_e2e::wait_supervisor_serving(&mut first, &control);
     let mut proxy = Daemon::spawn("proxy", proxy_command(&config), config.dir.path());
     let addr = config.listen;
     poll_until(DEADLINE, "the proxy to serve", || {
@@ -261,7 +251,7 @@ fn records_made_while_the_supervisor_is_away_are_submitted_when_it_returns() {
 
     // A new supervisor: a new instance. The proxy reconnects and hands over both records.
     let mut second = strata_e2e::spawn_supervisor(&config, "supervisor2");
-    wait_supervisor(&mut second, &control);
+    strata_e2e::wait_supervisor_serving(&mut second, &control);
     poll_until(DEADLINE, "the proxy to reconnect", || {
         http::get(addr, "/health").status == 200
     });

@@ -9,16 +9,6 @@ use strata_e2e::{ConfigBuilder, DEADLINE, Daemon, ModelSpec, http, poll_until};
 
 const A: &str = "flash-a";
 
-/// Waits until the supervisor spawned as `daemon` answers `status`.
-fn wait_supervisor(daemon: &mut Daemon, control: &strata_e2e::ControlClient) {
-    poll_until(DEADLINE, "the supervisor to serve", || {
-        assert!(daemon.is_running(), "{}", daemon.stderr_report());
-        control
-            .try_request("status")
-            .is_ok_and(|lines| lines.len() == 1 && lines[0]["daemon_pid"] == json!(daemon.pid()))
-    });
-}
-
 #[test]
 fn a_proxy_with_a_different_model_configuration_is_refused_and_exits() {
     let config = ConfigBuilder::new("fp-mismatch")
@@ -26,7 +16,7 @@ fn a_proxy_with_a_different_model_configuration_is_refused_and_exits() {
         .build();
     let control = config.control();
     let mut supervisor = strata_e2e::spawn_supervisor(&config, "supervisor");
-    wait_supervisor(&mut supervisor, &control);
+    strata_e2e::wait_supervisor_serving(&mut supervisor, &control);
 
     // Same sockets and listener, different enabled models: another registry.
     let mut other = config.json.clone();
@@ -56,7 +46,7 @@ fn models_are_listed_from_the_config_while_the_supervisor_is_away() {
         .build();
     let control = config.control();
     let mut supervisor = strata_e2e::spawn_supervisor(&config, "supervisor");
-    wait_supervisor(&mut supervisor, &control);
+    strata_e2e::wait_supervisor_serving(&mut supervisor, &control);
     let mut proxy = Daemon::spawn("proxy", proxy_command(&config), config.dir.path());
     let addr = config.listen;
     poll_until(DEADLINE, "the proxy to serve", || {
