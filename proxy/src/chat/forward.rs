@@ -111,7 +111,10 @@ pub async fn forward(
     // Comments may only go between SSE frames, never inside one.
     let mut at_frame_boundary = true;
     let mut lease_open = true;
-    let mut next_keepalive = Instant::now() + KEEPALIVE_INTERVAL;
+    // One timer, pushed back whenever bytes go out, rather than a new one
+    // per chunk.
+    let keepalive_sleep = tokio::time::sleep(KEEPALIVE_INTERVAL);
+    tokio::pin!(keepalive_sleep);
     let deadline_sleep = tokio::time::sleep_until(
         deadline
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(86400 * 365))
@@ -119,7 +122,6 @@ pub async fn forward(
     );
     tokio::pin!(deadline_sleep);
     loop {
-        let keepalive_sleep = tokio::time::sleep_until(next_keepalive.into());
         tokio::select! {
             frame = body.frame() => match frame {
                 Some(Ok(frame)) => {
@@ -129,7 +131,11 @@ pub async fn forward(
                     }
                     observer.observe(&data, Instant::now());
                     at_frame_boundary = data.ends_with(b"\n\n");
-                    next_keepalive = Instant::now() + KEEPALIVE_INTERVAL;
+                    if keepalive {
+                        keepalive_sleep
+                            .as_mut()
+                            .reset((Instant::now() + KEEPALIVE_INTERVAL).into());
+                    }
                     if !send(tx, Ok(data)).await {
                         return ForwardEnd::ClientGone;
                     }
@@ -180,10 +186,12 @@ pub async fn forward(
                 fail_after_headers(tx, mode, &error, observer).await;
                 return ForwardEnd::Timeout;
             }
-            _ = keepalive_sleep, if keepalive && at_frame_boundary => {
+            _ = &mut keepalive_sleep, if keepalive && at_frame_boundary => {
                 let comment = Bytes::from_static(KEEPALIVE_COMMENT);
                 observer.observe(&comment, Instant::now());
-                next_keepalive = Instant::now() + KEEPALIVE_INTERVAL;
+                keepalive_sleep
+                    .as_mut()
+                    .reset((Instant::now() + KEEPALIVE_INTERVAL).into());
                 if !send(tx, Ok(comment)).await {
                     return ForwardEnd::ClientGone;
                 }

@@ -127,7 +127,8 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
     let body = read_body(request.into_body(), declared_length, limit).await;
 
     trace.arrival_seq = arrival.await.ok().flatten();
-    trace.request_id = match (trace.arrival_seq, app.link.state().instance_id) {
+    let view = app.link.routing_view();
+    trace.request_id = match (trace.arrival_seq, view.instance_id) {
         (Some(seq), Some(instance)) => ids::request_id(&instance, seq),
         // The supervisor is unreachable: still a unique, recognisable ID.
         _ => {
@@ -192,12 +193,9 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
     if registry.is_known_name(&chat.model) {
         trace.model_requested = Some(chat.model.clone());
     }
-    let link_state = app.link.state();
-    let loaded = link_state
-        .router
-        .as_ref()
-        .and_then(|router| router.loaded.clone());
-    let entry = match registry.resolve(&chat.model, loaded.as_deref()) {
+    // Fresh: the loaded model may have changed while the body was read.
+    let view = app.link.routing_view();
+    let entry = match registry.resolve(&chat.model, view.loaded.as_deref()) {
         Resolution::Concrete(entry) | Resolution::Alias { model: entry, .. } => entry,
         Resolution::NotFound => {
             let error = ApiError::new(
@@ -213,7 +211,7 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
     trace.upstream_model = Some(entry.upstream_model.clone());
     headers.concrete_model = Some(entry.id.clone());
 
-    if !link_state.connected {
+    if !view.connected {
         let error = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "server_error",

@@ -35,6 +35,14 @@ pub struct LinkState {
     pub refused: Option<String>,
 }
 
+/// The part of [`LinkState`] a chat request routes with.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoutingView {
+    pub connected: bool,
+    pub instance_id: Option<String>,
+    pub loaded: Option<String>,
+}
+
 /// Something that happened to one lease request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaseEvent {
@@ -112,6 +120,21 @@ impl SupervisorLink {
     /// The state right now.
     pub fn state(&self) -> LinkState {
         self.shared.state.borrow().clone()
+    }
+
+    /// What a chat request needs of the state, without copying the model
+    /// statuses: whether the supervisor is reachable, the instance, and the
+    /// loaded model.
+    pub fn routing_view(&self) -> RoutingView {
+        let state = self.shared.state.borrow();
+        RoutingView {
+            connected: state.connected,
+            instance_id: state.instance_id.clone(),
+            loaded: state
+                .router
+                .as_ref()
+                .and_then(|router| router.loaded.clone()),
+        }
     }
 
     /// Asks for a lease on `model`. Events arrive on the returned `Lease`.
