@@ -4,9 +4,9 @@
 use strata_protocol::config::ModelStatus;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    LeaseFailure, LeaseGrant, LeasePhase, MAX_FRAME_BYTES, ModelStatusEntry, PROTOCOL_VERSION,
-    ProxyMessage, RequestLogStats, RouterState, ServiceTier, SupervisorMessage, WireError,
-    decode_payload, encode_frame, read_frame, write_frame,
+    BackendInstance, LeaseFailure, LeaseGrant, LeasePhase, MAX_FRAME_BYTES, ModelStatusEntry,
+    PROTOCOL_VERSION, ProxyMessage, RequestLogStats, RevokeReason, RouterState, ServiceTier,
+    SupervisorMessage, WireError, decode_payload, encode_frame, read_frame, write_frame,
 };
 
 fn sample_record() -> RequestRecord {
@@ -80,6 +80,10 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
             draining: false,
             loaded: Some("a".into()),
             loading: None,
+            backend: Some(BackendInstance {
+                epoch: 7,
+                pid: 4242,
+            }),
             last_startup_error: Some("backend exited during startup (exit code 3)".into()),
             statuses: vec![
                 ModelStatusEntry {
@@ -95,6 +99,7 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
         SupervisorMessage::LeaseGranted(LeaseGrant {
             lease: 3,
             backend: "127.0.0.1:8095".parse().unwrap(),
+            instance: BackendInstance { epoch: 1, pid: 2 },
             upstream_model: "qwen".into(),
             model_switch: true,
             load_ms: Some(9300),
@@ -102,11 +107,22 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
         SupervisorMessage::LeaseGranted(LeaseGrant {
             lease: 4,
             backend: "[::1]:1".parse().unwrap(),
+            instance: BackendInstance {
+                epoch: u64::MAX,
+                pid: u32::MAX,
+            },
             upstream_model: String::new(),
             model_switch: false,
             load_ms: None,
         }),
-        SupervisorMessage::LeaseRevoked { lease: 3 },
+        SupervisorMessage::LeaseRevoked {
+            lease: 3,
+            reason: RevokeReason::RoutingOff,
+        },
+        SupervisorMessage::LeaseRevoked {
+            lease: 4,
+            reason: RevokeReason::Shutdown,
+        },
         SupervisorMessage::Arrival {
             token: 99,
             arrival_seq: 1,

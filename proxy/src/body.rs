@@ -1,19 +1,28 @@
 //! The response body type: either a whole buffer or a bounded channel.
 //!
-//! Streaming responses are fed through a channel of two chunks, so a slow
-//! client makes the forwarding task wait (backpressure reaches the
-//! backend's socket) instead of the proxy buffering the answer. An `Err`
-//! item aborts the response: hyper then closes the connection without a
-//! clean end, which is how a transfer is failed after its headers.
+//! Streaming responses are fed through a one-chunk channel; the forwarding
+//! task holds at most one more chunk while the channel is full, so at most
+//! [`STREAM_CHANNEL_CHUNKS`] chunks wait between the backend and the client
+//! and a slow client makes the forwarding task wait (backpressure reaches
+//! the backend's socket) instead of the proxy buffering the answer. An `Err`
+//! item aborts the response after the data queued before it: hyper then
+//! closes the connection without a clean end, which is how a transfer is
+//! failed after its headers. [`BodySender::abort`] does the same at once,
+//! past anything still queued, for a client that is not reading.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
-use tokio::sync::mpsc;
+use std::future::Future;
+use std::sync::Mutex;
 
-/// Chunks in flight between the forwarding task and the client.
+use tokio::sync::mpsc::error::{SendError, TrySendError};
+use tokio::sync::{mpsc, oneshot};
+
+/// Chunks in flight between the backend and the client: one in the channel,
+/// one in the forwarding task's hand while the channel is full.
 pub const STREAM_CHANNEL_CHUNKS: usize = 2;
 
 /// An item of a streaming body.
@@ -27,6 +36,9 @@ pub enum ProxyBody {
 /// The receiving end of a streaming body.
 pub struct ChannelBody {
     rx: mpsc::Receiver<StreamItem>,
+    /// Fires when the sender aborts the response; `None` once the sender is
+    /// gone without aborting.
+    abort: Option<oneshot::Receiver<()>>,
     /// The last frame handed to hyper was data.
     after_data: bool,
     /// An error held back for one poll (see `poll_frame`).
@@ -39,14 +51,60 @@ impl ProxyBody {
     }
 
     /// A streaming body and the sender that feeds it.
-    pub fn channel() -> (mpsc::Sender<StreamItem>, Self) {
-        let (tx, rx) = mpsc::channel(STREAM_CHANNEL_CHUNKS);
+    pub fn channel() -> (BodySender, Self) {
+        let (tx, rx) = mpsc::channel(STREAM_CHANNEL_CHUNKS - 1);
+        let (abort_tx, abort_rx) = oneshot::channel();
         let body = ChannelBody {
             rx,
+            abort: Some(abort_rx),
             after_data: false,
             held_error: None,
         };
-        (tx, ProxyBody::Channel(body))
+        let sender = BodySender {
+            tx,
+            abort: Mutex::new(Some(abort_tx)),
+        };
+        (sender, ProxyBody::Channel(body))
+    }
+}
+
+/// The feeding end of a streaming body.
+#[derive(Debug)]
+pub struct BodySender {
+    tx: mpsc::Sender<StreamItem>,
+    /// Taken by the first abort. A lock only so `abort` can take `&self`
+    /// while a reservation borrows the sender; never contended.
+    abort: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl BodySender {
+    /// Room for one item right now, if the channel has it.
+    pub fn try_reserve(&self) -> Result<mpsc::Permit<'_, StreamItem>, TrySendError<()>> {
+        self.tx.try_reserve()
+    }
+
+    /// Waits for room for one item (cancel-safe); `Err` once the client is
+    /// gone.
+    pub async fn reserve(&self) -> Result<mpsc::Permit<'_, StreamItem>, SendError<()>> {
+        self.tx.reserve().await
+    }
+
+    /// Resolves once the client side is gone (hyper dropped the body).
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+
+    /// Ends the response with a transport error now, dropping whatever is
+    /// still queued (the client was not taking it).
+    pub fn abort(&self) {
+        let abort = self
+            .abort
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .take();
+        if let Some(abort) = abort {
+            let _ = abort.send(());
+        }
     }
 }
 
@@ -63,6 +121,19 @@ impl Body for ProxyBody {
             ProxyBody::Channel(body) => {
                 if let Some(err) = body.held_error.take() {
                     return Poll::Ready(Some(Err(err)));
+                }
+                if let Some(abort) = &mut body.abort {
+                    match Pin::new(abort).poll(cx) {
+                        Poll::Ready(Ok(())) => {
+                            body.abort = None;
+                            body.rx.close();
+                            return Poll::Ready(Some(Err(std::io::Error::other(
+                                "response aborted",
+                            ))));
+                        }
+                        Poll::Ready(Err(_)) => body.abort = None,
+                        Poll::Pending => {}
+                    }
                 }
                 match body.rx.poll_recv(cx) {
                     Poll::Ready(Some(Ok(bytes))) => {

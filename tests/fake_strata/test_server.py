@@ -394,6 +394,15 @@ class ServingTests(unittest.TestCase):
             self.assertNotEqual(body1, body3)
             self.assertNotIn(b"chatcmpl-000000000000000000000000", body3)
 
+    def test_response_model_overrides_the_answered_model(self):
+        for stream in (True, False):
+            r, body = self.fake.chat({"response_model": "someone-else"}, stream=stream)
+            self.assertEqual(r.status, 200)
+            self.assertIn(b'"model":"someone-else"', body)
+            self.assertNotIn(('"model":"%s"' % NAME).encode(), body)
+            r, body = self.fake.chat({}, stream=stream)
+            self.assertIn(('"model":"%s"' % NAME).encode(), body)
+
     def test_error_status_and_bad_requests(self):
         r, body = self.fake.chat({"error_status": 503})
         self.assertEqual(r.status, 503)

@@ -27,3 +27,50 @@ pub fn free_port() -> u16 {
     }
     panic!("no fresh loopback port after 100 attempts");
 }
+
+/// The receive queues (bytes received by the kernel and not yet read by the application) of
+/// the established IPv4 TCP sockets whose remote port is `remote_port`, from `/proc/net/tcp`.
+/// A socket whose queue stays full is one its owner stopped reading.
+pub fn tcp_rx_queues_to(remote_port: u16) -> Vec<u64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (remote, state, queues) = (fields.get(2)?, fields.get(3)?, fields.get(4)?);
+            let port = u16::from_str_radix(remote.rsplit(':').next()?, 16).ok()?;
+            // 01 is TCP_ESTABLISHED.
+            if port != remote_port || *state != "01" {
+                return None;
+            }
+            u64::from_str_radix(queues.split(':').nth(1)?, 16).ok()
+        })
+        .collect()
+}
+
+/// Waits (bounded by `timeout`) until some connection to `remote_port` has had unread bytes in
+/// its receive queue on ten polls in a row, none fewer than the poll before: its owner is not
+/// reading. Panics with the last observation after the deadline.
+pub fn wait_reader_stalled(remote_port: u16, timeout: std::time::Duration) {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut streak = 0;
+    let mut last = 0;
+    loop {
+        let queued = tcp_rx_queues_to(remote_port).into_iter().max().unwrap_or(0);
+        if queued > 0 && queued >= last {
+            streak += 1;
+        } else {
+            streak = 0;
+        }
+        last = queued;
+        if streak >= 10 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no stalled reader of port {remote_port} within {timeout:?} (last queue {queued} bytes)"
+        );
+        std::thread::sleep(crate::poll::POLL_INTERVAL);
+    }
+}

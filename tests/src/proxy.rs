@@ -334,7 +334,7 @@ impl FakeProxy {
             return;
         }
         self.wait_for(DEADLINE, &format!("LeaseRevoked {lease}"), |message| {
-            matches!(message, SupervisorMessage::LeaseRevoked { lease: l } if *l == lease)
+            matches!(message, SupervisorMessage::LeaseRevoked { lease: l, .. } if *l == lease)
         })
         .await;
     }
@@ -343,7 +343,7 @@ impl FakeProxy {
     pub fn was_revoked(&self, lease: LeaseId) -> bool {
         self.history
             .iter()
-            .any(|message| matches!(message, SupervisorMessage::LeaseRevoked { lease: l } if *l == lease))
+            .any(|message| matches!(message, SupervisorMessage::LeaseRevoked { lease: l, .. } if *l == lease))
     }
 
     /// Waits for a `LeaseProgress` of `lease` in `phase` (or finds it in the history).

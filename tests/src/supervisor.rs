@@ -28,6 +28,8 @@ pub const SUPERVISOR_BIN: &str = "strata-supervisor";
 #[derive(Debug)]
 pub struct Supervisor {
     daemon: Daemon,
+    /// Earlier processes replaced by [`Supervisor::crash_and_restart`], kept for their stderr.
+    crashed: Vec<Daemon>,
     terminated: bool,
     stopped: bool,
     /// Declared last: the directory outlives the process.
@@ -70,6 +72,7 @@ impl Supervisor {
         let daemon = Daemon::spawn("supervisor", command, config.dir.path());
         let mut supervisor = Supervisor {
             daemon,
+            crashed: Vec::new(),
             terminated: false,
             stopped: false,
             config,
@@ -103,6 +106,24 @@ impl Supervisor {
             }
             std::thread::sleep(POLL_INTERVAL);
         }
+    }
+
+    /// What systemd does after a supervisor crash: SIGKILL it (by PID), wait for its exit,
+    /// start a new one on the same config (it replaces the stale sockets) and wait until it
+    /// serves. The old process's backend dies with it (parent-death signal); the old
+    /// process's output stays in the test directory.
+    pub fn crash_and_restart(&mut self) {
+        self.daemon.kill(Signal::SIGKILL);
+        self.daemon.wait_exit(DEADLINE);
+        let name = format!("supervisor{}", self.crashed.len() + 2);
+        let daemon = Daemon::spawn(
+            &name,
+            supervisor_command(&self.config),
+            self.config.dir.path(),
+        );
+        self.crashed
+            .push(std::mem::replace(&mut self.daemon, daemon));
+        self.wait_serving();
     }
 
     /// The supervisor's PID.

@@ -498,6 +498,31 @@ fn a_truncated_body_gets_an_error_with_a_request_id() {
     stack.stop();
 }
 
+/// A chunked body whose framing is invalid (a chunk-size line that is not hex) is the client's
+/// error, not a disconnect: 400 `incomplete_body`, and one record with `invalid_request` and
+/// status 400.
+#[test]
+fn a_malformed_chunked_body_is_an_invalid_request() {
+    let stack = Stack::start(limits_config("badchunk"));
+    let mut conn = Conn::connect(stack.addr()).unwrap();
+    conn.write(
+        format!(
+            "POST {CHAT_PATH} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{{\"mo\r\nzz\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let response = conn.response(DEADLINE);
+    assert_error(&response, 400, "incomplete_body");
+    let id = request_id(&response);
+    let record = strata_e2e::accounting::wait_record(stack.addr(), &id);
+    assert_eq!(record.json["reason"], "invalid_request", "{}", record.raw);
+    assert_eq!(record.json["status"], 400, "{}", record.raw);
+    assert_eq!(record.json["disconnect_phase"], Value::Null);
+    assert!(stack.fake_log().events_named("request").is_empty());
+    stack.stop();
+}
+
 /// Legacy bounded scheduling: over `max_pending` gets 429 `queue_full`, and a request that
 /// waits longer than `queue_ms` for its model gets 504 `queue_timeout` without a switch; both
 /// carry the request id and the concrete model.

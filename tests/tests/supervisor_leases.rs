@@ -155,7 +155,7 @@ async fn off_waits_for_the_active_lease() {
 /// `off --now` does not wait: the lease is revoked, `done` arrives while the proxy still
 /// holds it, and the process group is gone.
 #[tokio::test]
-async fn off_now_revokes_the_lease_and_does_not_wait() {
+async fn off_now_revokes_the_lease_and_unloads_once_it_is_released() {
     let config = ConfigBuilder::new("offnow")
         .model(ModelSpec::new(A))
         .build();
@@ -165,7 +165,19 @@ async fn off_now_revokes_the_lease_and_does_not_wait() {
     proxy.wait_granted(7).await;
     let pid = child_pid(&supervisor.status());
 
-    let reply = supervisor.control().off(true);
+    let mut off = supervisor.control().open(&off_line(true));
+    off.wait_progress(DEADLINE, "interrupting 1 active request");
+    proxy.wait_revoked(7).await;
+    // Revoked, not ended: until the proxy has dropped its stream and released the lease, the
+    // backend it names stays up (nothing may replace it under a request still using it).
+    off.expect_silence(Duration::from_millis(300), "off waits for the release");
+    assert_eq!(supervisor.status()["active_leases"], json!(1));
+    assert!(
+        procs::is_alive(pid),
+        "unloaded before the revoked lease was released"
+    );
+    proxy.release(7).await;
+    let reply = off.wait_done(DEADLINE);
     reply.assert_ok();
     assert_eq!(reply.message(), "off: model unloaded, routing disabled");
     assert_eq!(
@@ -179,12 +191,28 @@ async fn off_now_revokes_the_lease_and_does_not_wait() {
         ]
     );
     assert!(!procs::group_alive(pid));
-    proxy.wait_revoked(7).await;
-    assert_eq!(supervisor.status()["active_leases"], json!(0));
-    // Releasing a revoked lease is harmless.
-    proxy.release(7).await;
     assert_eq!(supervisor.status()["active_leases"], json!(0));
     drop(proxy);
+    supervisor.stop();
+}
+
+/// A proxy that goes away instead of releasing its revoked lease ends it too (the connection
+/// closing releases all of a proxy's leases), so `off --now` completes.
+#[tokio::test]
+async fn off_now_completes_when_the_revoked_proxy_disconnects() {
+    let config = ConfigBuilder::new("offnow-gone")
+        .model(ModelSpec::new(A))
+        .build();
+    let supervisor = Supervisor::start(config);
+    let mut proxy = supervisor.proxy().await;
+    proxy.acquire(1, A).await;
+    proxy.wait_granted(1).await;
+    let pid = child_pid(&supervisor.status());
+    let mut off = supervisor.control().open(&off_line(true));
+    proxy.wait_revoked(1).await;
+    drop(proxy);
+    off.wait_done(DEADLINE).assert_ok();
+    assert!(!procs::group_alive(pid));
     supervisor.stop();
 }
 
@@ -384,9 +412,12 @@ async fn a_backend_that_dies_is_reaped_and_reloaded() {
     let log = supervisor.fake_log();
     let mut proxy = supervisor.proxy().await;
     proxy.acquire(1, A).await;
-    proxy.wait_granted(1).await;
+    let first = proxy.wait_granted(1).await;
     proxy.release(1).await;
     let pid = child_pid(&supervisor.status());
+    // The grant names the verified backend process, and the state that preceded it agrees.
+    assert_eq!(first.instance.pid, pid);
+    assert_eq!(proxy.state().and_then(|s| s.backend), Some(first.instance));
 
     // The test kills its own test backend by PID, as a crash would.
     procs::signal(pid, nix::sys::signal::Signal::SIGKILL);
@@ -396,7 +427,9 @@ async fn a_backend_that_dies_is_reaped_and_reloaded() {
     });
     assert_eq!(status["loaded"], Value::Null);
     proxy
-        .wait_state("not loaded", |state| state.loaded.is_none())
+        .wait_state("not loaded", |state| {
+            state.loaded.is_none() && state.backend.is_none()
+        })
         .await;
     poll_until(DEADLINE, "the dead backend to be reaped", || {
         !procs::is_zombie(pid)
@@ -406,6 +439,10 @@ async fn a_backend_that_dies_is_reaped_and_reloaded() {
     let grant = proxy.wait_granted(2).await;
     assert!(!grant.model_switch, "a same-ID reload is not a switch");
     assert!(grant.load_ms.is_some());
+    // Same model, same address, another process: the instance tells them apart.
+    assert_eq!(grant.backend, first.backend);
+    assert_eq!(grant.instance.epoch, first.instance.epoch + 1);
+    assert_ne!(grant.instance.pid, first.instance.pid);
     assert_eq!(log.starts().len(), 2);
     proxy.release(2).await;
     drop(proxy);

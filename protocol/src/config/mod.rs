@@ -264,7 +264,7 @@ impl Config {
                     entry.prepared = ModelStatus::InvalidProfile;
                     entry.prepared_detail = Some(reason);
                 }
-                ProfileCheck::Valid(info) => entry.profile_info = Some(info),
+                ProfileCheck::Valid(info) => entry.profile_info = Some(*info),
             }
         }
     }

@@ -34,6 +34,10 @@ pub struct ProfileInfo {
     /// `meta`, `architecture` and `thinking` from `router_metadata`; other
     /// keys there are ignored.
     pub router_metadata: ModelMetadata,
+    /// Strata's own `aliases` for the model: names it answers with in a
+    /// response's `model` when a request asks for one of them (otherwise it
+    /// answers `model_name`). Entries that are not strings are ignored.
+    pub aliases: Vec<String>,
 }
 
 /// The outcome of checking one profile.
@@ -44,7 +48,7 @@ pub(crate) enum ProfileCheck {
     /// The file exists but cannot be used; the string is a generic reason.
     Invalid(String),
     /// Every rule passes.
-    Valid(ProfileInfo),
+    Valid(Box<ProfileInfo>),
 }
 
 /// Reads and checks the profile at `path` for a model whose backend must
@@ -55,7 +59,7 @@ pub(crate) fn check_profile(path: &Path, upstream_model: &str) -> ProfileCheck {
         Err(check) => return check,
     };
     match check_rules(&object, upstream_model) {
-        Ok(info) => ProfileCheck::Valid(info),
+        Ok(info) => ProfileCheck::Valid(Box::new(info)),
         Err(reason) => ProfileCheck::Invalid(reason.to_owned()),
     }
 }
@@ -157,9 +161,18 @@ fn check_rules(
             ModelMetadata::from_obj(&obj)
         }
     };
+    let aliases = match profile.get("aliases") {
+        Some(Value::Array(names)) => names
+            .iter()
+            .filter_map(|name| name.as_str().map(str::to_owned))
+            .collect(),
+        Some(Value::String(name)) => vec![name.clone()],
+        _ => Vec::new(),
+    };
     Ok(ProfileInfo {
         conversation_cache_min_tokens,
         router_metadata,
+        aliases,
     })
 }
 
@@ -181,6 +194,16 @@ mod tests {
         });
         assert_eq!(rules(off, "m"), Ok(ProfileInfo::default()));
         assert!(rules(json!({"model_name": "m", "before_load": ""}), "m").is_ok());
+    }
+
+    #[test]
+    fn strata_aliases_are_read_leniently() {
+        let info = rules(json!({"model_name": "m", "aliases": ["a", 5, "b"]}), "m").unwrap();
+        assert_eq!(info.aliases, ["a", "b"]);
+        let info = rules(json!({"model_name": "m", "aliases": "a"}), "m").unwrap();
+        assert_eq!(info.aliases, ["a"]);
+        let info = rules(json!({"model_name": "m", "aliases": {"x": 1}}), "m").unwrap();
+        assert!(info.aliases.is_empty());
     }
 
     #[test]

@@ -6,9 +6,13 @@
 //! a new `State` whenever routing, draining, the loaded model or a model's
 //! status changes. The proxy then asks for leases; each lease request gets
 //! zero or more `LeaseProgress` events and exactly one `LeaseGranted` or
-//! `LeaseFailed`. A granted lease ends with `ReleaseLease` (or the connection
-//! closing); the supervisor may end it early with `LeaseRevoked` (operator
-//! `off --now`).
+//! `LeaseFailed`. A granted lease ends only with `ReleaseLease` (or the
+//! connection closing). The supervisor may ask for an early end with
+//! `LeaseRevoked` (operator `off --now`); the proxy then drops the upstream
+//! stream and releases the lease, and only the release ends it. So while a
+//! lease exists, nothing can stop or replace the backend instance it names,
+//! except a forced supervisor shutdown (after which no backend of that
+//! instance is started again).
 
 use std::net::SocketAddr;
 
@@ -18,7 +22,7 @@ use crate::config::ModelStatus;
 use crate::record::RequestRecord;
 
 /// Bumped whenever a message or field changes shape.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// A lease request's identifier, chosen by the proxy, unique within one
 /// connection.
@@ -107,16 +111,22 @@ pub enum SupervisorMessage {
         /// Milliseconds since the supervisor received the lease request.
         elapsed_ms: u64,
     },
-    /// The lease is held: send the request to `grant.backend`.
+    /// The lease is held: send the request to `grant.backend`, as long as
+    /// `grant.instance` is still the serving backend.
     LeaseGranted(LeaseGrant),
     /// The lease request ended without a lease.
     LeaseFailed {
         lease: LeaseId,
         failure: LeaseFailure,
     },
-    /// The supervisor ended a granted lease (operator `off --now`); the proxy
-    /// must drop the upstream stream. The lease is already released.
-    LeaseRevoked { lease: LeaseId },
+    /// The supervisor asks for a granted lease to end now (operator
+    /// `off --now`, or a forced shutdown): the proxy must drop the upstream
+    /// stream at once, send nothing more under it, and release it. Until the
+    /// release (or the connection closing) the lease still holds the backend.
+    LeaseRevoked {
+        lease: LeaseId,
+        reason: RevokeReason,
+    },
     /// The last frame could not be understood; the connection stays usable.
     ProtocolError { message: String },
     /// Answer to [`ProxyMessage::Arrive`]: the request's arrival sequence,
@@ -159,18 +169,42 @@ pub enum LeasePhase {
     Verified,
 }
 
+/// One verified backend process: the supervisor's start counter and the
+/// child's PID. The backend address is the same for every model
+/// (`127.0.0.1:backend_port`), so the address alone cannot tell one backend
+/// from the next; this can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BackendInstance {
+    /// Counts verified starts within one supervisor instance, from 1.
+    pub epoch: u64,
+    /// The child's PID, as the ready file and the spawn agreed.
+    pub pid: u32,
+}
+
 /// A granted lease.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeaseGrant {
     pub lease: LeaseId,
     /// Loopback address of the verified backend.
     pub backend: SocketAddr,
+    /// The backend process the lease is valid for. The proxy sends nothing
+    /// under this lease unless [`RouterState::backend`] still names it.
+    pub instance: BackendInstance,
     /// The backend profile's model name (what the backend answers with).
     pub upstream_model: String,
     /// Admission found a different model, or none, loaded.
     pub model_switch: bool,
     /// Stop/start/readiness work done for this lease, if any ran.
     pub load_ms: Option<u64>,
+}
+
+/// Why the supervisor asked for a lease to end early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RevokeReason {
+    /// Operator `off --now`.
+    RoutingOff,
+    /// The supervisor's drain ran out (`drain_ms`) or a second signal came.
+    Shutdown,
 }
 
 /// Why a lease request ended without a lease. Each maps to one accounting
@@ -215,6 +249,9 @@ pub struct RouterState {
     pub loaded: Option<String>,
     /// The model being loaded right now, if any.
     pub loading: Option<String>,
+    /// The verified backend serving `loaded`; `None` while nothing serves
+    /// (loading, stopping, after the child died, or unloaded).
+    pub backend: Option<BackendInstance>,
     pub last_startup_error: Option<String>,
     /// Every configured model, in ID order.
     pub statuses: Vec<ModelStatusEntry>,

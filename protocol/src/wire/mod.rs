@@ -18,6 +18,7 @@ pub use frame::{
     MAX_FRAME_BYTES, WireError, decode_payload, encode_frame, read_frame, write_frame,
 };
 pub use messages::{
-    LeaseFailure, LeaseGrant, LeaseId, LeasePhase, ModelStatusEntry, PROTOCOL_VERSION,
-    ProxyMessage, RequestLogStats, RouterState, ServiceTier, SupervisorMessage,
+    BackendInstance, LeaseFailure, LeaseGrant, LeaseId, LeasePhase, ModelStatusEntry,
+    PROTOCOL_VERSION, ProxyMessage, RequestLogStats, RevokeReason, RouterState, ServiceTier,
+    SupervisorMessage,
 };

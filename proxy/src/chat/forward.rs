@@ -1,23 +1,25 @@
 //! Forwarding a backend response body to the client as it arrives.
 //!
-//! Each upstream chunk is observed (for accounting) and handed to the
-//! client body through the two-chunk channel; the next chunk is read only
-//! once the channel has room, so a slow client slows the backend down
-//! instead of growing a buffer. The loop also watches the client (a closed
-//! channel means it went away), the lease (operator `off --now` revokes
-//! it), the response deadline, and, for waiting SSE clients, the keepalive
-//! clock.
+//! Each upstream chunk passes the [`ModelGate`], is observed (for
+//! accounting) and handed to the client body's one-chunk channel. When the
+//! channel is full the task keeps that one chunk in hand and stops reading
+//! the backend, so a slow client slows the backend down instead of growing a
+//! buffer (at most two chunks wait between them). Waiting for the client is
+//! one branch of the loop, never an await inside another branch: while a
+//! client does not read, the loop still watches the lease (operator
+//! `off --now` revokes it), the response deadline, how long the client has
+//! taken nothing (see [`CLIENT_STALL_LIMIT`]) and, for waiting SSE clients,
+//! the keepalive clock.
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use tokio::sync::mpsc;
 
-use crate::body::StreamItem;
+use crate::body::BodySender;
 use crate::errors::ApiError;
-use crate::link::{Lease, LeaseEvent};
-use crate::observe::ResponseObserver;
+use crate::link::{Lease, LeaseEnd};
+use crate::observe::{ModelGate, ResponseObserver};
 
 use super::upstream::Upstream;
 
@@ -26,6 +28,19 @@ pub const KEEPALIVE_COMMENT: &[u8] = b": keep-alive\n\n";
 
 /// How often waiting streaming clients get a comment.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A client that has taken none of the response for this long while some
+/// of it waits for it is cut off (reason `timeout`). This is what bounds a
+/// client that stopped reading when `response_ms` is 0; without it one such
+/// client would hold its dispatch slot, and with `cache_max_active: 1` all
+/// inference, forever. A reading client never comes near it: a normal
+/// response fits in the kernel's socket buffers, so the channel only stays
+/// full when megabytes went unread.
+pub const CLIENT_STALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// How long the final frame of a failed response may wait for the client
+/// before the response is aborted instead.
+const FINAL_SEND_LIMIT: Duration = Duration::from_secs(1);
 
 /// How failures after the response headers reach the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,74 +62,204 @@ pub enum ForwardEnd {
     ClientGone,
     /// The backend's body failed part-way.
     UpstreamFailed,
-    /// `response_ms` expired.
+    /// The backend answered as another model than the leased one.
+    WrongModel,
+    /// `response_ms` expired, or the client took nothing for
+    /// [`CLIENT_STALL_LIMIT`].
     Timeout,
-    /// The supervisor revoked the lease (operator `off --now`).
-    Revoked,
+    /// The lease ended under the response (operator `off --now`, forced
+    /// shutdown).
+    Revoked(LeaseEnd),
 }
 
-/// Sends one item, or reports that the client is gone.
-pub async fn send(tx: &mpsc::Sender<StreamItem>, item: StreamItem) -> bool {
-    tx.send(item).await.is_ok()
+/// One response's way to the client: the chunk in hand while the channel
+/// is full, and what has been handed over.
+struct Outbox<'a> {
+    tx: &'a BodySender,
+    pending: Option<Bytes>,
+    /// Everything handed over so far ends at an SSE frame boundary, so a
+    /// comment or an error frame may follow.
+    at_frame_boundary: bool,
+    /// When the client last took a chunk (or the loop started).
+    last_progress: Instant,
 }
 
-/// Ends a stream after its headers with `error`, in the agreed form.
+impl Outbox<'_> {
+    /// Hands `data` over now if the channel has room, else keeps it. False
+    /// once the client is gone.
+    fn offer(&mut self, data: Bytes, observer: &mut ResponseObserver) -> bool {
+        debug_assert!(self.pending.is_none());
+        match self.tx.try_reserve() {
+            Ok(permit) => {
+                hand_over(
+                    permit,
+                    data,
+                    observer,
+                    &mut self.at_frame_boundary,
+                    &mut self.last_progress,
+                );
+                true
+            }
+            Err(tokio::sync::mpsc::error::TrySendError::Full(())) => {
+                self.pending = Some(data);
+                true
+            }
+            Err(tokio::sync::mpsc::error::TrySendError::Closed(())) => false,
+        }
+    }
+
+    /// Ends the response with `error` in the agreed form. Whatever is in
+    /// hand is dropped unforwarded; the final frame waits for the client at
+    /// most [`FINAL_SEND_LIMIT`], then the response is aborted.
+    async fn fail(
+        &mut self,
+        mode: AfterHeaders,
+        error: &ApiError,
+        observer: &mut ResponseObserver,
+    ) {
+        self.pending = None;
+        match mode {
+            AfterHeaders::InBandError => {
+                let frame = if self.at_frame_boundary {
+                    error.sse_frame()
+                } else {
+                    // Close the half-sent frame so the error frame parses.
+                    let mut bytes = b"\n\n".to_vec();
+                    bytes.extend_from_slice(&error.sse_frame());
+                    Bytes::from(bytes)
+                };
+                let room = tokio::time::timeout(FINAL_SEND_LIMIT, self.tx.reserve()).await;
+                let waited_out = room.is_err();
+                if let Ok(Ok(permit)) = room {
+                    hand_over(
+                        permit,
+                        frame,
+                        observer,
+                        &mut self.at_frame_boundary,
+                        &mut self.last_progress,
+                    );
+                } else if waited_out {
+                    self.tx.abort();
+                }
+            }
+            AfterHeaders::TransportError => {
+                let room = tokio::time::timeout(FINAL_SEND_LIMIT, self.tx.reserve()).await;
+                let waited_out = room.is_err();
+                if let Ok(Ok(permit)) = room {
+                    permit.send(Err(std::io::Error::other(error.message.clone())));
+                } else if waited_out {
+                    self.tx.abort();
+                }
+            }
+        }
+    }
+}
+
+/// Passes one chunk to the client body, observing it as it goes.
+fn hand_over(
+    permit: tokio::sync::mpsc::Permit<'_, crate::body::StreamItem>,
+    data: Bytes,
+    observer: &mut ResponseObserver,
+    at_frame_boundary: &mut bool,
+    last_progress: &mut Instant,
+) {
+    let now = Instant::now();
+    observer.observe(&data, now);
+    *at_frame_boundary = data.ends_with(b"\n\n");
+    *last_progress = now;
+    permit.send(Ok(data));
+}
+
+/// Ends a wait-first stream with `error` (before any upstream byte).
 pub async fn fail_after_headers(
-    tx: &mpsc::Sender<StreamItem>,
+    tx: &BodySender,
     mode: AfterHeaders,
     error: &ApiError,
     observer: &mut ResponseObserver,
 ) {
-    match mode {
-        AfterHeaders::InBandError => {
-            let frame = error.sse_frame();
-            observer.observe(&frame, Instant::now());
-            let _ = send(tx, Ok(frame)).await;
-        }
-        AfterHeaders::TransportError => {
-            let _ = send(tx, Err(std::io::Error::other(error.message.clone()))).await;
-        }
+    let mut outbox = Outbox {
+        tx,
+        pending: None,
+        at_frame_boundary: true,
+        last_progress: Instant::now(),
+    };
+    outbox.fail(mode, error, observer).await;
+}
+
+/// The error a client sees when its lease ended under its response.
+pub fn lease_end_error(end: LeaseEnd) -> ApiError {
+    use strata_protocol::wire::RevokeReason;
+    match end {
+        LeaseEnd::Revoked(RevokeReason::RoutingOff) => ApiError::new(
+            hyper::StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "routing_off",
+            "the operator turned routing off and interrupted this request",
+        ),
+        LeaseEnd::Revoked(RevokeReason::Shutdown) => ApiError::new(
+            hyper::StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "shutting_down",
+            "the router is shutting down and interrupted this request",
+        ),
+        LeaseEnd::LinkLost => ApiError::new(
+            hyper::StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "supervisor_unavailable",
+            "the router's supervisor went away; try again shortly",
+        ),
     }
 }
 
-/// Ends a response whose backend body broke off part-way.
-async fn backend_cut_off(
-    tx: &mpsc::Sender<StreamItem>,
-    mode: AfterHeaders,
-    at_frame_boundary: bool,
-    observer: &mut ResponseObserver,
-) {
-    let error = ApiError::new(
+/// The error a client sees when the backend answered as another model.
+pub fn wrong_model_error() -> ApiError {
+    ApiError::new(
         hyper::StatusCode::BAD_GATEWAY,
         "server_error",
         "upstream_error",
-        "the backend connection failed during the response",
-    );
-    if mode == AfterHeaders::InBandError && !at_frame_boundary {
-        // Close the half-sent frame so the error frame parses.
-        let _ = send(tx, Ok(Bytes::from_static(b"\n\n"))).await;
-    }
-    fail_after_headers(tx, mode, &error, observer).await;
+        "the backend answered as a different model than the one this request was routed to",
+    )
+}
+
+/// What else the loop watches besides the two bodies.
+pub struct Watch<'a> {
+    pub lease: &'a mut Lease,
+    pub deadline: Option<Instant>,
+    /// Send keepalive comments while the backend is quiet (wait-first SSE).
+    pub keepalive: bool,
 }
 
 /// Copies `upstream`'s body to `tx` until one side ends.
 pub async fn forward(
     upstream: &mut Upstream,
-    tx: &mpsc::Sender<StreamItem>,
+    tx: &BodySender,
     observer: &mut ResponseObserver,
-    lease: &mut Lease,
+    gate: &mut ModelGate,
     mode: AfterHeaders,
-    deadline: Option<Instant>,
-    keepalive: bool,
+    watch: Watch<'_>,
 ) -> ForwardEnd {
+    let Watch {
+        lease,
+        deadline,
+        keepalive,
+    } = watch;
     let body = upstream.response.body_mut();
-    // Comments may only go between SSE frames, never inside one.
-    let mut at_frame_boundary = true;
-    let mut lease_open = true;
-    // One timer, pushed back whenever bytes go out, rather than a new one
-    // per chunk.
+    let mut out = Outbox {
+        tx,
+        pending: None,
+        at_frame_boundary: true,
+        last_progress: Instant::now(),
+    };
+    // The backend's body has ended: `Some(true)` cleanly, `Some(false)` cut
+    // off. The loop ends once what is in hand has been handed over.
+    let mut upstream_ended: Option<bool> = None;
+    let mut lease_watched = true;
+    // Timers are re-armed only when they fire (they compare with
+    // `last_progress`), never per chunk.
     let keepalive_sleep = tokio::time::sleep(KEEPALIVE_INTERVAL);
     tokio::pin!(keepalive_sleep);
+    let stall_sleep = tokio::time::sleep(CLIENT_STALL_LIMIT);
+    tokio::pin!(stall_sleep);
     let deadline_sleep = tokio::time::sleep_until(
         deadline
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(86400 * 365))
@@ -122,80 +267,135 @@ pub async fn forward(
     );
     tokio::pin!(deadline_sleep);
     loop {
-        tokio::select! {
-            frame = body.frame() => match frame {
-                Some(Ok(frame)) => {
-                    let Ok(data) = frame.into_data() else { continue };
-                    if data.is_empty() {
+        if out.pending.is_none()
+            && let Some(clean) = upstream_ended
+        {
+            // Strata's bodies end at EOF; an event stream that ends before
+            // `[DONE]` was cut off (the backend died).
+            if clean && !observer.sse_unfinished() {
+                return ForwardEnd::Completed;
+            }
+            out.fail(mode, &cut_off_error(), observer).await;
+            return ForwardEnd::UpstreamFailed;
+        }
+        // The select only says what happened; the handling below runs after
+        // its futures (which borrow the outbox) are gone.
+        let step = tokio::select! {
+            frame = body.frame(), if out.pending.is_none() && upstream_ended.is_none() => {
+                Step::Frame(frame)
+            }
+            room = out.tx.reserve(), if out.pending.is_some() => Step::Room(room.is_ok()),
+            _ = out.tx.closed() => Step::ClientGone,
+            end = lease.ended(), if lease_watched => Step::LeaseEnded(end),
+            _ = &mut deadline_sleep, if deadline.is_some() => Step::Deadline,
+            _ = &mut stall_sleep, if out.pending.is_some() => Step::StallCheck,
+            _ = &mut keepalive_sleep, if keepalive && out.pending.is_none() && out.at_frame_boundary => {
+                Step::KeepaliveCheck
+            }
+        };
+        match step {
+            Step::Frame(frame) => {
+                let released = match frame {
+                    Some(Ok(frame)) => match frame.into_data() {
+                        Ok(data) if !data.is_empty() => gate.push(data),
+                        _ => continue,
+                    },
+                    Some(Err(err)) => {
+                        tracing::debug!(error = %err, "backend body failed");
+                        upstream_ended = Some(false);
                         continue;
                     }
-                    observer.observe(&data, Instant::now());
-                    at_frame_boundary = data.ends_with(b"\n\n");
-                    if keepalive {
-                        keepalive_sleep
-                            .as_mut()
-                            .reset((Instant::now() + KEEPALIVE_INTERVAL).into());
+                    None => {
+                        upstream_ended = Some(true);
+                        gate.finish()
                     }
-                    if !send(tx, Ok(data)).await {
-                        return ForwardEnd::ClientGone;
+                };
+                match released {
+                    Ok(Some(data)) => {
+                        if !out.offer(data, observer) {
+                            return ForwardEnd::ClientGone;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(_) => {
+                        tracing::warn!(
+                            "the backend answered as a different model than the leased one; response stopped"
+                        );
+                        out.fail(mode, &wrong_model_error(), observer).await;
+                        return ForwardEnd::WrongModel;
                     }
                 }
-                                Some(Err(err)) => {
-                    tracing::debug!(error = %err, "backend body failed");
-                    backend_cut_off(tx, mode, at_frame_boundary, observer).await;
-                    return ForwardEnd::UpstreamFailed;
+            }
+            Step::Room(false) | Step::ClientGone => return ForwardEnd::ClientGone,
+            Step::Room(true) => {
+                let data = out.pending.take().expect("checked by the branch condition");
+                if !out.offer(data, observer) {
+                    return ForwardEnd::ClientGone;
                 }
-                // Strata's bodies end at EOF; an event stream that ends
-                // before `[DONE]` was cut off (the backend died).
-                None if observer.sse_unfinished() => {
-                    tracing::debug!("backend stream ended before [DONE]");
-                    backend_cut_off(tx, mode, at_frame_boundary, observer).await;
-                    return ForwardEnd::UpstreamFailed;
-                }
-                None => return ForwardEnd::Completed,
-            },
-            _ = tx.closed() => return ForwardEnd::ClientGone,
-            event = lease.next_event(), if lease_open => match event {
-                LeaseEvent::Revoked => {
-                    let error = ApiError::new(
-                        hyper::StatusCode::SERVICE_UNAVAILABLE,
-                        "server_error",
-                        "routing_off",
-                        "the operator turned routing off and interrupted this response",
-                    );
-                    if mode == AfterHeaders::InBandError && !at_frame_boundary {
-                        let _ = send(tx, Ok(Bytes::from_static(b"\n\n"))).await;
-                    }
-                    fail_after_headers(tx, mode, &error, observer).await;
-                    return ForwardEnd::Revoked;
-                }
-                // Losing the supervisor link ends the lease on its side but
-                // not this response: the backend decides how it ends.
-                _ => lease_open = false,
-            },
-            _ = &mut deadline_sleep, if deadline.is_some() => {
+            }
+            // The connection to this backend is already open, so a lost
+            // supervisor link cannot misroute it: the backend decides how
+            // the response ends (a supervisor crash takes it down anyway).
+            Step::LeaseEnded(LeaseEnd::LinkLost) => lease_watched = false,
+            Step::LeaseEnded(end) => {
+                out.fail(mode, &lease_end_error(end), observer).await;
+                return ForwardEnd::Revoked(end);
+            }
+            Step::Deadline => {
                 let error = ApiError::new(
                     hyper::StatusCode::GATEWAY_TIMEOUT,
                     "server_error",
                     "timeout",
                     "the response exceeded response_ms",
                 );
-                if mode == AfterHeaders::InBandError && !at_frame_boundary {
-                    let _ = send(tx, Ok(Bytes::from_static(b"\n\n"))).await;
-                }
-                fail_after_headers(tx, mode, &error, observer).await;
+                out.fail(mode, &error, observer).await;
                 return ForwardEnd::Timeout;
             }
-            _ = &mut keepalive_sleep, if keepalive && at_frame_boundary => {
-                let comment = Bytes::from_static(KEEPALIVE_COMMENT);
-                observer.observe(&comment, Instant::now());
-                keepalive_sleep
-                    .as_mut()
-                    .reset((Instant::now() + KEEPALIVE_INTERVAL).into());
-                if !send(tx, Ok(comment)).await {
-                    return ForwardEnd::ClientGone;
+            Step::StallCheck => {
+                let due = out.last_progress + CLIENT_STALL_LIMIT;
+                if Instant::now() >= due {
+                    tracing::info!(
+                        "the client took nothing for {CLIENT_STALL_LIMIT:?}; cutting the response off"
+                    );
+                    out.tx.abort();
+                    return ForwardEnd::Timeout;
+                }
+                stall_sleep.as_mut().reset(due.into());
+            }
+            Step::KeepaliveCheck => {
+                let due = out.last_progress + KEEPALIVE_INTERVAL;
+                if Instant::now() >= due {
+                    if !out.offer(Bytes::from_static(KEEPALIVE_COMMENT), observer) {
+                        return ForwardEnd::ClientGone;
+                    }
+                    keepalive_sleep
+                        .as_mut()
+                        .reset((Instant::now() + KEEPALIVE_INTERVAL).into());
+                } else {
+                    keepalive_sleep.as_mut().reset(due.into());
                 }
             }
         }
     }
+}
+
+/// What woke the forwarding loop.
+enum Step {
+    Frame(Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>),
+    /// The channel has room again (false: the client is gone).
+    Room(bool),
+    ClientGone,
+    LeaseEnded(LeaseEnd),
+    Deadline,
+    StallCheck,
+    KeepaliveCheck,
+}
+
+fn cut_off_error() -> ApiError {
+    ApiError::new(
+        hyper::StatusCode::BAD_GATEWAY,
+        "server_error",
+        "upstream_error",
+        "the backend connection failed during the response",
+    )
 }

@@ -29,16 +29,16 @@ use hyper::header::{
 use hyper::{Request, Response, StatusCode};
 use strata_protocol::config::Resolution;
 use strata_protocol::ids;
-use strata_protocol::wire::{LeaseFailure, LeaseGrant, LeasePhase, ServiceTier};
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use strata_protocol::wire::{LeaseFailure, LeaseGrant, LeasePhase, RevokeReason, ServiceTier};
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::app::{App, CountGuard};
-use crate::body::{ProxyBody, StreamItem};
+use crate::body::{BodySender, ProxyBody};
 use crate::errors::ApiError;
-use crate::link::{Lease, LeaseEvent};
-use crate::observe::{BodyKind, ResponseObserver};
+use crate::link::{Lease, LeaseEnd, LeaseEvent};
+use crate::observe::{BodyKind, ModelGate, ResponseObserver};
 
-use forward::{AfterHeaders, ForwardEnd, KEEPALIVE_COMMENT, KEEPALIVE_INTERVAL};
+use forward::{AfterHeaders, ForwardEnd, KEEPALIVE_COMMENT, KEEPALIVE_INTERVAL, Watch};
 pub use trace::{Phase, Reason, Trace};
 use upstream::Upstream;
 
@@ -159,6 +159,15 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
             );
             return reject(trace, &headers, Failure::new(error, Reason::InvalidRequest));
         }
+        Err(BodyError::Malformed) => {
+            let error = ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "incomplete_body",
+                "the request body could not be read",
+            );
+            return reject(trace, &headers, Failure::new(error, Reason::InvalidRequest));
+        }
         Err(BodyError::Client) => {
             // The client went away mid-upload: the answer is for form's
             // sake (nobody reads it), so the record keeps status null.
@@ -236,9 +245,17 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
         None => None,
     };
 
+    // Strata answers with the requested name instead of its model_name when
+    // that name is one of the profile's aliases.
+    let alias = entry
+        .profile_info
+        .as_ref()
+        .filter(|info| info.aliases.contains(&chat.model))
+        .map(|_| chat.model.clone());
     let job = Job {
         app: app.clone(),
         model: entry.id.clone(),
+        alias,
         tier: chat.tier,
         body: chat.upstream_body,
         accept,
@@ -261,8 +278,29 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
 enum BodyError {
     /// Over the limit; the rest of the body, if any is left to discard.
     TooLarge(Option<Incoming>),
-    /// The client's body failed (it went away mid-upload).
+    /// The client's body ended early (it went away mid-upload).
     Client,
+    /// The client's body framing is invalid (a bad chunk size line, say).
+    Malformed,
+}
+
+/// Tells a malformed body from one the client abandoned: hyper reports bad
+/// framing as an `InvalidInput`/`InvalidData` I/O error and an early end as
+/// `UnexpectedEof` (or a connection error).
+fn body_error(err: &hyper::Error) -> BodyError {
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData => {
+                    BodyError::Malformed
+                }
+                _ => BodyError::Client,
+            };
+        }
+        source = cause.source();
+    }
+    BodyError::Client
 }
 
 /// Reads the whole body, refusing a declared length over `limit` before
@@ -277,7 +315,7 @@ async fn read_body(
     }
     let mut buffer = BytesMut::with_capacity(declared_length.unwrap_or(0).min(limit) as usize);
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| BodyError::Client)?;
+        let frame = frame.map_err(|err| body_error(&err))?;
         if let Ok(data) = frame.into_data() {
             if buffer.len() as u64 + data.len() as u64 > limit {
                 return Err(BodyError::TooLarge(Some(body)));
@@ -309,6 +347,8 @@ async fn drain(mut body: Incoming) {
 struct Job {
     app: Arc<App>,
     model: String,
+    /// The request's `model`, when Strata may echo it (see [`ModelGate`]).
+    alias: Option<String>,
     tier: ServiceTier,
     body: Bytes,
     accept: Option<HeaderValue>,
@@ -320,6 +360,8 @@ struct Job {
 struct Dispatched {
     upstream: Upstream,
     lease: Lease,
+    /// Checks the response's `model` against the lease before it passes.
+    gate: ModelGate,
     deadline: Option<Instant>,
     _in_flight: CountGuard,
     _permits: Vec<OwnedSemaphorePermit>,
@@ -387,12 +429,18 @@ fn lease_failure(failure: LeaseFailure) -> Failure {
 impl Job {
     /// Leases the model, takes the dispatch permits and sends the request;
     /// returns once the backend's response headers are in.
+    ///
+    /// From the grant on, every wait also watches the lease: if it is
+    /// revoked or the supervisor link is lost meanwhile, the request ends
+    /// with that outcome and nothing is sent. Right before connecting, the
+    /// lease's backend instance must still be the serving one (the address
+    /// is the same for every model).
     async fn admit_and_send(self, trace: &mut Trace) -> Result<Dispatched, Failure> {
         let config = &self.app.config;
         // Legacy queue_ms bounds the wait for admission only; a load that
         // admission starts is bounded by startup_ms in the supervisor.
         let queue_deadline = config.queue_timeout().map(|limit| Instant::now() + limit);
-        let (lease, grant) = {
+        let (mut lease, grant) = {
             let _queued = CountGuard::queued(&self.app, self.tier);
             let mut lease = self.app.link.acquire(&self.model, self.tier);
             let grant = wait_for_grant(&mut lease, trace, queue_deadline).await?;
@@ -404,31 +452,42 @@ impl Job {
             .into_iter()
             .flatten()
         {
-            match semaphore.clone().acquire_owned().await {
-                Ok(permit) => permits.push(permit),
-                Err(_) => unreachable!("the semaphores are never closed"),
-            }
+            let permit = while_leased(&mut lease, semaphore.clone().acquire_owned()).await?;
+            permits.push(permit.expect("the semaphores are never closed"));
         }
         let deadline = config
             .response_timeout()
             .map(|limit| Instant::now() + limit);
+        lease.check().map_err(lease_end_failure)?;
+        if !self.app.link.serves(&grant.instance) {
+            tracing::warn!("the leased backend is no longer the serving one; request not sent");
+            return Err(Failure::new(
+                ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "server_error",
+                    "upstream_error",
+                    "the backend this request was routed to is gone",
+                ),
+                Reason::UpstreamError,
+            ));
+        }
         let send = upstream::send(grant.backend, self.body, self.accept);
-        let sent = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline.into(), send).await {
-                Ok(sent) => sent,
-                Err(_) => {
-                    return Err(Failure::new(
-                        ApiError::new(
-                            StatusCode::GATEWAY_TIMEOUT,
-                            "server_error",
-                            "timeout",
-                            "the backend did not answer within response_ms",
-                        ),
-                        Reason::Timeout,
-                    ));
-                }
-            },
-            None => send.await,
+        let send = async {
+            match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline.into(), send).await.ok(),
+                None => Some(send.await),
+            }
+        };
+        let Some(sent) = while_leased(&mut lease, send).await? else {
+            return Err(Failure::new(
+                ApiError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "server_error",
+                    "timeout",
+                    "the backend did not answer within response_ms",
+                ),
+                Reason::Timeout,
+            ));
         };
         let upstream = sent.map_err(|err| {
             tracing::warn!(error = %err, "backend request failed");
@@ -445,15 +504,36 @@ impl Job {
         trace.upstream_headers_at = Some(Instant::now());
         trace.upstream_status = Some(upstream.response.status().as_u16());
         trace.phase = Phase::Generating;
+        let kind = body_kind(upstream.response.headers());
+        let gate = ModelGate::new(kind, &grant.upstream_model, self.alias.as_deref());
         Ok(Dispatched {
             upstream,
             lease,
+            gate,
             deadline,
             _in_flight: in_flight,
             _permits: permits,
             _pending: self._pending,
         })
     }
+}
+
+/// Runs `work` unless the granted lease ends first.
+async fn while_leased<T>(lease: &mut Lease, work: impl Future<Output = T>) -> Result<T, Failure> {
+    tokio::select! {
+        output = work => Ok(output),
+        end = lease.ended() => Err(lease_end_failure(end)),
+    }
+}
+
+/// The outcome of a request whose lease ended before its response began.
+fn lease_end_failure(end: LeaseEnd) -> Failure {
+    let reason = match end {
+        LeaseEnd::Revoked(RevokeReason::RoutingOff) => Reason::RoutingOff,
+        LeaseEnd::Revoked(RevokeReason::Shutdown) => Reason::Shutdown,
+        LeaseEnd::LinkLost => Reason::UpstreamError,
+    };
+    Failure::new(forward::lease_end_error(end), reason)
 }
 
 /// Waits on a lease request until it is granted or fails.
@@ -505,17 +585,10 @@ async fn wait_for_grant(
                 }
                 return Err(lease_failure(failure));
             }
-            LeaseEvent::Revoked | LeaseEvent::LinkLost => {
-                return Err(Failure::new(
-                    ApiError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "server_error",
-                        "supervisor_unavailable",
-                        "the router's supervisor went away; try again shortly",
-                    ),
-                    Reason::UpstreamError,
-                ));
+            LeaseEvent::Revoked(reason) => {
+                return Err(lease_end_failure(LeaseEnd::Revoked(reason)));
             }
+            LeaseEvent::LinkLost => return Err(lease_end_failure(LeaseEnd::LinkLost)),
         }
     }
 }
@@ -568,10 +641,13 @@ fn respond_passthrough(
             &mut dispatched.upstream,
             &tx,
             &mut observer,
-            &mut dispatched.lease,
+            &mut dispatched.gate,
             AfterHeaders::TransportError,
-            dispatched.deadline,
-            false,
+            Watch {
+                lease: &mut dispatched.lease,
+                deadline: dispatched.deadline,
+                keepalive: false,
+            },
         )
         .await;
         trace.observed = Some(observer.finish());
@@ -589,10 +665,12 @@ fn respond_passthrough(
 fn end_reason(end: ForwardEnd, upstream_ok: bool) -> Reason {
     match end {
         ForwardEnd::Completed if upstream_ok => Reason::Completed,
-        ForwardEnd::Completed | ForwardEnd::UpstreamFailed => Reason::UpstreamError,
+        ForwardEnd::Completed | ForwardEnd::UpstreamFailed | ForwardEnd::WrongModel => {
+            Reason::UpstreamError
+        }
         ForwardEnd::ClientGone => Reason::ClientDisconnect,
         ForwardEnd::Timeout => Reason::Timeout,
-        ForwardEnd::Revoked => Reason::RoutingOff,
+        ForwardEnd::Revoked(end) => lease_end_failure(end).reason,
     }
 }
 
@@ -600,7 +678,7 @@ fn end_reason(end: ForwardEnd, upstream_ok: bool) -> Reason {
 /// `None` if the client went away first (dropping `work`, which withdraws
 /// its lease request or releases its lease).
 async fn with_keepalive<T>(
-    tx: &mpsc::Sender<StreamItem>,
+    tx: &BodySender,
     observer: &mut ResponseObserver,
     work: impl Future<Output = T>,
 ) -> Option<T> {
@@ -613,10 +691,16 @@ async fn with_keepalive<T>(
         tokio::select! {
             output = &mut work => return Some(output),
             _ = tick.tick() => {
-                let comment = Bytes::from_static(KEEPALIVE_COMMENT);
-                observer.observe(&comment, Instant::now());
-                if !forward::send(tx, Ok(comment)).await {
-                    return None;
+                // A client that has not taken the last comment yet does not
+                // need another one; nothing here may wait for the client.
+                match tx.try_reserve() {
+                    Ok(permit) => {
+                        let comment = Bytes::from_static(KEEPALIVE_COMMENT);
+                        observer.observe(&comment, Instant::now());
+                        permit.send(Ok(comment));
+                    }
+                    Err(tokio::sync::mpsc::error::TrySendError::Full(())) => {}
+                    Err(tokio::sync::mpsc::error::TrySendError::Closed(())) => return None,
                 }
             }
             _ = tx.closed() => return None,
@@ -658,10 +742,13 @@ fn respond_early(job: Job, mut trace: Trace, headers: StrataHeaders) -> Response
                         &mut dispatched.upstream,
                         &tx,
                         &mut observer,
-                        &mut dispatched.lease,
+                        &mut dispatched.gate,
                         AfterHeaders::InBandError,
-                        dispatched.deadline,
-                        true,
+                        Watch {
+                            lease: &mut dispatched.lease,
+                            deadline: dispatched.deadline,
+                            keepalive: true,
+                        },
                     )
                     .await;
                     finished = Some(dispatched);

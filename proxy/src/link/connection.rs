@@ -321,8 +321,9 @@ impl Session {
             SupervisorMessage::LeaseFailed { lease, failure } => {
                 self.route_to_lease(lease, LeaseEvent::Failed(failure), true);
             }
-            SupervisorMessage::LeaseRevoked { lease } => {
-                self.route_to_lease(lease, LeaseEvent::Revoked, true);
+            // Still held until the request releases it.
+            SupervisorMessage::LeaseRevoked { lease, reason } => {
+                self.route_to_lease(lease, LeaseEvent::Revoked(reason), false);
             }
             SupervisorMessage::Arrival { token, arrival_seq } => {
                 if let Some(reply) = self.arrivals.remove(&token) {

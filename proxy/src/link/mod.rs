@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    LeaseFailure, LeaseGrant, LeaseId, LeasePhase, RequestLogStats, RouterState, ServiceTier,
+    BackendInstance, LeaseFailure, LeaseGrant, LeaseId, LeasePhase, RequestLogStats, RevokeReason,
+    RouterState, ServiceTier,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -49,9 +50,17 @@ pub enum LeaseEvent {
     Progress(LeasePhase),
     Granted(LeaseGrant),
     Failed(LeaseFailure),
-    /// The supervisor ended a granted lease (operator `off --now`).
-    Revoked,
+    /// The supervisor asks for the granted lease to end now (operator
+    /// `off --now`, forced shutdown): stop using it and release it.
+    Revoked(RevokeReason),
     /// The connection to the supervisor was lost; the lease is gone.
+    LinkLost,
+}
+
+/// Why a granted lease may no longer be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseEnd {
+    Revoked(RevokeReason),
     LinkLost,
 }
 
@@ -122,6 +131,19 @@ impl SupervisorLink {
         self.shared.state.borrow().clone()
     }
 
+    /// Whether `instance` is the backend serving right now, as the connected
+    /// supervisor last said. Checked right before a request is sent under a
+    /// lease: the backend address is the same for every model, so a lease
+    /// whose backend was replaced must not be used.
+    pub fn serves(&self, instance: &BackendInstance) -> bool {
+        let state = self.shared.state.borrow();
+        state.connected
+            && state
+                .router
+                .as_ref()
+                .is_some_and(|router| router.backend.as_ref() == Some(instance))
+    }
+
     /// What a chat request needs of the state, without copying the model
     /// statuses: whether the supervisor is reachable, the instance, and the
     /// loaded model.
@@ -156,6 +178,7 @@ impl SupervisorLink {
             events,
             shared: self.shared.clone(),
             closed: !sent,
+            end: (!sent).then_some(LeaseEnd::LinkLost),
         }
     }
 
@@ -235,25 +258,65 @@ pub struct Lease {
     id: LeaseId,
     events: mpsc::UnboundedReceiver<LeaseEvent>,
     shared: Arc<Shared>,
-    /// No more events can come (failed, revoked, or the link is gone).
+    /// No more events can come (failed, or the link is gone), and there is
+    /// nothing to release.
     closed: bool,
+    /// Set once the granted lease may no longer be used.
+    end: Option<LeaseEnd>,
 }
 
 impl Lease {
-    /// The next event. After `Failed`, `Revoked` or `LinkLost` the lease is
-    /// over and further calls return `LinkLost`.
+    /// The next event. After `Failed` or `LinkLost` the lease is over and
+    /// further calls return `LinkLost`. A `Revoked` lease is still held: it
+    /// is released when dropped, like any other.
     pub async fn next_event(&mut self) -> LeaseEvent {
         if self.closed {
             return LeaseEvent::LinkLost;
         }
         let event = self.events.recv().await.unwrap_or(LeaseEvent::LinkLost);
-        if matches!(
-            event,
-            LeaseEvent::Failed(_) | LeaseEvent::Revoked | LeaseEvent::LinkLost
-        ) {
-            self.closed = true;
-        }
+        self.note(&event);
         event
+    }
+
+    fn note(&mut self, event: &LeaseEvent) {
+        match event {
+            LeaseEvent::Failed(_) | LeaseEvent::LinkLost => {
+                self.closed = true;
+                self.end.get_or_insert(LeaseEnd::LinkLost);
+            }
+            LeaseEvent::Revoked(reason) => {
+                self.end.get_or_insert(LeaseEnd::Revoked(*reason));
+            }
+            LeaseEvent::Progress(_) | LeaseEvent::Granted(_) => {}
+        }
+    }
+
+    /// After the grant: `Err` if the lease may no longer be used (revoked,
+    /// or the supervisor link was lost), looking at every event that
+    /// arrived so far without waiting.
+    pub fn check(&mut self) -> Result<(), LeaseEnd> {
+        while self.end.is_none() && !self.closed {
+            match self.events.try_recv() {
+                Ok(event) => self.note(&event),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    self.note(&LeaseEvent::LinkLost);
+                }
+            }
+        }
+        self.end.map_or(Ok(()), Err)
+    }
+
+    /// After the grant: resolves when the lease may no longer be used.
+    /// Cancel-safe, so it can be one branch of every wait.
+    pub async fn ended(&mut self) -> LeaseEnd {
+        loop {
+            if let Some(end) = self.end {
+                return end;
+            }
+            let event = self.next_event().await;
+            self.note(&event);
+        }
     }
 }
 

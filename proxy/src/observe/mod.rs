@@ -11,6 +11,8 @@
 //! - `frame.rs`: what one JSON payload means (delta, usage, timings, error).
 //! - `json_body.rs`: the non-stream `application/json` body.
 //! - `summary.rs`: [`Observed`], [`FinishReason`] and the merge rules.
+//! - `model_gate.rs`: [`ModelGate`], which holds a response's first frame
+//!   back until its `model` is known to be the leased one.
 //!
 //! # What counts as an in-band error
 //!
@@ -30,6 +32,7 @@
 
 mod frame;
 mod json_body;
+mod model_gate;
 mod sse;
 mod summary;
 
@@ -39,6 +42,7 @@ mod tests;
 use std::fmt;
 use std::time::Instant;
 
+pub use model_gate::{ModelGate, ModelMismatch};
 pub use summary::{FinishReason, Observed};
 
 /// The most the observer keeps of one SSE line or one non-stream JSON body:

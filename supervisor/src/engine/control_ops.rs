@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use strata_protocol::config::Resolution;
-use strata_protocol::wire::LeaseFailure;
+use strata_protocol::wire::{LeaseFailure, RevokeReason};
 use tokio::sync::mpsc;
 
 use super::state::{CancelReason, Engine, RunningOp, StopReason};
@@ -220,7 +220,7 @@ impl Engine {
                     "interrupting",
                     format!("interrupting {}", plural(active, "active request")),
                 );
-                self.revoke_all_leases();
+                self.revoke_all_leases(RevokeReason::RoutingOff, false);
             } else {
                 op.progress(
                     "waiting",
@@ -307,7 +307,7 @@ impl Engine {
             } => {
                 let model = model.clone();
                 // Requests on another model keep their lease until they end.
-                if self.active.values().any(|held| *held != model) {
+                if self.active.values().any(|held| held.model != model) {
                     return true;
                 }
                 if self.backend.is_some() && self.selected.as_deref() == Some(&model) {

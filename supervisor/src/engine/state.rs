@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use strata_protocol::config::{Config, ModelStatus};
 use strata_protocol::wire::{
-    LeaseFailure, LeaseGrant, LeaseId, LeasePhase, ModelStatusEntry, RouterState, ServiceTier,
-    SupervisorMessage,
+    BackendInstance, LeaseFailure, LeaseGrant, LeaseId, LeasePhase, ModelStatusEntry, RevokeReason,
+    RouterState, ServiceTier, SupervisorMessage,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -37,6 +37,13 @@ pub(super) struct Conn {
     pub(super) pid: u32,
     pub(super) events: mpsc::UnboundedSender<SupervisorMessage>,
     pub(super) draining: bool,
+}
+
+/// One granted lease.
+pub(super) struct Held {
+    pub(super) model: String,
+    /// `LeaseRevoked` was sent; the lease lasts until the proxy releases it.
+    pub(super) revoked: bool,
 }
 
 pub(super) struct Waiter {
@@ -106,6 +113,9 @@ pub struct Engine {
     pub(super) finished: bool,
     /// The verified backend, when one is running and no op owns it.
     pub(super) backend: Option<Backend>,
+    /// Verified starts so far; the serving backend's [`BackendInstance`]
+    /// epoch.
+    pub(super) backend_epoch: u64,
     /// The model the backend runs or last ran. Kept when the child dies
     /// (a same-ID reload is not a switch), cleared by an unload.
     pub(super) selected: Option<String>,
@@ -114,8 +124,10 @@ pub struct Engine {
     pub(super) last_startup_error: Option<String>,
     pub(super) cooldown_until: Option<Instant>,
     pub(super) conns: HashMap<ConnId, Conn>,
-    /// Granted leases and the model each holds.
-    pub(super) active: HashMap<LeaseKey, String>,
+    /// Granted leases. A lease ends only when its proxy releases it or its
+    /// connection closes (a revoked one too), so the backend it names stays
+    /// untouched while it exists.
+    pub(super) active: HashMap<LeaseKey, Held>,
     /// Lease requests not yet granted, in arrival order.
     pub(super) waiting: Vec<Waiter>,
     pub(super) next_arrival: u64,
@@ -142,6 +154,7 @@ impl Engine {
             shutdown: None,
             finished: false,
             backend: None,
+            backend_epoch: 0,
             selected: None,
             last_loaded: None,
             verified: BTreeSet::new(),
@@ -317,17 +330,33 @@ impl Engine {
         self.broadcast_state();
     }
 
-    /// Ends every active lease, telling its proxy to drop the stream.
-    pub(super) fn revoke_all_leases(&mut self) -> usize {
-        let keys: Vec<LeaseKey> = self.active.keys().copied().collect();
-        for (conn, lease) in &keys {
-            self.send(*conn, SupervisorMessage::LeaseRevoked { lease: *lease });
+    /// Asks every proxy to end its active leases now (each drops its
+    /// stream and releases). The leases last until released, so an unload or
+    /// switch still waits for them; only a forced shutdown, after which this
+    /// supervisor starts no backend again, forgets them at once (`forget`).
+    pub(super) fn revoke_all_leases(&mut self, reason: RevokeReason, forget: bool) -> usize {
+        let mut revoked = Vec::new();
+        for (key, held) in &mut self.active {
+            if !held.revoked {
+                held.revoked = true;
+                revoked.push(*key);
+            }
         }
-        self.active.clear();
-        if !keys.is_empty() {
+        for (conn, lease) in &revoked {
+            self.send(
+                *conn,
+                SupervisorMessage::LeaseRevoked {
+                    lease: *lease,
+                    reason,
+                },
+            );
+        }
+        let count = self.active.len();
+        if forget && count > 0 {
+            self.active.clear();
             self.quiet_since = Instant::now();
         }
-        keys.len()
+        count
     }
 
     /// Removes and returns the waiting requests that match `which`.
@@ -712,6 +741,11 @@ impl Engine {
             Ok(backend) => {
                 tracing::info!(model, pid = backend.pid(), load_ms, "backend verified");
                 let addr = backend.addr();
+                self.backend_epoch += 1;
+                let instance = BackendInstance {
+                    epoch: self.backend_epoch,
+                    pid: backend.pid(),
+                };
                 self.backend = Some(backend);
                 self.selected = Some(model.clone());
                 self.last_loaded = Some(model.clone());
@@ -724,10 +758,19 @@ impl Engine {
                     .model(&model)
                     .map(|entry| entry.upstream_model.clone())
                     .unwrap_or_default();
-                for waiter in self.take_waiting(|w| w.admitted_to == Some(seq)) {
-                    self.grant_with(waiter, addr, &upstream_model, switch, Some(load_ms));
-                }
+                // The new backend goes out before the grants that name it:
+                // a proxy checks a grant's instance against the last state.
                 self.broadcast_state();
+                for waiter in self.take_waiting(|w| w.admitted_to == Some(seq)) {
+                    self.grant_with(
+                        waiter,
+                        addr,
+                        instance,
+                        &upstream_model,
+                        switch,
+                        Some(load_ms),
+                    );
+                }
                 self.control_load_finished(&model, Ok(()));
             }
             Err(err) => {
@@ -769,30 +812,46 @@ impl Engine {
             return;
         };
         let addr = backend.addr();
+        let instance = self.backend_instance(backend);
         let upstream_model = self
             .config
             .registry
             .model(&waiter.model)
             .map(|entry| entry.upstream_model.clone())
             .unwrap_or_default();
-        self.grant_with(waiter, addr, &upstream_model, switch, load_ms);
+        self.grant_with(waiter, addr, instance, &upstream_model, switch, load_ms);
+    }
+
+    fn backend_instance(&self, backend: &Backend) -> BackendInstance {
+        BackendInstance {
+            epoch: self.backend_epoch,
+            pid: backend.pid(),
+        }
     }
 
     fn grant_with(
         &mut self,
         waiter: Waiter,
         backend: std::net::SocketAddr,
+        instance: BackendInstance,
         upstream_model: &str,
         model_switch: bool,
         load_ms: Option<u64>,
     ) {
         let (conn, lease) = waiter.key;
-        self.active.insert(waiter.key, waiter.model);
+        self.active.insert(
+            waiter.key,
+            Held {
+                model: waiter.model,
+                revoked: false,
+            },
+        );
         self.send(
             conn,
             SupervisorMessage::LeaseGranted(LeaseGrant {
                 lease,
                 backend,
+                instance,
                 upstream_model: upstream_model.to_owned(),
                 model_switch,
                 load_ms,
@@ -828,7 +887,7 @@ impl Engine {
             if !deadline_passed {
                 return;
             }
-            let revoked = self.revoke_all_leases();
+            let revoked = self.revoke_all_leases(RevokeReason::Shutdown, true);
             tracing::warn!(revoked, "drain deadline passed: interrupting active leases");
         }
         if self.backend.is_some() {
@@ -856,6 +915,11 @@ impl Engine {
             .and(self.selected.clone())
             .filter(|_| self.op.is_none());
         let loading = self.loading_model();
+        let backend = self
+            .backend
+            .as_ref()
+            .filter(|_| self.op.is_none())
+            .map(|backend| self.backend_instance(backend));
         let statuses = self
             .config
             .registry
@@ -880,6 +944,7 @@ impl Engine {
             draining: self.is_draining(),
             loaded,
             loading,
+            backend,
             last_startup_error: self.last_startup_error.clone(),
             statuses,
         }

@@ -56,6 +56,7 @@ REQUEST_KEYS = {
     "finish_reason": (None, "str"),
     "content_bytes": (None, "positive_count"),
     "fixed_ids": (False, "bool"),
+    "response_model": (None, "str"),
 }
 
 

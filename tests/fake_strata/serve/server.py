@@ -326,7 +326,7 @@ class Handler(BaseHTTPRequestHandler):
             params = st.profile.request_params(fake_override)
         except script.ScriptError as e:
             raise Rejected(400, str(e), model=requested, stream=stream)
-        model = requested if requested == st.name else st.name
+        model = params["response_model"] or (requested if requested == st.name else st.name)
         prompt = params["prompt_tokens"]
         if prompt is None:
             prompt = len(body) // 4
