@@ -2,11 +2,13 @@
 //!
 //! - [`listener`]: adopt the systemd socket (or bind), before the runtime.
 //! - [`link`]: the supervisor connection (leases, state, arrival numbers).
-//! - `server`: accept loop, routing, drain; `chat`: the chat request path;
+//! - `server`: accept loop, routing, drain (`accept`: backoff after a failed
+//!   accept); `chat`: the chat request path;
 //!   `models`, `health`: the read-only endpoints.
 //! - [`observe`]: reads SSE and JSON responses as they pass, for accounting.
 #![forbid(unsafe_code)]
 
+mod accept;
 mod app;
 mod body;
 mod chat;

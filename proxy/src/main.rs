@@ -59,6 +59,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    // Before the runtime serves anything: the first accepts may already need more than the
+    // default soft limit (a socket unit hands over the connections queued in its backlog).
+    strata_protocol::os::raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

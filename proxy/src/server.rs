@@ -1,5 +1,8 @@
 //! `run`: the accept loop, routing, and draining on shutdown.
 //!
+//! A failed accept (out of descriptors, mostly) delays the next one as
+//! `accept` decides, without holding up the other branches of the loop.
+//!
 //! Shutdown: the first signal closes the listener (new connections wait in
 //! the socket unit's backlog for the next proxy), tells the supervisor this
 //! proxy is draining, and lets every accepted request finish, bounded by
@@ -7,6 +10,7 @@
 //! what is left.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,9 +20,11 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use strata_protocol::config::Config;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
+use crate::accept::{AcceptBackoff, Report};
 use crate::app::App;
 use crate::body::ProxyBody;
 use crate::errors::{ApiError, json_response};
@@ -80,6 +86,42 @@ async fn route(
     Ok(response)
 }
 
+/// Accepts the next connection, not before `retry_at`.
+async fn accept_after(
+    listener: &TcpListener,
+    retry_at: Option<Instant>,
+) -> std::io::Result<(TcpStream, SocketAddr)> {
+    if let Some(at) = retry_at {
+        tokio::time::sleep_until(at).await;
+    }
+    listener.accept().await
+}
+
+/// Sleeps until `at`; never returns for `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One line about accept failures; `failures` counts those since the previous line. A line
+/// that counts failures is a warning.
+fn log_accept_report(report: Report, last_error: Option<&std::io::Error>) {
+    let error = last_error.map(tracing::field::display);
+    match report {
+        Report::Failing { failures } => {
+            tracing::warn!(error, failures, "accept failed; backing off");
+        }
+        Report::Recovered { failures: 0 } => {
+            tracing::info!(failures = 0, "accepting connections again");
+        }
+        Report::Recovered { failures } => {
+            tracing::warn!(failures, "accepting connections again");
+        }
+    }
+}
+
 /// Serves HTTP on `listener` until `signals` counts a shutdown signal and
 /// the drain has finished.
 pub async fn run(
@@ -98,15 +140,26 @@ pub async fn run(
     tracing::info!(listen = %config.listen, "proxy serving");
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 
+    // After a failed accept the accept branch waits until the backoff allows the next try,
+    // inside its own future, so the signal and link branches are served meanwhile.
+    let mut backoff = AcceptBackoff::default();
+    let mut last_accept_error = None;
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
+            accepted = accept_after(&listener, backoff.retry_at()) => {
                 let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                    Ok((stream, _)) => {
+                        if let Some(report) = backoff.succeeded() {
+                            log_accept_report(report, last_accept_error.as_ref());
+                        }
+                        stream
+                    }
                     Err(err) => {
-                        // Out of descriptors and the like: back off briefly.
-                        tracing::warn!(error = %err, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        let report = backoff.failed(Instant::now());
+                        let err = last_accept_error.insert(err);
+                        if let Some(report) = report {
+                            log_accept_report(report, Some(err));
+                        }
                         continue;
                     }
                 };
@@ -122,6 +175,10 @@ pub async fn run(
                         tracing::debug!(error = %err, "client connection ended with an error");
                     }
                 });
+            }
+            () = sleep_until_some(backoff.report_at()) => {
+                let report = backoff.report(Instant::now());
+                log_accept_report(report, last_accept_error.as_ref());
             }
             changed = signals.changed() => {
                 if changed.is_err() || *signals.borrow() > 0 {

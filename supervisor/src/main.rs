@@ -52,6 +52,8 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    // Before the runtime, once tracing can report it (the backend inherits the raised limit).
+    strata_protocol::os::raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

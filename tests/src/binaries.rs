@@ -44,3 +44,28 @@ pub fn daemon_command(name: &str, config: &Path) -> Command {
     );
     command
 }
+
+/// `outer` followed by `inner`'s program and arguments, with `inner`'s environment changes: a
+/// launcher that exec()s the program in place, so the spawned process *is* the program (same
+/// PID).
+pub fn wrap_command(mut outer: Command, inner: &Command) -> Command {
+    outer.arg(inner.get_program()).args(inner.get_args());
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(value) => outer.env(key, value),
+            None => outer.env_remove(key),
+        };
+    }
+    outer
+}
+
+/// `inner` run with resource limits set by the shell's `ulimit OPTIONS` (`-n 64`: soft and hard
+/// open-file limit 64; `-S -n 100`: the soft limit only): `/bin/sh -c 'ulimit OPTIONS && exec
+/// "$0" "$@"' PROGRAM ARGS`, same PID as the program.
+pub fn with_ulimit(options: &str, inner: &Command) -> Command {
+    let mut shell = Command::new("/bin/sh");
+    shell
+        .arg("-c")
+        .arg(format!("ulimit {options} && exec \"$0\" \"$@\""));
+    wrap_command(shell, inner)
+}

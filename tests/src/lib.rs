@@ -15,8 +15,8 @@
 //! - [`FakeLog`]: the fake backend's JSON-lines event log (starts, pids, env keys), and the
 //!   end-of-test check that no backend process of this test is left.
 //! - [`poll_until`] and friends: bounded polling; tests never sleep to synchronise.
-//! - [`binary`], [`daemon_command`], [`python()`], [`fake_strata_dir`], [`free_port`]: locating
-//!   and running things.
+//! - [`binary`], [`daemon_command`], [`with_ulimit`], [`python()`], [`fake_strata_dir`],
+//!   [`free_port`]: locating and running things.
 //! - `e2e-unix-client` (a binary of this crate, `env!("CARGO_BIN_EXE_e2e-unix-client")`): a
 //!   raw Unix-socket client for acting as another process or user.
 //!
@@ -40,7 +40,7 @@ pub mod stack;
 pub mod supervisor;
 pub mod tempdir;
 
-pub use binaries::{binary, daemon_command};
+pub use binaries::{binary, daemon_command, with_ulimit, wrap_command};
 pub use config::{A3B, ConfigBuilder, FLASH, ModelSpec, TestConfig};
 pub use control::{ControlClient, ControlSession, OpReply, off_line, on_line};
 pub use daemon::Daemon;

@@ -1,5 +1,5 @@
-//! Process liveness through procfs. A zombie counts as gone: it holds no memory, and an
-//! orphan killed by its parent-death signal may stay a zombie of PID 1 forever in a container
+//! Process liveness and limits through procfs. A zombie counts as gone: it holds no memory, and
+//! an orphan killed by its parent-death signal may stay a zombie of PID 1 forever in a container
 //! whose init never reaps.
 
 use std::path::Path;
@@ -32,6 +32,27 @@ pub fn cmdline(pid: u32) -> Option<String> {
             .map(|part| String::from_utf8_lossy(part).into_owned())
             .collect::<Vec<_>>()
             .join(" "),
+    )
+}
+
+/// `(soft, hard)` open-file limit of `pid` from `/proc/PID/limits` (`None` for `unlimited` or
+/// no such process).
+pub fn open_file_limits(pid: u32) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let line = text
+        .lines()
+        .find(|line| line.starts_with("Max open files"))?;
+    let mut values = line["Max open files".len()..].split_ascii_whitespace();
+    Some((values.next()?.parse().ok()?, values.next()?.parse().ok()?))
+}
+
+/// The file descriptors `pid` has open (the entries of `/proc/PID/fd`), if it exists.
+pub fn open_fds(pid: u32) -> Option<Vec<u32>> {
+    let entries = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(
+        entries
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+            .collect(),
     )
 }
 

@@ -8,7 +8,8 @@
 //! The proxy can be stopped, killed and replaced while the supervisor keeps running
 //! ([`Stack::kill_proxy`], [`Stack::wait_proxy_exit`], [`Stack::start_proxy`],
 //! [`Stack::restart_proxy`]), or started through a wrapper such as the socket-activation
-//! launcher ([`Stack::start_proxy_with`], [`Stack::spawn_proxy_with`], [`launch_with_fd3`]).
+//! launcher ([`Stack::start_proxy_with`], [`Stack::spawn_proxy_with`], [`launch_with_fd3`],
+//! [`with_ulimit`](crate::binaries::with_ulimit)).
 //! Replaced proxy processes are kept (reaped, with their stderr) until the stack is dropped.
 //!
 //! [`Stack::stop`] is the clean end of a test: SIGTERM to the proxy (exit 0), then the
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
-use crate::binaries::binary;
+use crate::binaries::{binary, wrap_command};
 use crate::config::TestConfig;
 use crate::control::ControlClient;
 use crate::daemon::Daemon;
@@ -62,14 +63,7 @@ pub fn launcher_path() -> PathBuf {
 pub fn launch_with_fd3(args: &[&str], inner: &Command) -> Command {
     let mut command = Command::new(python());
     command.arg(launcher_path()).args(args).arg("--");
-    command.arg(inner.get_program()).args(inner.get_args());
-    for (key, value) in inner.get_envs() {
-        match value {
-            Some(value) => command.env(key, value),
-            None => command.env_remove(key),
-        };
-    }
-    command
+    wrap_command(command, inner)
 }
 
 /// The resident set size of `pid` in KiB (`VmRSS` of `/proc/PID/status`), if it exists.

@@ -67,8 +67,16 @@ impl Supervisor {
     /// Like [`Supervisor::start`], letting `customize` change the command first (environment
     /// variables, for one).
     pub fn start_with(config: TestConfig, customize: impl FnOnce(&mut Command)) -> Supervisor {
-        let mut command = supervisor_command(&config);
-        customize(&mut command);
+        Supervisor::start_wrapped(config, |mut command| {
+            customize(&mut command);
+            command
+        })
+    }
+
+    /// Like [`Supervisor::start`], with the command passed through `wrap` first (for a
+    /// launcher such as [`with_ulimit`](crate::binaries::with_ulimit)).
+    pub fn start_wrapped(config: TestConfig, wrap: impl FnOnce(Command) -> Command) -> Supervisor {
+        let command = wrap(supervisor_command(&config));
         let daemon = Daemon::spawn("supervisor", command, config.dir.path());
         let mut supervisor = Supervisor {
             daemon,

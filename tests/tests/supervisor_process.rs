@@ -1,16 +1,17 @@
 //! The `strata-supervisor` process: parent-death of the backend, the backend's environment,
-//! socket safety, signals and config errors.
+//! socket safety, signals, config errors and the open-file limit.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::os::unix::process::ExitStatusExt;
 
+use nix::sys::resource::{Resource, getrlimit};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use strata_e2e::{
     ConfigBuilder, DEADLINE, FakeProxy, ModelSpec, Supervisor, TestConfig, poll_until, procs,
-    spawn_supervisor,
+    spawn_supervisor, with_ulimit,
 };
 use strata_protocol::wire::LeaseFailure;
 
@@ -241,6 +242,37 @@ fn sigterm_stops_the_backend_and_removes_the_sockets() {
         "the backend got SIGTERM first\n{}",
         log.dump()
     );
+}
+
+/// At start the supervisor raises its soft open-file limit to the hard limit (started here
+/// with a soft limit of 100) and logs the result.
+#[test]
+fn the_open_file_limit_is_raised_to_the_hard_limit_and_logged() {
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    assert!(
+        hard > 100,
+        "this test needs a hard open-file limit above 100, not {hard}"
+    );
+    let config = ConfigBuilder::new("nofile")
+        .model(ModelSpec::new(A))
+        .build();
+    let mut supervisor =
+        Supervisor::start_wrapped(config, |command| with_ulimit("-S -n 100", &command));
+    assert_eq!(
+        procs::open_file_limits(supervisor.pid()),
+        Some((hard, hard))
+    );
+    let stderr = supervisor.daemon().stderr();
+    let logged: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("open file limit:"))
+        .collect();
+    assert_eq!(logged.len(), 1, "{stderr}");
+    assert!(
+        logged[0].ends_with(&format!("open file limit: {hard}")),
+        "{stderr}"
+    );
+    supervisor.stop();
 }
 
 /// During a SIGTERM drain, proxies see `draining`, new leases fail with `ShuttingDown`, and an

@@ -17,9 +17,14 @@
 //!    truncated;
 //! 4. appends the line plus `'\n'` with one `write_all`, then calls `sync_data`.
 //!
-//! Any I/O error counts `write_errors`, is logged at warn (path and error only, never the line;
-//! repeated failures are rate limited), drops that line and closes the file so the next line
-//! reopens it. Serving and the memory ring never depend on the file.
+//! Any I/O error counts `write_errors`, is logged at warn (path and error only, never the line),
+//! drops that line and closes the file so the next line reopens it. Serving and the memory ring
+//! never depend on the file.
+//!
+//! Warnings that can repeat once per line (I/O failures, queue overflow, the incomplete line a
+//! failed write leaves for the next open to discard) go through a `WarnLimit`: the first is
+//! logged at once, later ones at most once per `WARN_INTERVAL` with a count of what happened
+//! since, so a full disk costs a few log lines, not one per record.
 //!
 //! Retention: the active file and every backup (a former active file) stay within `max_bytes`,
 //! so the files total at most `max_bytes * (rotate_files + 1)` bytes. (A file left larger by an
@@ -46,8 +51,40 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Mode of every file the writer creates.
 const FILE_MODE: u32 = 0o600;
 
-/// Minimum interval between repeated warnings of one kind (errors, queue overflow).
+/// Minimum interval between repeated warnings of one kind (errors, queue overflow, discarded
+/// incomplete lines).
 const WARN_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Rate limit for one kind of warning that can repeat once per line: the first occurrence is
+/// reported at once, later ones at most once per [`WARN_INTERVAL`], each report counting the
+/// occurrences since the previous one (so none goes uncounted).
+#[derive(Debug, Default)]
+struct WarnLimit {
+    warned_at: Option<Instant>,
+    unreported: u64,
+}
+
+impl WarnLimit {
+    /// Counts one occurrence at `now`. If a warning is due, returns how many occurrences it
+    /// reports (this one included); otherwise `None`, and the occurrence waits for the next
+    /// report.
+    fn note(&mut self, now: Instant) -> Option<u64> {
+        self.unreported += 1;
+        let due = self
+            .warned_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= WARN_INTERVAL);
+        if !due {
+            return None;
+        }
+        self.warned_at = Some(now);
+        Some(std::mem::take(&mut self.unreported))
+    }
+
+    /// Forgets the history: the next occurrence is reported at once.
+    fn reset(&mut self) {
+        *self = WarnLimit::default();
+    }
+}
 
 /// Counters of one writer. `write_errors` counts failed I/O operations (a failed line counts
 /// once; a failed open at start counts once); `write_drops` counts lines discarded without an
@@ -88,8 +125,7 @@ struct Counters {
     drops: u64,
     /// Set when shutdown gave up waiting: the unfinished lines were counted as drops.
     abandoned: bool,
-    overflow_warned_at: Option<Instant>,
-    overflow_unreported: u64,
+    overflow_warnings: WarnLimit,
 }
 
 impl Shared {
@@ -196,13 +232,7 @@ impl RequestLogWriter {
             Ok(()) => c.accepted += 1,
             Err(TrySendError::Full(_)) => {
                 c.drops += 1;
-                c.overflow_unreported += 1;
-                let due = c
-                    .overflow_warned_at
-                    .is_none_or(|at| at.elapsed() >= WARN_INTERVAL);
-                if due {
-                    let dropped = std::mem::take(&mut c.overflow_unreported);
-                    c.overflow_warned_at = Some(Instant::now());
+                if let Some(dropped) = c.overflow_warnings.note(Instant::now()) {
                     drop(c);
                     tracing::warn!(
                         dropped,
@@ -302,8 +332,10 @@ struct WriterState {
     shared: Arc<Shared>,
     /// Consecutive failed operations since the last success.
     error_streak: u64,
-    error_warned_at: Option<Instant>,
-    errors_unreported: u64,
+    error_warnings: WarnLimit,
+    /// Incomplete lines discarded on open. Not reset when writes recover: on a nearly full
+    /// disk writes fail and succeed in turn, and each failure leaves an incomplete line.
+    torn_warnings: WarnLimit,
 }
 
 impl WriterState {
@@ -316,8 +348,8 @@ impl WriterState {
             buf: Vec::new(),
             shared,
             error_streak: 0,
-            error_warned_at: None,
-            errors_unreported: 0,
+            error_warnings: WarnLimit::default(),
+            torn_warnings: WarnLimit::default(),
         }
     }
 
@@ -413,7 +445,7 @@ impl WriterState {
 
     /// Opens (creating with mode 0600 if missing) the active file, positioned for appending
     /// after its last complete line.
-    fn open_active(&self) -> io::Result<Active> {
+    fn open_active(&mut self) -> io::Result<Active> {
         let created = OpenOptions::new()
             .read(true)
             .append(true)
@@ -440,7 +472,19 @@ impl WriterState {
             file.set_permissions(Permissions::from_mode(FILE_MODE))?;
             sync_parent_dir(&self.path);
         }
-        let size = discard_torn_tail(&file, meta.len(), &self.path)?;
+        let size = discard_torn_tail(&file, meta.len())?;
+        if size < meta.len() {
+            // At start this is a write a crash interrupted; later, the line the last failed
+            // write left behind (on a full disk, one per record: hence the rate limit).
+            if let Some(discarded_lines) = self.torn_warnings.note(Instant::now()) {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    discarded_bytes = meta.len() - size,
+                    discarded_lines,
+                    "request log ended in an incomplete line; discarded it"
+                );
+            }
+        }
         Ok(Active {
             file,
             size,
@@ -473,13 +517,7 @@ impl WriterState {
     fn io_error(&mut self, op: &'static str, error: &io::Error) {
         self.shared.add_error();
         self.error_streak += 1;
-        self.errors_unreported += 1;
-        let due = self
-            .error_warned_at
-            .is_none_or(|at| at.elapsed() >= WARN_INTERVAL);
-        if due {
-            let errors = std::mem::take(&mut self.errors_unreported);
-            self.error_warned_at = Some(Instant::now());
+        if let Some(errors) = self.error_warnings.note(Instant::now()) {
             tracing::warn!(
                 path = %self.path.display(),
                 op,
@@ -498,15 +536,14 @@ impl WriterState {
                 "request log writes recovered"
             );
             self.error_streak = 0;
-            self.error_warned_at = None;
-            self.errors_unreported = 0;
+            self.error_warnings.reset();
         }
     }
 }
 
 /// If the file's last byte is not `'\n'`, truncates it to the end of its last complete line
 /// (to 0 if it has none). Returns the resulting length.
-fn discard_torn_tail(file: &File, len: u64, path: &Path) -> io::Result<u64> {
+fn discard_torn_tail(file: &File, len: u64) -> io::Result<u64> {
     if len == 0 {
         return Ok(0);
     }
@@ -531,11 +568,6 @@ fn discard_torn_tail(file: &File, len: u64, path: &Path) -> io::Result<u64> {
     }
     file.set_len(keep)?;
     file.sync_data()?;
-    tracing::warn!(
-        path = %path.display(),
-        discarded_bytes = len - keep,
-        "request log ended in an incomplete line; discarded it"
-    );
     Ok(keep)
 }
 
@@ -693,6 +725,45 @@ mod tests {
         writer.shutdown(Duration::from_secs(60));
         assert_eq!(fs::read_to_string(&path).unwrap(), "{\"b\":2}\n");
         assert_eq!(shared.stats().write_drops, 1);
+    }
+
+    #[test]
+    fn warn_limit_reports_the_first_then_once_per_interval_with_counts() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let interval = WARN_INTERVAL.as_millis() as u64;
+        let mut limit = WarnLimit::default();
+        // (time in ms, what note() returns)
+        let steps = [
+            (0, Some(1)),
+            (1, None),
+            (2, None),
+            (interval - 1, None),
+            // Due again: reports the three held back plus this one.
+            (interval, Some(4)),
+            (interval + 1, None),
+            (3 * interval, Some(2)),
+        ];
+        for (ms, expected) in steps {
+            assert_eq!(limit.note(at(ms)), expected, "at {ms} ms");
+        }
+        // A reset reports the next occurrence at once, whatever the interval.
+        limit.note(at(3 * interval + 1));
+        limit.reset();
+        assert_eq!(limit.note(at(3 * interval + 2)), Some(1));
+    }
+
+    #[test]
+    fn warn_limit_holds_a_flood_to_one_report() {
+        let now = Instant::now();
+        let mut limit = WarnLimit::default();
+        let reports: Vec<u64> = (0..10_000).filter_map(|_| limit.note(now)).collect();
+        assert_eq!(reports, vec![1]);
+        assert_eq!(
+            limit.note(now + WARN_INTERVAL),
+            Some(10_000),
+            "every held-back occurrence is counted in the next report"
+        );
     }
 
     #[test]
