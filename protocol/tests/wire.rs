@@ -4,9 +4,10 @@
 use strata_protocol::config::ModelStatus;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    BackendInstance, LeaseFailure, LeaseGrant, LeasePhase, MAX_FRAME_BYTES, ModelStatusEntry,
-    PROTOCOL_VERSION, ProxyMessage, RequestLogStats, RevokeReason, RouterState, ServiceTier,
-    SupervisorMessage, WireError, decode_payload, encode_frame, read_frame, write_frame,
+    ArrivalInfo, BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure,
+    MAX_FRAME_BYTES, ModelStatusEntry, PROTOCOL_VERSION, ProxyMessage, RequestLogStats,
+    RevokeReason, RouterMetrics, RouterState, ServiceTier, SupervisorMessage, TicketScore,
+    WireError, decode_payload, encode_frame, read_frame, write_frame,
 };
 
 fn sample_record() -> RequestRecord {
@@ -28,24 +29,36 @@ fn sample_record() -> RequestRecord {
     serde_json::from_value(json).unwrap()
 }
 
+fn arrival(seq: u64) -> ArrivalInfo {
+    ArrivalInfo {
+        arrival_seq: seq,
+        queue_depth: 3,
+        in_flight: u64::MAX,
+    }
+}
+
 fn proxy_messages() -> Vec<ProxyMessage> {
-    vec![
+    let mut out = vec![
         ProxyMessage::Hello {
             protocol_version: PROTOCOL_VERSION,
             fingerprint: 0xdead_beef_cafe_f00d,
             pid: 4242,
         },
-        ProxyMessage::AcquireLease {
-            lease: 7,
+        ProxyMessage::Enqueue {
+            ticket: 7,
             model: "qwen3.8-flash-next-q4_k_m".into(),
             tier: ServiceTier::Priority,
         },
-        ProxyMessage::AcquireLease {
-            lease: 8,
+        ProxyMessage::Enqueue {
+            ticket: 8,
             model: "m".into(),
             tier: ServiceTier::Flex,
         },
-        ProxyMessage::ReleaseLease { lease: u64::MAX },
+        ProxyMessage::HeadersReceived { ticket: 8 },
+        ProxyMessage::Finish {
+            ticket: u64::MAX,
+            record: Box::new(sample_record()),
+        },
         ProxyMessage::SetDraining { draining: true },
         ProxyMessage::Arrive { token: 99 },
         ProxyMessage::SubmitRecord {
@@ -61,8 +74,33 @@ fn proxy_messages() -> Vec<ProxyMessage> {
             after: None,
             limit: 1000,
         },
-        ProxyMessage::QueryRequestLog { query: 3 },
-    ]
+        ProxyMessage::QueryMetrics { query: 3 },
+        ProxyMessage::TicketScores {
+            lookup: 4,
+            scores: Ok(CacheScores {
+                min_tokens: 1024,
+                results: vec![TicketScore {
+                    ticket: 7,
+                    input_tokens: 2048,
+                    cached_tokens: 1800,
+                }],
+            }),
+        },
+    ];
+    for failure in [
+        LookupFailure::Unsupported,
+        LookupFailure::Busy,
+        LookupFailure::Timeout,
+        LookupFailure::Unavailable,
+        LookupFailure::Invalid,
+        LookupFailure::UnknownTickets,
+    ] {
+        out.push(ProxyMessage::TicketScores {
+            lookup: 5,
+            scores: Err(failure),
+        });
+    }
+    out
 }
 
 fn supervisor_messages() -> Vec<SupervisorMessage> {
@@ -96,16 +134,23 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
                 },
             ],
         }),
-        SupervisorMessage::LeaseGranted(LeaseGrant {
-            lease: 3,
+        SupervisorMessage::Queued {
+            ticket: 1,
+            arrival: arrival(1),
+        },
+        SupervisorMessage::Admitted { ticket: 1 },
+        SupervisorMessage::Granted(Grant {
+            ticket: 3,
+            arrival: arrival(3),
             backend: "127.0.0.1:8095".parse().unwrap(),
             instance: BackendInstance { epoch: 1, pid: 2 },
             upstream_model: "qwen".into(),
             model_switch: true,
             load_ms: Some(9300),
         }),
-        SupervisorMessage::LeaseGranted(LeaseGrant {
-            lease: 4,
+        SupervisorMessage::Granted(Grant {
+            ticket: 4,
+            arrival: arrival(u64::MAX),
             backend: "[::1]:1".parse().unwrap(),
             instance: BackendInstance {
                 epoch: u64::MAX,
@@ -115,47 +160,56 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
             model_switch: false,
             load_ms: None,
         }),
-        SupervisorMessage::LeaseRevoked {
-            lease: 3,
+        SupervisorMessage::Revoked {
+            ticket: 3,
             reason: RevokeReason::RoutingOff,
         },
-        SupervisorMessage::LeaseRevoked {
-            lease: 4,
+        SupervisorMessage::Revoked {
+            ticket: 4,
             reason: RevokeReason::Shutdown,
         },
         SupervisorMessage::Arrival {
             token: 99,
-            arrival_seq: 1,
+            arrival: arrival(1),
         },
         SupervisorMessage::Records {
             query: 1,
             body: format!("{{\"records\":[{}]}}", sample_record().to_json()),
         },
-        SupervisorMessage::RequestLog {
+        SupervisorMessage::Metrics {
             query: 3,
-            stats: RequestLogStats {
-                write_errors: 1,
-                write_drops: 2,
-                evicted: 3,
-                records_in_ring: 4,
-                next_seq: 5,
-                instance_id: "1-2".into(),
+            metrics: RouterMetrics {
+                queue_depth: 6,
+                queue_depth_by_tier: [1, 2, 3],
+                in_flight: 2,
+                request_log: RequestLogStats {
+                    write_errors: 1,
+                    write_drops: 2,
+                    evicted: 3,
+                    records_in_ring: 4,
+                    next_seq: 5,
+                    instance_id: "1-2".into(),
+                },
             },
+        },
+        SupervisorMessage::ScoreTickets {
+            lookup: 9,
+            backend: "127.0.0.1:8095".parse().unwrap(),
+            tickets: vec![1, 2, u64::MAX],
+            budget_ms: 1000,
         },
         SupervisorMessage::ProtocolError {
             message: "malformed frame".into(),
         },
     ];
     for phase in [
-        LeasePhase::QueuedBehindOtherModel,
-        LeasePhase::Admitted,
-        LeasePhase::StoppingOldBackend,
-        LeasePhase::Starting,
-        LeasePhase::WaitingForReadiness,
-        LeasePhase::Verified,
+        LoadPhase::StoppingOldBackend,
+        LoadPhase::Starting,
+        LoadPhase::WaitingForReadiness,
+        LoadPhase::Verified,
     ] {
-        out.push(SupervisorMessage::LeaseProgress {
-            lease: 1,
+        out.push(SupervisorMessage::Progress {
+            ticket: 1,
             phase,
             elapsed_ms: 12,
         });
@@ -175,9 +229,15 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
             message: "x".into(),
             remaining_ms: 29_000,
         },
+        LeaseFailure::QueueFull,
+        LeaseFailure::QueueTimeout,
         LeaseFailure::ShuttingDown,
     ] {
-        out.push(SupervisorMessage::LeaseFailed { lease: 2, failure });
+        out.push(SupervisorMessage::Failed {
+            ticket: 2,
+            arrival: arrival(2),
+            failure,
+        });
     }
     out
 }
@@ -230,8 +290,8 @@ async fn oversized_length_prefix_is_rejected_before_reading_the_payload() {
 
 #[test]
 fn oversized_message_cannot_be_encoded() {
-    let msg = ProxyMessage::AcquireLease {
-        lease: 1,
+    let msg = ProxyMessage::Enqueue {
+        ticket: 1,
         model: "x".repeat(MAX_FRAME_BYTES as usize + 1),
         tier: ServiceTier::Default,
     };
@@ -261,7 +321,7 @@ fn garbage_and_trailing_bytes_are_decode_errors() {
         decode_payload::<ProxyMessage>(&[0xff, 0xff, 0xff]),
         Err(WireError::Decode(_))
     ));
-    let frame = encode_frame(&ProxyMessage::ReleaseLease { lease: 1 }).unwrap();
+    let frame = encode_frame(&ProxyMessage::HeadersReceived { ticket: 1 }).unwrap();
     let mut payload = frame[4..].to_vec();
     payload.push(0);
     assert!(matches!(

@@ -4,7 +4,9 @@ use hyper::StatusCode;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use serde_json::{Value, json};
 
-use crate::app::{App, TIERS};
+use strata_protocol::wire::{RequestLogStats, ServiceTier};
+
+use crate::app::App;
 use crate::body::ProxyBody;
 use crate::errors::json_response;
 
@@ -29,30 +31,34 @@ pub fn health(app: &App) -> hyper::Response<ProxyBody> {
 
 /// The `request_log` object: the config values, and the supervisor's
 /// counters (null while it is unreachable).
-async fn request_log(app: &App) -> Value {
+fn request_log(app: &App, stats: Option<&RequestLogStats>) -> Value {
     let config = &app.config.request_log;
-    let stats = app.link.request_log().await;
     json!({
         "path": config.path.as_ref().map(|path| path.display().to_string()),
         "max_bytes": config.max_bytes,
         "rotate_files": config.rotate_files,
         "capacity": config.capacity,
-        "write_errors": stats.as_ref().map(|s| s.write_errors),
-        "write_drops": stats.as_ref().map(|s| s.write_drops),
-        "evicted": stats.as_ref().map(|s| s.evicted),
-        "records_in_ring": stats.as_ref().map(|s| s.records_in_ring),
-        "next_seq": stats.as_ref().map(|s| s.next_seq),
-        "instance_id": stats.map(|s| s.instance_id),
+        "write_errors": stats.map(|s| s.write_errors),
+        "write_drops": stats.map(|s| s.write_drops),
+        "evicted": stats.map(|s| s.evicted),
+        "records_in_ring": stats.map(|s| s.records_in_ring),
+        "next_seq": stats.map(|s| s.next_seq),
+        "instance_id": stats.map(|s| s.instance_id.clone()),
     })
 }
 
-/// The metrics document (JSON).
+/// The metrics document (JSON). Queue and in-flight counts are the
+/// router's totals over every proxy, as the supervisor counts them (null
+/// while it is unreachable).
 pub async fn metrics_json(app: &App) -> Value {
     let state = app.link.state();
     let router = state.router.as_ref();
-    let by_tier = app.counters.queued_by_tier();
+    let metrics = app.link.metrics().await;
     let mut tiers = serde_json::Map::new();
-    for (tier, count) in TIERS.iter().zip(by_tier) {
+    for tier in ServiceTier::ALL {
+        let count = metrics
+            .as_ref()
+            .map(|m| m.queue_depth_by_tier[tier.index()]);
         tiers.insert(tier.as_str().into(), json!(count));
     }
     let last = app.last_stream();
@@ -61,13 +67,13 @@ pub async fn metrics_json(app: &App) -> Value {
         "loading_model": router.and_then(|r| r.loading.clone()),
         "routing": router.map(|r| r.routing),
         "supervisor_connected": state.connected,
-        "in_flight": app.counters.in_flight(),
-        "queue_depth": app.counters.queued_total(),
+        "in_flight": metrics.as_ref().map(|m| m.in_flight),
+        "queue_depth": metrics.as_ref().map(|m| m.queue_depth),
         "queue_depth_by_tier": tiers,
         "max_request_body_bytes": app.config.max_request_body_bytes,
         "last_stream_ttft_ms": last.ttft_ms,
-                "last_stream_decode_tokens_per_second": last.decode_tokens_per_second,
-        "request_log": request_log(app).await,
+        "last_stream_decode_tokens_per_second": last.decode_tokens_per_second,
+        "request_log": request_log(app, metrics.as_ref().map(|m| &m.request_log)),
     })
 }
 
@@ -109,7 +115,7 @@ fn metrics_prometheus(doc: &Value) -> String {
         "",
     );
     out.push_str("# HELP strata_router_queue_depth_by_tier Waiting requests by service tier.\n# TYPE strata_router_queue_depth_by_tier gauge\n");
-    for tier in TIERS {
+    for tier in ServiceTier::ALL {
         let count = doc["queue_depth_by_tier"][tier.as_str()]
             .as_u64()
             .unwrap_or(0);

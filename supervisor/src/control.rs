@@ -191,6 +191,11 @@ async fn run_operation(
             event = events_rx.recv() => event,
             _ = &mut hangup => {
                 engine.send(Command::CancelControl { id });
+                // The turn is held until the engine says the operation is
+                // over (a cancelled `off` may still be stopping the
+                // backend), so the next `on`/`off` waits for it instead of
+                // finding the engine busy.
+                wait_for_done(&mut events_rx).await;
                 return Ok(());
             }
         };
@@ -215,6 +220,7 @@ async fn run_operation(
                 });
                 if write_line(&mut writer, &line).await.is_err() {
                     engine.send(Command::CancelControl { id });
+                    wait_for_done(&mut events_rx).await;
                     return Ok(());
                 }
             }
@@ -229,6 +235,15 @@ async fn run_operation(
                 fields.insert("message".into(), json!(message));
                 return write_line(&mut writer, &Value::Object(fields)).await;
             }
+        }
+    }
+}
+
+/// Waits (not relaying anything) until the engine ends the operation.
+async fn wait_for_done(events: &mut mpsc::UnboundedReceiver<ControlEvent>) {
+    while let Some(event) = events.recv().await {
+        if matches!(event, ControlEvent::Done { .. }) {
+            return;
         }
     }
 }

@@ -5,7 +5,6 @@
 //! and `READY=1` is sent only once proxies and operators can connect.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use strata_protocol::config::Config;
@@ -14,22 +13,46 @@ use tokio::sync::{oneshot, watch};
 
 use crate::accounting::Accounting;
 use crate::accounting::SHUTDOWN_GRACE;
-use crate::engine::{self, Command};
+use crate::engine::{self, Command, Counters};
 use crate::link::{self, LinkShared};
 use crate::sockets::{self, SocketError};
 
+/// Why the supervisor stopped with an error.
+#[derive(Debug)]
+pub enum RunError {
+    /// A socket could not be set up.
+    Socket(SocketError),
+    /// The engine task ended on its own (a bug): the supervisor exits
+    /// rather than stay half alive, accepting proxies it cannot serve.
+    EngineFailed(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Socket(err) => err.fmt(f),
+            RunError::EngineFailed(why) => write!(f, "the engine task failed: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<SocketError> for RunError {
+    fn from(err: SocketError) -> Self {
+        RunError::Socket(err)
+    }
+}
+
 /// Runs the supervisor until `signals` has counted one shutdown signal and
 /// the shutdown has completed; a second signal interrupts active leases.
-pub async fn run(
-    config: Arc<Config>,
-    mut signals: watch::Receiver<u32>,
-) -> Result<(), SocketError> {
+pub async fn run(config: Arc<Config>, mut signals: watch::Receiver<u32>) -> Result<(), RunError> {
     let control_listener = sockets::bind_private(&config.control_socket)?;
     let link_listener = match sockets::bind_private(&config.supervisor_socket) {
         Ok(listener) => listener,
         Err(err) => {
             sockets::remove_socket(&config.control_socket);
-            return Err(err);
+            return Err(err.into());
         }
     };
     let started_ms = SystemTime::now()
@@ -44,13 +67,14 @@ pub async fn run(
             .clone()
             .map(|path| (path, log.max_bytes, log.rotate_files)),
     );
+    let counters = Arc::new(Counters::default());
     let shared = Arc::new(LinkShared {
         fingerprint: config.fingerprint(),
         instance_id: instance_id.clone(),
-        arrivals: AtomicU64::new(0),
+        counters: counters.clone(),
         accounting,
     });
-    let (engine, engine_task) = engine::spawn(config.clone(), instance_id.clone());
+    let (engine, mut engine_task) = engine::spawn(config.clone(), instance_id.clone(), counters);
     let control_task = tokio::spawn(crate::control::serve(control_listener, engine.clone()));
     let link_task = tokio::spawn(link::serve(link_listener, engine.clone(), shared.clone()));
     tracing::info!(
@@ -61,9 +85,25 @@ pub async fn run(
     );
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 
+    let failed = |why: String| {
+        tracing::error!(why, "the engine task failed; exiting");
+        sockets::remove_socket(&config.control_socket);
+        sockets::remove_socket(&config.supervisor_socket);
+        RunError::EngineFailed(why)
+    };
     while *signals.borrow_and_update() == 0 {
-        if signals.changed().await.is_err() {
-            break;
+        tokio::select! {
+            changed = signals.changed() => if changed.is_err() { break },
+            ended = &mut engine_task => {
+                control_task.abort();
+                link_task.abort();
+                let why = match ended {
+                    Err(err) if err.is_panic() => "it panicked".to_owned(),
+                    Err(err) => err.to_string(),
+                    Ok(()) => "it stopped before shutdown".to_owned(),
+                };
+                return Err(failed(why));
+            }
         }
     }
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
@@ -73,6 +113,14 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = &mut done_rx => break,
+            ended = &mut engine_task => {
+                if let Err(err) = ended {
+                    control_task.abort();
+                    link_task.abort();
+                    return Err(failed(err.to_string()));
+                }
+                break;
+            }
             changed = signals.changed() => {
                 if changed.is_err() || *signals.borrow() >= 2 {
                     tracing::warn!("second shutdown signal: interrupting active work");
@@ -85,7 +133,9 @@ pub async fn run(
             }
         }
     }
-    let _ = engine_task.await;
+    if !engine_task.is_finished() {
+        let _ = (&mut engine_task).await;
+    }
     control_task.abort();
     link_task.abort();
     // Records of requests that finished during the drain are in the queue:

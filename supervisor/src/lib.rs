@@ -21,4 +21,4 @@ pub mod engine;
 pub mod link;
 pub mod sockets;
 
-pub use daemon::run;
+pub use daemon::{RunError, run};

@@ -9,17 +9,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    PROTOCOL_VERSION, ProxyMessage, SupervisorMessage, WireError, read_frame, write_frame,
+    PROTOCOL_VERSION, ProxyMessage, RequestLogStats, RouterMetrics, SupervisorMessage, WireError,
+    read_frame, write_frame,
 };
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
-use strata_protocol::record::RequestRecord;
-use strata_protocol::wire::RequestLogStats;
-
 use crate::accounting::Accounting;
-use crate::engine::{Command, EngineHandle};
+use crate::engine::{Command, Counters, EngineHandle};
 use crate::sockets;
 
 /// A proxy that connects but says nothing is dropped after this long.
@@ -27,26 +26,23 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What every proxy connection shares: the identity checks a hello must
 /// pass, and the instance-wide state that must stay unique and survive
-/// while proxies come and go (arrival numbers, the accounting store).
+/// while proxies come and go (arrival numbers and the engine's counts, the
+/// accounting store).
 pub struct LinkShared {
     pub fingerprint: u64,
     pub instance_id: String,
-    /// The last arrival sequence handed out; the next is one more.
-    pub arrivals: AtomicU64,
+    /// Arrival numbers and router-wide counts, shared with the engine.
+    pub counters: Arc<Counters>,
     pub accounting: Accounting,
 }
 
 impl LinkShared {
-    fn next_arrival(&self) -> u64 {
-        self.arrivals.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
     /// Stores a finished request's record: assigns its completion `seq`
     /// (and its arrival number if the proxy could not get one), then keeps
     /// and writes the one serialized text.
     fn store(&self, mut record: RequestRecord) {
         if record.arrival_seq == 0 {
-            record.arrival_seq = self.next_arrival();
+            record.arrival_seq = self.counters.next_arrival();
         }
         self.accounting.submit(|seq| {
             record.seq = seq;
@@ -54,15 +50,21 @@ impl LinkShared {
         });
     }
 
-    fn request_log(&self) -> RequestLogStats {
+    fn metrics(&self) -> RouterMetrics {
         let stats = self.accounting.stats();
-        RequestLogStats {
-            write_errors: stats.write_errors,
-            write_drops: stats.write_drops,
-            evicted: stats.evicted,
-            records_in_ring: stats.records_in_ring,
-            next_seq: stats.next_seq,
-            instance_id: self.instance_id.clone(),
+        let (queue_depth, queue_depth_by_tier, in_flight) = self.counters.totals();
+        RouterMetrics {
+            queue_depth,
+            queue_depth_by_tier,
+            in_flight,
+            request_log: RequestLogStats {
+                write_errors: stats.write_errors,
+                write_drops: stats.write_drops,
+                evicted: stats.evicted,
+                records_in_ring: stats.records_in_ring,
+                next_seq: stats.next_seq,
+                instance_id: self.instance_id.clone(),
+            },
         }
     }
 }
@@ -158,21 +160,38 @@ async fn handle_connection(
     });
     loop {
         let command = match read_frame::<_, ProxyMessage>(&mut reader).await {
-            Ok(Some(ProxyMessage::AcquireLease { lease, model, tier })) => Command::Acquire {
+            Ok(Some(ProxyMessage::Enqueue {
+                ticket,
+                model,
+                tier,
+            })) => Command::Enqueue {
                 conn,
-                lease,
+                ticket,
                 model,
                 tier,
             },
-            Ok(Some(ProxyMessage::ReleaseLease { lease })) => Command::Release { conn, lease },
+            Ok(Some(ProxyMessage::HeadersReceived { ticket })) => {
+                Command::HeadersReceived { conn, ticket }
+            }
+            // The record is stored before the engine hears that the lease
+            // ended, so a supervisor that waits for leases has every record.
+            Ok(Some(ProxyMessage::Finish { ticket, record })) => {
+                identity.store(*record);
+                Command::Finish { conn, ticket }
+            }
+            Ok(Some(ProxyMessage::TicketScores { lookup, scores })) => Command::Scores {
+                conn,
+                lookup,
+                scores,
+            },
             Ok(Some(ProxyMessage::SetDraining { draining })) => {
                 Command::SetDraining { conn, draining }
             }
             // Answered here, not by the engine: it is a counter, and an
             // arrival must not wait behind a model load.
             Ok(Some(ProxyMessage::Arrive { token })) => {
-                let arrival_seq = identity.next_arrival();
-                let _ = events_tx.send(SupervisorMessage::Arrival { token, arrival_seq });
+                let arrival = identity.counters.arrive();
+                let _ = events_tx.send(SupervisorMessage::Arrival { token, arrival });
                 continue;
             }
             // Accounting is answered here too: it never touches the backend.
@@ -190,9 +209,9 @@ async fn handle_connection(
                 let _ = events_tx.send(SupervisorMessage::Records { query, body });
                 continue;
             }
-            Ok(Some(ProxyMessage::QueryRequestLog { query })) => {
-                let stats = identity.request_log();
-                let _ = events_tx.send(SupervisorMessage::RequestLog { query, stats });
+            Ok(Some(ProxyMessage::QueryMetrics { query })) => {
+                let metrics = identity.metrics();
+                let _ = events_tx.send(SupervisorMessage::Metrics { query, metrics });
                 continue;
             }
             Ok(Some(ProxyMessage::Hello { .. })) => {

@@ -47,7 +47,7 @@ pub use daemon::Daemon;
 pub use fake_log::{FakeLog, StartEvent};
 pub use net::free_port;
 pub use poll::{DEADLINE, POLL_INTERVAL, poll_for, poll_for_async, poll_until, poll_until_async};
-pub use proxy::{FakeProxy, LinkError, Welcome};
+pub use proxy::{FakeProxy, LeaseId, LinkError, TicketPhase, Welcome};
 pub use python::{fake_strata_dir, python};
 pub use supervisor::{Supervisor, spawn_supervisor, supervisor_command, wait_supervisor_serving};
 pub use tempdir::TempDir;

@@ -1,9 +1,10 @@
 //! [`FakeProxy`]: a scripted client of the private supervisor socket, for tokio tests.
 //!
 //! It speaks [`strata_protocol::wire`] exactly as `strata-proxy` must: a `Hello` with the
-//! config's fingerprint, then `AcquireLease` / `ReleaseLease` / `SetDraining`, while the
-//! supervisor sends `Welcome`, `State` snapshots, `LeaseProgress`, `LeaseGranted`,
-//! `LeaseFailed`, `LeaseRevoked` and `ProtocolError`.
+//! config's fingerprint, then `Enqueue` / `HeadersReceived` / `Finish` / `SetDraining`, while
+//! the supervisor sends `Welcome`, `State` snapshots, `Queued`, `Admitted`, `Progress`,
+//! `Granted`, `Failed`, `Revoked` and `ProtocolError`. The helpers keep the lease vocabulary:
+//! `acquire` enqueues a ticket, `release` finishes it (with a placeholder record).
 //!
 //! Reading is pull-based and cancel-safe: no background task; bytes are buffered and frames
 //! cut out of the buffer, so a [`FakeProxy::next_message`] that times out loses nothing.
@@ -14,10 +15,25 @@
 use std::path::Path;
 use std::time::Duration;
 
+use strata_protocol::record::{CHAT_ENDPOINT, RequestRecord, SCHEMA_VERSION};
 use strata_protocol::wire::{
-    LeaseFailure, LeaseGrant, LeaseId, LeasePhase, MAX_FRAME_BYTES, PROTOCOL_VERSION, ProxyMessage,
-    RouterState, ServiceTier, SupervisorMessage, decode_payload, encode_frame,
+    Grant, LeaseFailure, LoadPhase, MAX_FRAME_BYTES, PROTOCOL_VERSION, ProxyMessage, RouterState,
+    ServiceTier, SupervisorMessage, TicketId, decode_payload, encode_frame,
 };
+
+/// A lease request's identifier (a ticket ID).
+pub type LeaseId = TicketId;
+
+/// What the supervisor said about a ticket before its outcome, in the order it said it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TicketPhase {
+    /// `Queued`: it waits in the queue.
+    Queued,
+    /// `Admitted`: it left the queue for a load.
+    Admitted,
+    /// `Progress` of that load.
+    Load(LoadPhase),
+}
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::time::Instant;
@@ -136,24 +152,35 @@ impl FakeProxy {
             .expect("flush the supervisor socket");
     }
 
-    /// `AcquireLease` in the default tier.
+    /// `Enqueue` in the default tier.
     pub async fn acquire(&mut self, lease: LeaseId, model: &str) {
         self.acquire_tier(lease, model, ServiceTier::Default).await;
     }
 
-    /// `AcquireLease` in `tier`.
+    /// `Enqueue` in `tier`.
     pub async fn acquire_tier(&mut self, lease: LeaseId, model: &str, tier: ServiceTier) {
-        self.send(&ProxyMessage::AcquireLease {
-            lease,
+        self.send(&ProxyMessage::Enqueue {
+            ticket: lease,
             model: model.to_owned(),
             tier,
         })
         .await;
     }
 
-    /// `ReleaseLease`.
+    /// `Finish` with a placeholder record (request ID `fake-proxy-LEASE`): withdraws the ticket
+    /// or ends its lease.
     pub async fn release(&mut self, lease: LeaseId) {
-        self.send(&ProxyMessage::ReleaseLease { lease }).await;
+        self.send(&ProxyMessage::Finish {
+            ticket: lease,
+            record: Box::new(placeholder_record(lease)),
+        })
+        .await;
+    }
+
+    /// `HeadersReceived` (legacy mode: the lease's response headers arrived).
+    pub async fn headers_received(&mut self, lease: LeaseId) {
+        self.send(&ProxyMessage::HeadersReceived { ticket: lease })
+            .await;
     }
 
     /// `SetDraining`.
@@ -223,7 +250,7 @@ impl FakeProxy {
             })
             .await
         {
-            SupervisorMessage::Arrival { arrival_seq, .. } => arrival_seq,
+            SupervisorMessage::Arrival { arrival, .. } => arrival.arrival_seq,
             _ => unreachable!("the predicate matched an Arrival"),
         }
     }
@@ -275,14 +302,12 @@ impl FakeProxy {
     }
 
     /// The outcome of lease `lease`, if it has already been received.
-    pub fn outcome(&self, lease: LeaseId) -> Option<Result<LeaseGrant, LeaseFailure>> {
+    pub fn outcome(&self, lease: LeaseId) -> Option<Result<Grant, LeaseFailure>> {
         self.history.iter().find_map(|message| match message {
-            SupervisorMessage::LeaseGranted(grant) if grant.lease == lease => {
-                Some(Ok(grant.clone()))
-            }
-            SupervisorMessage::LeaseFailed { lease: l, failure } if *l == lease => {
-                Some(Err(failure.clone()))
-            }
+            SupervisorMessage::Granted(grant) if grant.ticket == lease => Some(Ok(grant.clone())),
+            SupervisorMessage::Failed {
+                ticket, failure, ..
+            } if *ticket == lease => Some(Err(failure.clone())),
             _ => None,
         })
     }
@@ -292,25 +317,25 @@ impl FakeProxy {
         &mut self,
         lease: LeaseId,
         timeout: Duration,
-    ) -> Result<LeaseGrant, LeaseFailure> {
+    ) -> Result<Grant, LeaseFailure> {
         if let Some(outcome) = self.outcome(lease) {
             return outcome;
         }
         self.wait_for(timeout, &format!("the outcome of lease {lease}"), |message| {
-            matches!(message, SupervisorMessage::LeaseGranted(grant) if grant.lease == lease)
-                || matches!(message, SupervisorMessage::LeaseFailed { lease: l, .. } if *l == lease)
+            matches!(message, SupervisorMessage::Granted(grant) if grant.ticket == lease)
+                || matches!(message, SupervisorMessage::Failed { ticket, .. } if *ticket == lease)
         })
         .await;
         self.outcome(lease).expect("just received")
     }
 
     /// Waits for the outcome of lease `lease` ([`DEADLINE`]).
-    pub async fn wait_outcome(&mut self, lease: LeaseId) -> Result<LeaseGrant, LeaseFailure> {
+    pub async fn wait_outcome(&mut self, lease: LeaseId) -> Result<Grant, LeaseFailure> {
         self.wait_outcome_within(lease, DEADLINE).await
     }
 
-    /// Waits for `LeaseGranted`; panics if the lease failed.
-    pub async fn wait_granted(&mut self, lease: LeaseId) -> LeaseGrant {
+    /// Waits for `Granted`; panics if the lease failed.
+    pub async fn wait_granted(&mut self, lease: LeaseId) -> Grant {
         match self.wait_outcome(lease).await {
             Ok(grant) => grant,
             Err(failure) => panic!(
@@ -320,7 +345,7 @@ impl FakeProxy {
         }
     }
 
-    /// Waits for `LeaseFailed`; panics if the lease was granted.
+    /// Waits for `Failed`; panics if the lease was granted.
     pub async fn wait_failed(&mut self, lease: LeaseId) -> LeaseFailure {
         match self.wait_outcome(lease).await {
             Err(failure) => failure,
@@ -328,45 +353,42 @@ impl FakeProxy {
         }
     }
 
-    /// Waits for `LeaseRevoked` of `lease`.
+    /// Waits for `Revoked` of `lease`.
     pub async fn wait_revoked(&mut self, lease: LeaseId) {
         if self.was_revoked(lease) {
             return;
         }
-        self.wait_for(DEADLINE, &format!("LeaseRevoked {lease}"), |message| {
-            matches!(message, SupervisorMessage::LeaseRevoked { lease: l, .. } if *l == lease)
+        self.wait_for(DEADLINE, &format!("Revoked {lease}"), |message| {
+            matches!(message, SupervisorMessage::Revoked { ticket, .. } if *ticket == lease)
         })
         .await;
     }
 
-    /// Whether `LeaseRevoked` of `lease` has been received.
+    /// Whether `Revoked` of `lease` has been received.
     pub fn was_revoked(&self, lease: LeaseId) -> bool {
-        self.history
-            .iter()
-            .any(|message| matches!(message, SupervisorMessage::LeaseRevoked { lease: l, .. } if *l == lease))
+        self.history.iter().any(
+            |message| matches!(message, SupervisorMessage::Revoked { ticket, .. } if *ticket == lease),
+        )
     }
 
-    /// Waits for a `LeaseProgress` of `lease` in `phase` (or finds it in the history).
-    pub async fn wait_phase(&mut self, lease: LeaseId, phase: LeasePhase) {
+    /// Waits until `lease` reached `phase` (or finds it in the history).
+    pub async fn wait_phase(&mut self, lease: LeaseId, phase: TicketPhase) {
         if self.phases(lease).contains(&phase) {
             return;
         }
-        self.wait_for(DEADLINE, &format!("lease {lease} phase {phase:?}"), |message| {
-            matches!(message, SupervisorMessage::LeaseProgress { lease: l, phase: p, .. } if *l == lease && *p == phase)
-        })
+        self.wait_for(
+            DEADLINE,
+            &format!("lease {lease} phase {phase:?}"),
+            |message| ticket_phase(message, lease) == Some(phase),
+        )
         .await;
     }
 
-    /// The progress phases of `lease` received so far, in order.
-    pub fn phases(&self, lease: LeaseId) -> Vec<LeasePhase> {
+    /// The phases of `lease` received so far, in order.
+    pub fn phases(&self, lease: LeaseId) -> Vec<TicketPhase> {
         self.history
             .iter()
-            .filter_map(|message| match message {
-                SupervisorMessage::LeaseProgress {
-                    lease: l, phase, ..
-                } if *l == lease => Some(*phase),
-                _ => None,
-            })
+            .filter_map(|message| ticket_phase(message, lease))
             .collect()
     }
 
@@ -439,5 +461,64 @@ impl FakeProxy {
     /// Every message received, in order.
     pub fn history(&self) -> &[SupervisorMessage] {
         &self.history
+    }
+}
+
+/// The phase `message` reports for `lease`, if it is one of its phase messages.
+fn ticket_phase(message: &SupervisorMessage, lease: LeaseId) -> Option<TicketPhase> {
+    match message {
+        SupervisorMessage::Queued { ticket, .. } if *ticket == lease => Some(TicketPhase::Queued),
+        SupervisorMessage::Admitted { ticket } if *ticket == lease => Some(TicketPhase::Admitted),
+        SupervisorMessage::Progress { ticket, phase, .. } if *ticket == lease => {
+            Some(TicketPhase::Load(*phase))
+        }
+        _ => None,
+    }
+}
+
+/// A schema-valid record for a fake request (nothing in it is real).
+pub fn placeholder_record(lease: LeaseId) -> RequestRecord {
+    RequestRecord {
+        schema_version: SCHEMA_VERSION,
+        seq: 0,
+        arrival_seq: 0,
+        request_id: format!("fake-proxy-{lease}"),
+        endpoint: CHAT_ENDPOINT.to_owned(),
+        stream: false,
+        model_requested: None,
+        model_resolved: None,
+        upstream_model: None,
+        arrived_at: "2026-01-01T00:00:00.000Z".to_owned(),
+        completed_at: "2026-01-01T00:00:00.000Z".to_owned(),
+        lease_at: None,
+        first_token_at: None,
+        last_token_at: None,
+        queue_depth_at_arrival: 0,
+        in_flight_at_arrival: 0,
+        queue_wait_ms: None,
+        model_switch: false,
+        model_load_ms: None,
+        upstream_headers_ms: None,
+        ttft_ms: None,
+        ttft_after_lease_ms: None,
+        generation_ms: None,
+        total_ms: 0,
+        prompt_tokens: None,
+        completion_tokens: None,
+        reasoning_tokens: None,
+        prompt_n: None,
+        cache_n: None,
+        predicted_n: None,
+        prompt_ms: None,
+        predicted_ms: None,
+        prompt_per_second: None,
+        predicted_per_second: None,
+        finish_reason: None,
+        status: None,
+        upstream_status: None,
+        success: false,
+        reason: "client_disconnect".to_owned(),
+        response_bytes: 0,
+        disconnect_phase: None,
     }
 }

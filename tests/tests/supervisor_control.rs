@@ -449,9 +449,7 @@ async fn leases_joined_to_a_cancelled_on_load_are_served_by_a_new_load() {
     });
     let mut proxy = supervisor.proxy().await;
     proxy.acquire(1, A).await;
-    proxy
-        .wait_phase(1, strata_protocol::wire::LeasePhase::Admitted)
-        .await;
+    proxy.wait_phase(1, strata_e2e::TicketPhase::Admitted).await;
     drop(session);
 
     let grant = proxy.wait_granted(1).await;

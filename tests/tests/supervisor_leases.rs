@@ -6,10 +6,11 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use strata_e2e::TicketPhase;
 use strata_e2e::{
     A3B, ConfigBuilder, DEADLINE, ModelSpec, Supervisor, off_line, poll_for, poll_until, procs,
 };
-use strata_protocol::wire::{LeaseFailure, LeasePhase};
+use strata_protocol::wire::{LeaseFailure, LoadPhase};
 
 const A: &str = "flash-a";
 const B: &str = "a3b-b";
@@ -235,9 +236,7 @@ async fn a_switch_waits_for_the_other_models_leases() {
 
     // Lease IDs are per connection: the second proxy may reuse 1.
     second.acquire(1, B).await;
-    second
-        .wait_phase(1, LeasePhase::QueuedBehindOtherModel)
-        .await;
+    second.wait_phase(1, TicketPhase::Queued).await;
     second
         .expect_no_outcome(1, Duration::from_millis(700))
         .await;
@@ -252,12 +251,12 @@ async fn a_switch_waits_for_the_other_models_leases() {
     assert_eq!(
         second.phases(1),
         [
-            LeasePhase::QueuedBehindOtherModel,
-            LeasePhase::Admitted,
-            LeasePhase::StoppingOldBackend,
-            LeasePhase::Starting,
-            LeasePhase::WaitingForReadiness,
-            LeasePhase::Verified,
+            TicketPhase::Queued,
+            TicketPhase::Admitted,
+            TicketPhase::Load(LoadPhase::StoppingOldBackend),
+            TicketPhase::Load(LoadPhase::Starting),
+            TicketPhase::Load(LoadPhase::WaitingForReadiness),
+            TicketPhase::Load(LoadPhase::Verified),
         ]
     );
     let start_b = log.starts_for("up-a3b-b").remove(0);
@@ -278,12 +277,13 @@ async fn a_switch_waits_for_the_other_models_leases() {
     supervisor.stop();
 }
 
-/// Two proxies leasing the same model are granted together from one load, and a third lease
-/// while both are held is granted at once without a load.
+/// Wait-first: two proxies leasing the same model are granted together from one load, and a
+/// third lease while both are held is granted at once without a load.
 #[tokio::test]
 async fn leases_on_the_same_model_share_one_load() {
     let config = ConfigBuilder::new("shared")
         .model(ModelSpec::new(A).load_ms(800))
+        .wait_when_busy(true)
         .build();
     let supervisor = Supervisor::start(config);
     let log = supervisor.fake_log();
@@ -298,16 +298,13 @@ async fn leases_on_the_same_model_share_one_load() {
         assert!(grant.model_switch);
         assert!(grant.load_ms.is_some());
     }
-    assert!(
-        !first
-            .phases(1)
-            .contains(&LeasePhase::QueuedBehindOtherModel)
-    );
-    assert!(
-        !second
-            .phases(1)
-            .contains(&LeasePhase::QueuedBehindOtherModel)
-    );
+    for proxy in [&first, &second] {
+        assert_eq!(
+            proxy.phases(1)[..2],
+            [TicketPhase::Queued, TicketPhase::Admitted],
+            "both joined the one load"
+        );
+    }
 
     first.acquire(2, A).await;
     let three = first.wait_granted(2).await;
@@ -336,7 +333,9 @@ async fn a_proxy_disconnecting_mid_load_leaves_the_model_loaded() {
 
     let mut proxy = supervisor.proxy().await;
     proxy.acquire(1, A).await;
-    proxy.wait_phase(1, LeasePhase::Starting).await;
+    proxy
+        .wait_phase(1, TicketPhase::Load(LoadPhase::Starting))
+        .await;
     assert_eq!(supervisor.status()["busy"], json!(true));
     drop(proxy);
 
@@ -459,6 +458,7 @@ async fn grace_keeps_the_model_between_leases_and_priority_skips_it() {
         .model(ModelSpec::new(A))
         .model(ModelSpec::new(B).family(A3B))
         .model_grace_ms(grace.as_millis() as u64)
+        .wait_when_busy(true)
         .build();
     let supervisor = Supervisor::start(config);
     let mut first = supervisor.proxy().await;
@@ -467,9 +467,7 @@ async fn grace_keeps_the_model_between_leases_and_priority_skips_it() {
     first.acquire(1, A).await;
     first.wait_granted(1).await;
     second.acquire(1, B).await;
-    second
-        .wait_phase(1, LeasePhase::QueuedBehindOtherModel)
-        .await;
+    second.wait_phase(1, TicketPhase::Queued).await;
     first.release(1).await;
     // Inside the grace period a same-model lease is granted at once.
     first.acquire(2, A).await;
@@ -513,7 +511,9 @@ async fn off_during_a_lease_load_cancels_it() {
     let log = supervisor.fake_log();
     let mut proxy = supervisor.proxy().await;
     proxy.acquire(1, A).await;
-    proxy.wait_phase(1, LeasePhase::Starting).await;
+    proxy
+        .wait_phase(1, TicketPhase::Load(LoadPhase::Starting))
+        .await;
     let pid = poll_for(DEADLINE, "the backend start", || {
         log.starts().first().map(|start| start.pid)
     });
@@ -534,7 +534,7 @@ async fn off_during_a_lease_load_cancels_it() {
     supervisor.stop();
 }
 
-/// `LeasePhase::WaitingForReadiness` is documented as "the backend is loading; waiting for its
+/// `TicketPhase::Load(LoadPhase::WaitingForReadiness)` is documented as "the backend is loading; waiting for its
 /// ready file", so a proxy must get it while the backend is still loading, not after.
 #[tokio::test]
 async fn waiting_for_readiness_arrives_while_the_backend_loads() {
@@ -545,7 +545,9 @@ async fn waiting_for_readiness_arrives_while_the_backend_loads() {
     let log = supervisor.fake_log();
     let mut proxy = supervisor.proxy().await;
     proxy.acquire(1, A).await;
-    proxy.wait_phase(1, LeasePhase::WaitingForReadiness).await;
+    proxy
+        .wait_phase(1, TicketPhase::Load(LoadPhase::WaitingForReadiness))
+        .await;
     assert!(
         log.events_named("ready").is_empty(),
         "WaitingForReadiness arrived only after the backend was ready: {:?}\n{}",

@@ -100,7 +100,7 @@ async fn a_garbage_frame_gets_a_protocol_error_and_the_link_stays_usable() {
         }
     }
     // A valid message that does not decode as a proxy message: trailing bytes.
-    let mut frame = encode_frame(&ProxyMessage::ReleaseLease { lease: 9 }).expect("encode");
+    let mut frame = encode_frame(&ProxyMessage::HeadersReceived { ticket: 9 }).expect("encode");
     frame.push(0);
     let len = (frame.len() - 4) as u32;
     frame[..4].copy_from_slice(&len.to_be_bytes());
@@ -208,7 +208,7 @@ async fn a_draining_proxy_is_reported_until_it_goes() {
 }
 
 /// Arrival sequence numbers start at 1 and are unique and increasing across every proxy of
-/// the instance, and are answered even while a model loads.
+/// the instance (tickets and `Arrive` share them), and are answered even while a model loads.
 #[tokio::test]
 async fn arrival_numbers_are_unique_across_proxies_and_do_not_wait_for_loads() {
     let supervisor = Supervisor::start(
@@ -219,8 +219,11 @@ async fn arrival_numbers_are_unique_across_proxies_and_do_not_wait_for_loads() {
     let mut old = supervisor.proxy().await;
     let mut new = supervisor.proxy().await;
     old.acquire(1, A).await;
-    old.wait_phase(1, strata_protocol::wire::LeasePhase::Starting)
-        .await;
+    old.wait_phase(
+        1,
+        strata_e2e::TicketPhase::Load(strata_protocol::wire::LoadPhase::Starting),
+    )
+    .await;
     let asked = std::time::Instant::now();
     let mut seen = Vec::new();
     for token in 0..6u64 {
@@ -232,8 +235,14 @@ async fn arrival_numbers_are_unique_across_proxies_and_do_not_wait_for_loads() {
         "arrivals waited for the load: {:?}",
         asked.elapsed()
     );
-    assert_eq!(seen, [1, 2, 3, 4, 5, 6]);
+    // The ticket was numbered first (1), when it entered the queue.
+    assert_eq!(seen, [2, 3, 4, 5, 6, 7]);
     assert!(old.outcome(1).is_none(), "still loading");
+    let queued = old.history().iter().find_map(|message| match message {
+        strata_protocol::wire::SupervisorMessage::Queued { ticket: 1, arrival } => Some(*arrival),
+        _ => None,
+    });
+    assert_eq!(queued.map(|arrival| arrival.arrival_seq), Some(1));
     drop((old, new));
     supervisor.stop();
 }

@@ -346,7 +346,7 @@ async fn identity_mismatch_never_routes() {
         !proxy
             .history()
             .iter()
-            .any(|message| matches!(message, SupervisorMessage::LeaseGranted(_))),
+            .any(|message| matches!(message, SupervisorMessage::Granted(_))),
         "no grant may ever be sent: {:#?}",
         proxy.history()
     );

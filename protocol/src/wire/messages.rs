@@ -2,17 +2,35 @@
 //!
 //! A conversation: the proxy sends [`ProxyMessage::Hello`]; the supervisor
 //! answers [`SupervisorMessage::Welcome`] (or [`SupervisorMessage::Refused`]
-//! and closes), then immediately a [`SupervisorMessage::State`] snapshot, and
-//! a new `State` whenever routing, draining, the loaded model or a model's
-//! status changes. The proxy then asks for leases; each lease request gets
-//! zero or more `LeaseProgress` events and exactly one `LeaseGranted` or
-//! `LeaseFailed`. A granted lease ends only with `ReleaseLease` (or the
-//! connection closing). The supervisor may ask for an early end with
-//! `LeaseRevoked` (operator `off --now`); the proxy then drops the upstream
-//! stream and releases the lease, and only the release ends it. So while a
-//! lease exists, nothing can stop or replace the backend instance it names,
-//! except a forced supervisor shutdown (after which no backend of that
-//! instance is started again).
+//! and closes), then immediately a [`SupervisorMessage::State`] snapshot,
+//! and a new `State` whenever routing, draining, the loaded model or a
+//! model's status changes.
+//!
+//! **Tickets.** The supervisor's engine is the only scheduler: a routed chat
+//! request becomes a ticket in its one queue ([`ProxyMessage::Enqueue`]).
+//! The first answer is `Queued`, `Granted` or `Failed`, each with the
+//! request's [`ArrivalInfo`]. A queued ticket may get `Admitted` (it left
+//! the queue for a load it now waits for) and `Progress` of that load, and
+//! ends with exactly one `Granted` or `Failed`. A granted ticket is a
+//! *lease*: send the request to `Grant::backend`, as long as
+//! `Grant::instance` is still the serving backend. In legacy mode the proxy
+//! reports the upstream response headers (`HeadersReceived`), which lets the
+//! engine lock pass on. Whatever happened, the request ends with one
+//! [`ProxyMessage::Finish`] carrying its record: that withdraws a waiting
+//! ticket or ends a lease. A lease ends only with `Finish` (or the
+//! connection closing); `Revoked` asks the proxy to drop its stream and
+//! finish now. So while a lease exists, nothing can stop or replace the
+//! backend instance it names, except a forced supervisor shutdown (after
+//! which no backend of that supervisor is started again).
+//!
+//! The fast path, a request for the loaded model with a free slot: one
+//! `Enqueue`, answered by one `Granted`, and one `Finish` at the end.
+//!
+//! **Cache lookups.** When tickets compete for the loaded model, the engine
+//! asks each proxy holding some of them to score them
+//! ([`SupervisorMessage::ScoreTickets`]): the proxy posts their bodies to
+//! the backend's `/v1/cache/lookup` and answers `TicketScores`. Bodies never
+//! cross this socket.
 
 use std::net::SocketAddr;
 
@@ -22,14 +40,15 @@ use crate::config::ModelStatus;
 use crate::record::RequestRecord;
 
 /// Bumped whenever a message or field changes shape.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
-/// A lease request's identifier, chosen by the proxy, unique within one
+/// A ticket's identifier, chosen by the proxy, unique within one
 /// connection.
-pub type LeaseId = u64;
+pub type TicketId = u64;
 
 /// The OpenAI service tier a request waits in. Only orders waiting requests;
-/// it never preempts an admitted one.
+/// it never preempts an admitted one. The derived order is the scheduling
+/// order: `Priority` first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ServiceTier {
     Priority,
@@ -38,6 +57,14 @@ pub enum ServiceTier {
 }
 
 impl ServiceTier {
+    /// Every tier, in scheduling order (also the index order of
+    /// [`RouterMetrics::queue_depth_by_tier`]).
+    pub const ALL: [ServiceTier; 3] = [
+        ServiceTier::Priority,
+        ServiceTier::Default,
+        ServiceTier::Flex,
+    ];
+
     /// The name used in `x-strata-service-tier` and `/metrics`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -45,6 +72,11 @@ impl ServiceTier {
             ServiceTier::Default => "default",
             ServiceTier::Flex => "flex",
         }
+    }
+
+    /// The position in [`ServiceTier::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -58,24 +90,33 @@ pub enum ProxyMessage {
         fingerprint: u64,
         pid: u32,
     },
-    /// Ask for a lease on one concrete model ID.
-    AcquireLease {
-        lease: LeaseId,
+    /// A routed chat request for one concrete model ID wants to be served:
+    /// queue it. Answered with `Queued`, `Granted` or `Failed`.
+    Enqueue {
+        ticket: TicketId,
         model: String,
         tier: ServiceTier,
     },
-    /// End a granted lease, or withdraw a request that is still waiting.
-    /// Withdrawing never cancels a load other requests may be waiting for.
-    ReleaseLease { lease: LeaseId },
+    /// Legacy mode: the upstream response headers of this lease arrived, so
+    /// the engine lock passes on. (Wait-first mode sends nothing here.)
+    HeadersReceived { ticket: TicketId },
+    /// The request of this ticket is over (served, failed, abandoned): the
+    /// ticket leaves the queue or its lease ends, and the record is stored.
+    /// No answer.
+    Finish {
+        ticket: TicketId,
+        record: Box<RequestRecord>,
+    },
+    /// A chat request that ends before it gets a ticket (a rejected body,
+    /// an unknown model) needs its arrival number for its request ID.
+    /// `token` is echoed in the answer.
+    Arrive { token: u64 },
+    /// The record of a request that never had a ticket; the supervisor
+    /// assigns its `seq` (and its `arrival_seq` when the proxy sent 0).
+    /// No answer.
+    SubmitRecord { record: Box<RequestRecord> },
     /// The proxy stopped accepting connections and is draining accepted work.
     SetDraining { draining: bool },
-    /// A chat request arrived: allocate its arrival sequence number.
-    /// `token` is echoed in the answer so the proxy can match it.
-    Arrive { token: u64 },
-    /// A finished request's accounting record; the supervisor assigns its
-    /// `seq` (and its `arrival_seq` when the proxy sent 0), keeps it in the
-    /// ring and writes it to the JSONL file. No answer.
-    SubmitRecord { record: Box<RequestRecord> },
     /// A `/requests` read: records with `seq > after` (or the newest
     /// `limit` when `after` is `None`).
     QueryRecords {
@@ -83,8 +124,13 @@ pub enum ProxyMessage {
         after: Option<u64>,
         limit: u32,
     },
-    /// The `request_log` figures for `/metrics`.
-    QueryRequestLog { query: u64 },
+    /// The router-wide figures for `/metrics`.
+    QueryMetrics { query: u64 },
+    /// Answer to [`SupervisorMessage::ScoreTickets`].
+    TicketScores {
+        lookup: u64,
+        scores: Result<CacheScores, LookupFailure>,
+    },
 }
 
 /// Supervisor to proxy.
@@ -103,41 +149,78 @@ pub enum SupervisorMessage {
     /// A full snapshot of what proxies need to know; sent after `Welcome`
     /// and on every change.
     State(RouterState),
-    /// A waiting lease moved on. Purely informational except
-    /// [`LeasePhase::Admitted`], which marks the end of queueing.
-    LeaseProgress {
-        lease: LeaseId,
-        phase: LeasePhase,
-        /// Milliseconds since the supervisor received the lease request.
+    /// The ticket waits in the queue.
+    Queued {
+        ticket: TicketId,
+        arrival: ArrivalInfo,
+    },
+    /// The ticket left the queue for a load it now waits for (admission:
+    /// `lease_at`); `Progress` and then `Granted` or `Failed` follow.
+    Admitted { ticket: TicketId },
+    /// The load an admitted ticket waits for moved on (informational).
+    Progress {
+        ticket: TicketId,
+        phase: LoadPhase,
+        /// Milliseconds since the load started.
         elapsed_ms: u64,
     },
-    /// The lease is held: send the request to `grant.backend`, as long as
-    /// `grant.instance` is still the serving backend.
-    LeaseGranted(LeaseGrant),
-    /// The lease request ended without a lease.
-    LeaseFailed {
-        lease: LeaseId,
+    /// The ticket is a lease now: dispatch it.
+    Granted(Grant),
+    /// The ticket ended without a lease.
+    Failed {
+        ticket: TicketId,
+        arrival: ArrivalInfo,
         failure: LeaseFailure,
     },
-    /// The supervisor asks for a granted lease to end now (operator
-    /// `off --now`, or a forced shutdown): the proxy must drop the upstream
-    /// stream at once, send nothing more under it, and release it. Until the
-    /// release (or the connection closing) the lease still holds the backend.
-    LeaseRevoked {
-        lease: LeaseId,
+    /// The supervisor asks for a lease to end now (operator `off --now`, or
+    /// a forced shutdown): drop the upstream stream, send nothing more under
+    /// it, and `Finish` it. Until then the lease still holds the backend.
+    Revoked {
+        ticket: TicketId,
         reason: RevokeReason,
     },
     /// The last frame could not be understood; the connection stays usable.
     ProtocolError { message: String },
-    /// Answer to [`ProxyMessage::Arrive`]: the request's arrival sequence,
-    /// from 1 per instance, unique across every proxy of the instance.
-    Arrival { token: u64, arrival_seq: u64 },
+    /// Answer to [`ProxyMessage::Arrive`].
+    Arrival { token: u64, arrival: ArrivalInfo },
     /// Answer to [`ProxyMessage::QueryRecords`]: the complete `/requests`
     /// JSON document, built where the records are stored so each item is
     /// byte-for-byte the JSONL line.
     Records { query: u64, body: String },
-    /// Answer to [`ProxyMessage::QueryRequestLog`].
-    RequestLog { query: u64, stats: RequestLogStats },
+    /// Answer to [`ProxyMessage::QueryMetrics`].
+    Metrics { query: u64, metrics: RouterMetrics },
+    /// Score these waiting tickets against the loaded backend's prompt
+    /// cache (`POST {backend}/v1/cache/lookup`, in batches), all within
+    /// `budget_ms`; answer with `TicketScores`.
+    ScoreTickets {
+        lookup: u64,
+        backend: SocketAddr,
+        tickets: Vec<TicketId>,
+        budget_ms: u64,
+    },
+}
+
+/// A request's place in the instance, fixed when the supervisor first saw
+/// it: its arrival number and the engine's counts just before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrivalInfo {
+    /// From 1 per instance, unique across every proxy of the instance.
+    pub arrival_seq: u64,
+    /// Waiting tickets (`queue_depth_at_arrival`).
+    pub queue_depth: u64,
+    /// Admitted tickets and leases (`in_flight_at_arrival`).
+    pub in_flight: u64,
+}
+
+/// The router-wide figures behind `/metrics`, counted by the engine over
+/// every proxy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouterMetrics {
+    pub queue_depth: u64,
+    /// Indexed by [`ServiceTier::index`].
+    pub queue_depth_by_tier: [u64; 3],
+    pub in_flight: u64,
+    pub request_log: RequestLogStats,
 }
 
 /// The accounting store's counters.
@@ -152,13 +235,9 @@ pub struct RequestLogStats {
     pub instance_id: String,
 }
 
-/// Where a waiting lease request is.
+/// Where the load an admitted ticket waits for is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum LeasePhase {
-    /// Waiting for every lease on another model to end.
-    QueuedBehindOtherModel,
-    /// Admission: the request left the queue; a load may follow.
-    Admitted,
+pub enum LoadPhase {
     /// The previous backend is being stopped.
     StoppingOldBackend,
     /// The backend process was spawned.
@@ -183,8 +262,9 @@ pub struct BackendInstance {
 
 /// A granted lease.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LeaseGrant {
-    pub lease: LeaseId,
+pub struct Grant {
+    pub ticket: TicketId,
+    pub arrival: ArrivalInfo,
     /// Loopback address of the verified backend.
     pub backend: SocketAddr,
     /// The backend process the lease is valid for. The proxy sends nothing
@@ -207,8 +287,8 @@ pub enum RevokeReason {
     Shutdown,
 }
 
-/// Why a lease request ended without a lease. Each maps to one accounting
-/// `reason` and one HTTP status in the proxy.
+/// Why a ticket ended without a lease. Each maps to one accounting `reason`
+/// and one HTTP status in the proxy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum LeaseFailure {
     /// Routing is off (operator `off`), before or while waiting.
@@ -229,8 +309,46 @@ pub enum LeaseFailure {
     },
     /// A recent start failed; no new launch until the cooldown ends.
     Cooldown { message: String, remaining_ms: u64 },
+    /// Legacy mode: `max_pending` requests are already active or waiting.
+    QueueFull,
+    /// Legacy mode: the ticket waited longer than `queue_ms` for its lease.
+    QueueTimeout,
     /// The supervisor is shutting down.
     ShuttingDown,
+}
+
+/// Cache matches of the scored tickets, as the backend reported them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheScores {
+    /// The backend's `conversation_cache_min_tokens`.
+    pub min_tokens: u64,
+    pub results: Vec<TicketScore>,
+}
+
+/// One ticket's cache match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TicketScore {
+    pub ticket: TicketId,
+    pub input_tokens: u64,
+    pub cached_tokens: u64,
+}
+
+/// Why a cache lookup gave no scores; every one falls back to tier,
+/// model-group and arrival order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LookupFailure {
+    /// 404: a Strata without the extension.
+    Unsupported,
+    /// 409: the engine is busy.
+    Busy,
+    /// The budget ran out.
+    Timeout,
+    /// The backend could not be reached.
+    Unavailable,
+    /// Another status, or a reply that is not the documented shape.
+    Invalid,
+    /// The proxy no longer holds (some of) the tickets.
+    UnknownTickets,
 }
 
 /// One model's current status, as `/v1/models` shows it.

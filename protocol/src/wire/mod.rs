@@ -18,7 +18,7 @@ pub use frame::{
     MAX_FRAME_BYTES, WireError, decode_payload, encode_frame, read_frame, write_frame,
 };
 pub use messages::{
-    BackendInstance, LeaseFailure, LeaseGrant, LeaseId, LeasePhase, ModelStatusEntry,
-    PROTOCOL_VERSION, ProxyMessage, RequestLogStats, RevokeReason, RouterState, ServiceTier,
-    SupervisorMessage,
+    ArrivalInfo, BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure,
+    ModelStatusEntry, PROTOCOL_VERSION, ProxyMessage, RequestLogStats, RevokeReason, RouterMetrics,
+    RouterState, ServiceTier, SupervisorMessage, TicketId, TicketScore,
 };

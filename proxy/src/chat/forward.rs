@@ -18,7 +18,7 @@ use http_body_util::BodyExt;
 
 use crate::body::BodySender;
 use crate::errors::ApiError;
-use crate::link::{Lease, LeaseEnd};
+use crate::link::{LeaseEnd, TicketEvents};
 use crate::observe::{ModelGate, ResponseObserver};
 
 use super::upstream::Upstream;
@@ -223,7 +223,7 @@ pub fn wrong_model_error() -> ApiError {
 
 /// What else the loop watches besides the two bodies.
 pub struct Watch<'a> {
-    pub lease: &'a mut Lease,
+    pub lease: &'a mut TicketEvents,
     pub deadline: Option<Instant>,
     /// Send keepalive comments while the backend is quiet (wait-first SSE).
     pub keepalive: bool,

@@ -4,15 +4,20 @@
 //! its body is read) and is finished exactly once: explicitly with a
 //! reason, or, if the request's task is dropped first (the client went
 //! away and hyper cancelled the handler), by `Drop` as a client disconnect
-//! in the phase it had reached. Finishing is where accounting hooks in.
+//! in the phase it had reached. Finishing is where accounting hooks in: the
+//! record goes to the supervisor with the ticket's `Finish` (which also
+//! withdraws the ticket or ends its lease), or on its own for a request
+//! that never got a ticket.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use strata_protocol::wire::ServiceTier;
+use strata_protocol::ids;
+use strata_protocol::wire::{ArrivalInfo, ServiceTier};
 use time::OffsetDateTime;
 
 use crate::app::{App, LastStream};
+use crate::link::TicketHandle;
 use crate::observe::Observed;
 use strata_protocol::record::{CHAT_ENDPOINT, RequestRecord, SCHEMA_VERSION};
 
@@ -98,11 +103,15 @@ pub struct Trace {
     /// Length of a router-made error body, for `response_bytes` when
     /// nothing was forwarded.
     pub router_body_bytes: u64,
+    /// The request's ticket, once it has one: finishing the trace finishes
+    /// it.
+    pub ticket: Option<TicketHandle>,
     finished: bool,
 }
 
 impl Trace {
-    /// Starts a trace now, snapshotting the queue and in-flight counts.
+    /// Starts a trace now. The arrival number and the queue snapshots come
+    /// from the supervisor later ([`Trace::numbered`]).
     pub fn start(app: &Arc<App>) -> Trace {
         Trace {
             app: app.clone(),
@@ -115,8 +124,8 @@ impl Trace {
             model_requested: None,
             model_resolved: None,
             upstream_model: None,
-            queue_depth_at_arrival: app.counters.queued_total(),
-            in_flight_at_arrival: app.counters.in_flight(),
+            queue_depth_at_arrival: 0,
+            in_flight_at_arrival: 0,
             lease_at: None,
             model_switch: false,
             model_load_ms: None,
@@ -127,7 +136,32 @@ impl Trace {
             observed: None,
             granted: false,
             router_body_bytes: 0,
+            ticket: None,
             finished: false,
+        }
+    }
+
+    /// Takes the request's place from the supervisor's first answer: its
+    /// arrival number (and so its request ID) and the counts it found.
+    /// `None`: the supervisor could not be reached, so the ID is a local
+    /// `unlinked-PID-N` and the counts stay 0.
+    pub fn numbered(&mut self, arrival: Option<ArrivalInfo>) {
+        let instance = self.app.link.routing_view().instance_id;
+        match (arrival, instance) {
+            (Some(arrival), Some(instance)) => {
+                self.arrival_seq = Some(arrival.arrival_seq);
+                self.queue_depth_at_arrival = arrival.queue_depth as usize;
+                self.in_flight_at_arrival = arrival.in_flight as usize;
+                self.request_id = ids::request_id(&instance, arrival.arrival_seq);
+            }
+            _ => {
+                let n = self
+                    .app
+                    .unlinked_requests
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    + 1;
+                self.request_id = format!("unlinked-{}-{n}", std::process::id());
+            }
         }
     }
 
@@ -177,7 +211,10 @@ impl Trace {
         }
         let disconnect_phase = (reason == Reason::ClientDisconnect).then(|| self.phase.as_str());
         let record = self.record(reason, success, disconnect_phase);
-        self.app.link.submit_record(record);
+        match self.ticket.take() {
+            Some(ticket) => ticket.finish(record),
+            None => self.app.link.submit_record(record),
+        }
         tracing::debug!(
             request_id = %self.request_id,
             arrived_at = %self.arrived_at,

@@ -3,22 +3,24 @@
 //! Frames are read by a separate reader task because a frame read is not
 //! cancel-safe: inside a `select!` with the command channel, a partly read
 //! frame would be lost. Everything else happens in this one task, so the
-//! pending-lease table needs no lock.
+//! ticket table needs no lock. Cache lookups run as tasks of their own and
+//! report back here.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use bytes::Bytes;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    LeaseId, PROTOCOL_VERSION, ProxyMessage, RequestLogStats, SupervisorMessage, read_frame,
-    write_frame,
+    ArrivalInfo, CacheScores, LookupFailure, PROTOCOL_VERSION, ProxyMessage, RouterMetrics,
+    SupervisorMessage, TicketId, read_frame, write_frame,
 };
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{LeaseEvent, LinkCommand, LinkState};
+use super::{LinkCommand, LinkState, TicketEvent, lookup};
 
 const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -99,19 +101,22 @@ fn refuse_while_disconnected(
     unsent: &mut VecDeque<Box<RequestRecord>>,
 ) {
     match command {
-        LinkCommand::Acquire { events, .. } => {
-            let _ = events.send(LeaseEvent::LinkLost);
+        LinkCommand::Enqueue { events, .. } => {
+            let _ = events.send(TicketEvent::LinkLost);
         }
         // Dropping the reply senders answers `None`.
         // A flush while disconnected is not answered: the caller's bound
         // runs out, and records stay in `unsent`.
-        LinkCommand::Release { .. }
+        LinkCommand::HeadersReceived { .. }
         | LinkCommand::Arrive { .. }
         | LinkCommand::QueryRecords { .. }
-        | LinkCommand::QueryRequestLog { .. }
+        | LinkCommand::QueryMetrics { .. }
         | LinkCommand::Flush { .. } => {}
         LinkCommand::SetDraining(value) => *draining = value,
-        LinkCommand::SubmitRecord(record) => keep_unsent(unsent, record),
+        // The ticket died with the old connection; the record is kept.
+        LinkCommand::SubmitRecord(record) | LinkCommand::Finish { record, .. } => {
+            keep_unsent(unsent, record)
+        }
     }
 }
 
@@ -187,12 +192,14 @@ async fn serve(
             }
         }
     });
+    let (lookups_tx, mut lookups) = mpsc::unbounded_channel();
     let mut session = Session {
         writer,
-        leases: HashMap::new(),
+        tickets: HashMap::new(),
         arrivals: HashMap::new(),
         pages: HashMap::new(),
-        stats: HashMap::new(),
+        metrics: HashMap::new(),
+        lookups: lookups_tx,
         next_token: 1,
     };
     let ended = loop {
@@ -201,6 +208,12 @@ async fn serve(
                 Some(message) => session.dispatch(message, state),
                 None => break Ended::Lost,
             },
+            Some((lookup, scores)) = lookups.recv() => {
+                let message = ProxyMessage::TicketScores { lookup, scores };
+                if write_frame(&mut session.writer, &message).await.is_err() {
+                    break Ended::Lost;
+                }
+            }
             command = commands.recv() => match command {
                 None => break Ended::Stop,
                 Some(command) => {
@@ -218,20 +231,29 @@ async fn serve(
         }
     };
     reader_task.abort();
-    // Every lease of this connection ended with it (the supervisor releases
+    // Every ticket of this connection ended with it (the supervisor drops
     // them when the socket closes); tell the requests.
-    for (_, events) in session.leases.drain() {
-        let _ = events.send(LeaseEvent::LinkLost);
+    for (_, ticket) in session.tickets.drain() {
+        let _ = ticket.events.send(TicketEvent::LinkLost);
     }
     ended
 }
 
+/// One ticket of this connection.
+struct Ticket {
+    events: mpsc::UnboundedSender<TicketEvent>,
+    /// The request body, while the ticket waits (cache lookups need it).
+    body: Option<Bytes>,
+}
+
 struct Session {
     writer: OwnedWriteHalf,
-    leases: HashMap<LeaseId, mpsc::UnboundedSender<LeaseEvent>>,
-    arrivals: HashMap<u64, oneshot::Sender<u64>>,
+    tickets: HashMap<TicketId, Ticket>,
+    arrivals: HashMap<u64, oneshot::Sender<ArrivalInfo>>,
     pages: HashMap<u64, oneshot::Sender<String>>,
-    stats: HashMap<u64, oneshot::Sender<RequestLogStats>>,
+    metrics: HashMap<u64, oneshot::Sender<RouterMetrics>>,
+    /// Finished cache lookups, to be written to the supervisor.
+    lookups: mpsc::UnboundedSender<(u64, Result<CacheScores, LookupFailure>)>,
     next_token: u64,
 }
 
@@ -246,21 +268,35 @@ impl Session {
     /// be sent is handed back so it is not lost.
     async fn send(&mut self, command: LinkCommand) -> Result<(), Option<Box<RequestRecord>>> {
         let message = match command {
-            LinkCommand::Acquire {
-                lease,
+            LinkCommand::Enqueue {
+                ticket,
                 model,
                 tier,
+                body,
                 events,
             } => {
-                self.leases.insert(lease, events);
-                ProxyMessage::AcquireLease { lease, model, tier }
-            }
-            LinkCommand::Release { lease } => {
-                if self.leases.remove(&lease).is_none() {
-                    // Already failed or revoked: nothing to release.
-                    return Ok(());
+                self.tickets.insert(
+                    ticket,
+                    Ticket {
+                        events,
+                        body: Some(body),
+                    },
+                );
+                ProxyMessage::Enqueue {
+                    ticket,
+                    model,
+                    tier,
                 }
-                ProxyMessage::ReleaseLease { lease }
+            }
+            LinkCommand::HeadersReceived { ticket } => ProxyMessage::HeadersReceived { ticket },
+            LinkCommand::Finish { ticket, record } => {
+                if self.tickets.remove(&ticket).is_none() {
+                    // The ticket belonged to an earlier connection (the
+                    // supervisor dropped it then): only the record is left.
+                    ProxyMessage::SubmitRecord { record }
+                } else {
+                    ProxyMessage::Finish { ticket, record }
+                }
             }
             LinkCommand::Arrive { reply } => {
                 let token = self.token();
@@ -282,10 +318,10 @@ impl Session {
                     limit,
                 }
             }
-            LinkCommand::QueryRequestLog { reply } => {
+            LinkCommand::QueryMetrics { reply } => {
                 let query = self.token();
-                self.stats.insert(query, reply);
-                ProxyMessage::QueryRequestLog { query }
+                self.metrics.insert(query, reply);
+                ProxyMessage::QueryMetrics { query }
             }
             // Commands are written in order, so everything before this one
             // is already on the socket.
@@ -299,7 +335,9 @@ impl Session {
             Err(err) => {
                 tracing::warn!(error = %err, "writing to the supervisor failed");
                 match message {
-                    ProxyMessage::SubmitRecord { record } => Err(Some(record)),
+                    ProxyMessage::SubmitRecord { record } | ProxyMessage::Finish { record, .. } => {
+                        Err(Some(record))
+                    }
                     _ => Err(None),
                 }
             }
@@ -311,23 +349,45 @@ impl Session {
             SupervisorMessage::State(router) => {
                 state.send_modify(|state| state.router = Some(router));
             }
-            SupervisorMessage::LeaseProgress { lease, phase, .. } => {
-                self.route_to_lease(lease, LeaseEvent::Progress(phase), false);
+            SupervisorMessage::Queued { ticket, arrival } => {
+                self.to_ticket(ticket, TicketEvent::Queued(arrival));
             }
-            SupervisorMessage::LeaseGranted(grant) => {
-                let lease = grant.lease;
-                self.route_to_lease(lease, LeaseEvent::Granted(grant), false);
+            SupervisorMessage::Admitted { ticket } => {
+                self.to_ticket(ticket, TicketEvent::Admitted);
             }
-            SupervisorMessage::LeaseFailed { lease, failure } => {
-                self.route_to_lease(lease, LeaseEvent::Failed(failure), true);
+            SupervisorMessage::Progress { ticket, phase, .. } => {
+                self.to_ticket(ticket, TicketEvent::Progress(phase));
             }
-            // Still held until the request releases it.
-            SupervisorMessage::LeaseRevoked { lease, reason } => {
-                self.route_to_lease(lease, LeaseEvent::Revoked(reason), false);
+            SupervisorMessage::Granted(grant) => {
+                let ticket = grant.ticket;
+                if let Some(entry) = self.tickets.get_mut(&ticket) {
+                    entry.body = None;
+                }
+                self.to_ticket(ticket, TicketEvent::Granted(grant));
             }
-            SupervisorMessage::Arrival { token, arrival_seq } => {
+            SupervisorMessage::Failed {
+                ticket,
+                arrival,
+                failure,
+            } => {
+                if let Some(entry) = self.tickets.get_mut(&ticket) {
+                    entry.body = None;
+                }
+                self.to_ticket(ticket, TicketEvent::Failed { arrival, failure });
+            }
+            // Still held until the request finishes it.
+            SupervisorMessage::Revoked { ticket, reason } => {
+                self.to_ticket(ticket, TicketEvent::Revoked(reason));
+            }
+            SupervisorMessage::ScoreTickets {
+                lookup,
+                backend,
+                tickets,
+                budget_ms,
+            } => self.score(lookup, backend, tickets, budget_ms),
+            SupervisorMessage::Arrival { token, arrival } => {
                 if let Some(reply) = self.arrivals.remove(&token) {
-                    let _ = reply.send(arrival_seq);
+                    let _ = reply.send(arrival);
                 }
             }
             SupervisorMessage::Records { query, body } => {
@@ -335,9 +395,9 @@ impl Session {
                     let _ = reply.send(body);
                 }
             }
-            SupervisorMessage::RequestLog { query, stats } => {
-                if let Some(reply) = self.stats.remove(&query) {
-                    let _ = reply.send(stats);
+            SupervisorMessage::Metrics { query, metrics } => {
+                if let Some(reply) = self.metrics.remove(&query) {
+                    let _ = reply.send(metrics);
                 }
             }
             SupervisorMessage::ProtocolError { message } => {
@@ -349,14 +409,36 @@ impl Session {
         }
     }
 
-    fn route_to_lease(&mut self, lease: LeaseId, event: LeaseEvent, last: bool) {
-        let sender = if last {
-            self.leases.remove(&lease)
-        } else {
-            self.leases.get(&lease).cloned()
-        };
-        if let Some(sender) = sender {
-            let _ = sender.send(event);
+    fn to_ticket(&self, ticket: TicketId, event: TicketEvent) {
+        if let Some(entry) = self.tickets.get(&ticket) {
+            let _ = entry.events.send(event);
         }
+    }
+
+    /// Starts a cache lookup of `tickets` with the bodies this proxy holds.
+    fn score(
+        &self,
+        lookup: u64,
+        backend: std::net::SocketAddr,
+        tickets: Vec<TicketId>,
+        budget_ms: u64,
+    ) {
+        let bodies: Option<Vec<(TicketId, Bytes)>> = tickets
+            .iter()
+            .map(|ticket| {
+                let body = self.tickets.get(ticket)?.body.clone()?;
+                Some((*ticket, body))
+            })
+            .collect();
+        let done = self.lookups.clone();
+        let Some(bodies) = bodies else {
+            let _ = done.send((lookup, Err(LookupFailure::UnknownTickets)));
+            return;
+        };
+        let budget = Duration::from_millis(budget_ms);
+        tokio::spawn(async move {
+            let scores = lookup::run(backend, bodies, budget).await;
+            let _ = done.send((lookup, scores));
+        });
     }
 }

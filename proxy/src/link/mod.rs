@@ -1,23 +1,31 @@
 //! The proxy's side of the private supervisor socket.
 //!
 //! One background task (`connection`) owns the socket: it connects, says
-//! hello, keeps the latest [`LinkState`] in a watch channel, routes lease
-//! events to the request that asked, and reconnects with backoff when the
-//! supervisor restarts. Request handlers hold a cheap [`SupervisorLink`]
-//! handle and get a [`Lease`] per lease request; dropping the `Lease` ends
-//! it (or withdraws it while it still waits), so a lease cannot outlive the
-//! request that holds it, whichever way the request ends.
+//! hello, keeps the latest [`LinkState`] in a watch channel, routes ticket
+//! events to the request that enqueued, runs cache lookups the supervisor
+//! asks for (`lookup`), and reconnects with backoff when the supervisor
+//! restarts. Request handlers hold a cheap [`SupervisorLink`] handle.
+//!
+//! A routed request enqueues a ticket and gets two halves: [`TicketEvents`],
+//! what the supervisor says about it (queued, admitted, granted, failed,
+//! revoked), and [`TicketHandle`], how the request reports back (headers
+//! received, and the one `Finish` with its record that ends the ticket or
+//! its lease). The request's trace owns the handle and finishes it exactly
+//! once, whichever way the request ends, so a ticket cannot outlive its
+//! request.
 
 mod connection;
+mod lookup;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::Bytes;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    BackendInstance, LeaseFailure, LeaseGrant, LeaseId, LeasePhase, RequestLogStats, RevokeReason,
-    RouterState, ServiceTier,
+    ArrivalInfo, BackendInstance, Grant, LeaseFailure, LoadPhase, RevokeReason, RouterMetrics,
+    RouterState, ServiceTier, TicketId,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -44,16 +52,25 @@ pub struct RoutingView {
     pub loaded: Option<String>,
 }
 
-/// Something that happened to one lease request.
+/// Something that happened to one ticket.
 #[derive(Debug, Clone, PartialEq)]
-pub enum LeaseEvent {
-    Progress(LeasePhase),
-    Granted(LeaseGrant),
-    Failed(LeaseFailure),
-    /// The supervisor asks for the granted lease to end now (operator
-    /// `off --now`, forced shutdown): stop using it and release it.
+pub enum TicketEvent {
+    /// It waits in the supervisor's queue.
+    Queued(ArrivalInfo),
+    /// It left the queue for a load it now waits for.
+    Admitted,
+    /// That load moved on.
+    Progress(LoadPhase),
+    /// It is a lease now.
+    Granted(Grant),
+    Failed {
+        arrival: ArrivalInfo,
+        failure: LeaseFailure,
+    },
+    /// The supervisor asks for the lease to end now (operator `off --now`,
+    /// forced shutdown): stop using it and finish.
     Revoked(RevokeReason),
-    /// The connection to the supervisor was lost; the lease is gone.
+    /// The connection to the supervisor was lost; the ticket is gone.
     LinkLost,
 }
 
@@ -65,17 +82,23 @@ pub enum LeaseEnd {
 }
 
 pub(crate) enum LinkCommand {
-    Acquire {
-        lease: LeaseId,
+    Enqueue {
+        ticket: TicketId,
         model: String,
         tier: ServiceTier,
-        events: mpsc::UnboundedSender<LeaseEvent>,
+        /// Kept while the ticket waits, for cache lookups.
+        body: Bytes,
+        events: mpsc::UnboundedSender<TicketEvent>,
     },
-    Release {
-        lease: LeaseId,
+    HeadersReceived {
+        ticket: TicketId,
+    },
+    Finish {
+        ticket: TicketId,
+        record: Box<RequestRecord>,
     },
     Arrive {
-        reply: oneshot::Sender<u64>,
+        reply: oneshot::Sender<ArrivalInfo>,
     },
     SetDraining(bool),
     SubmitRecord(Box<RequestRecord>),
@@ -84,8 +107,8 @@ pub(crate) enum LinkCommand {
         limit: u32,
         reply: oneshot::Sender<String>,
     },
-    QueryRequestLog {
-        reply: oneshot::Sender<RequestLogStats>,
+    QueryMetrics {
+        reply: oneshot::Sender<RouterMetrics>,
     },
     /// Answered once every command sent before it has been written.
     Flush {
@@ -96,7 +119,7 @@ pub(crate) enum LinkCommand {
 struct Shared {
     commands: mpsc::UnboundedSender<LinkCommand>,
     state: watch::Receiver<LinkState>,
-    next_lease: AtomicU64,
+    next_ticket: AtomicU64,
 }
 
 /// A cheap, cloneable handle to the supervisor link.
@@ -107,7 +130,7 @@ pub struct SupervisorLink {
 
 impl SupervisorLink {
     /// Starts the connection task for `socket`. The task lives until every
-    /// handle (and every `Lease`) is dropped.
+    /// handle is dropped.
     pub fn spawn(socket: PathBuf, fingerprint: u64) -> SupervisorLink {
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let (state_tx, state) = watch::channel(LinkState::default());
@@ -116,7 +139,7 @@ impl SupervisorLink {
             shared: Arc::new(Shared {
                 commands,
                 state,
-                next_lease: AtomicU64::new(1),
+                next_ticket: AtomicU64::new(1),
             }),
         }
     }
@@ -159,32 +182,43 @@ impl SupervisorLink {
         }
     }
 
-    /// Asks for a lease on `model`. Events arrive on the returned `Lease`.
-    pub fn acquire(&self, model: &str, tier: ServiceTier) -> Lease {
-        let lease = self.shared.next_lease.fetch_add(1, Ordering::Relaxed);
+    /// Queues a ticket for `model` in the supervisor. `body` is what the
+    /// backend will get; it stays here (for cache lookups), never on the
+    /// supervisor socket.
+    pub fn enqueue(
+        &self,
+        model: &str,
+        tier: ServiceTier,
+        body: Bytes,
+    ) -> (TicketHandle, TicketEvents) {
+        let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
         let (events_tx, events) = mpsc::unbounded_channel();
         let sent = self
             .shared
             .commands
-            .send(LinkCommand::Acquire {
-                lease,
+            .send(LinkCommand::Enqueue {
+                ticket,
                 model: model.to_owned(),
                 tier,
+                body,
                 events: events_tx,
             })
             .is_ok();
-        Lease {
-            id: lease,
-            events,
+        let handle = TicketHandle {
+            id: ticket,
             shared: self.shared.clone(),
+        };
+        let events = TicketEvents {
+            events,
             closed: !sent,
             end: (!sent).then_some(LeaseEnd::LinkLost),
-        }
+        };
+        (handle, events)
     }
 
-    /// Allocates the next arrival sequence number of this router instance;
-    /// `None` while the supervisor cannot be reached.
-    pub async fn arrival(&self) -> Option<u64> {
+    /// Numbers a request that gets no ticket (for its request ID); `None`
+    /// while the supervisor cannot be reached.
+    pub async fn arrival(&self) -> Option<ArrivalInfo> {
         let (reply, rx) = oneshot::channel();
         self.shared
             .commands
@@ -201,9 +235,9 @@ impl SupervisorLink {
             .send(LinkCommand::SetDraining(draining));
     }
 
-    /// Hands a finished request's record to the supervisor. Records made
-    /// while the supervisor is unreachable wait (bounded) and are sent
-    /// after the next hello.
+    /// Hands the record of a request without a ticket to the supervisor.
+    /// Records made while the supervisor is unreachable wait (bounded) and
+    /// are sent after the next hello.
     pub fn submit_record(&self, record: RequestRecord) {
         let _ = self
             .shared
@@ -242,52 +276,79 @@ impl SupervisorLink {
         matches!(tokio::time::timeout(limit, rx).await, Ok(Ok(())))
     }
 
-    /// The supervisor's accounting counters; `None` while unreachable.
-    pub async fn request_log(&self) -> Option<RequestLogStats> {
+    /// The router-wide figures for `/metrics`; `None` while unreachable.
+    pub async fn metrics(&self) -> Option<RouterMetrics> {
         let (reply, rx) = oneshot::channel();
         self.shared
             .commands
-            .send(LinkCommand::QueryRequestLog { reply })
+            .send(LinkCommand::QueryMetrics { reply })
             .ok()?;
         rx.await.ok()
     }
 }
 
-/// One lease request: waiting, then granted, until dropped.
-pub struct Lease {
-    id: LeaseId,
-    events: mpsc::UnboundedReceiver<LeaseEvent>,
+/// How a request reports on its ticket. Owned by the request's trace,
+/// which finishes it exactly once.
+pub struct TicketHandle {
+    id: TicketId,
     shared: Arc<Shared>,
-    /// No more events can come (failed, or the link is gone), and there is
-    /// nothing to release.
+}
+
+impl TicketHandle {
+    /// Legacy mode: the upstream response headers arrived.
+    pub fn headers_received(&self) {
+        let _ = self
+            .shared
+            .commands
+            .send(LinkCommand::HeadersReceived { ticket: self.id });
+    }
+
+    /// Ends the ticket (withdraws it, or ends its lease) and hands over the
+    /// request's record, in one message. Records made while the supervisor
+    /// is unreachable wait like [`SupervisorLink::submit_record`]'s.
+    pub fn finish(self, record: RequestRecord) {
+        let _ = self.shared.commands.send(LinkCommand::Finish {
+            ticket: self.id,
+            record: Box::new(record),
+        });
+    }
+}
+
+/// What the supervisor says about one ticket.
+pub struct TicketEvents {
+    events: mpsc::UnboundedReceiver<TicketEvent>,
+    /// No more events can come (failed, or the link is gone).
     closed: bool,
-    /// Set once the granted lease may no longer be used.
+    /// Set once a granted lease may no longer be used.
     end: Option<LeaseEnd>,
 }
 
-impl Lease {
-    /// The next event. After `Failed` or `LinkLost` the lease is over and
-    /// further calls return `LinkLost`. A `Revoked` lease is still held: it
-    /// is released when dropped, like any other.
-    pub async fn next_event(&mut self) -> LeaseEvent {
+impl TicketEvents {
+    /// The next event. After `Failed` or `LinkLost` the ticket is over and
+    /// further calls return `LinkLost`. A `Revoked` lease is still held
+    /// until its request finishes.
+    pub async fn next_event(&mut self) -> TicketEvent {
         if self.closed {
-            return LeaseEvent::LinkLost;
+            return TicketEvent::LinkLost;
         }
-        let event = self.events.recv().await.unwrap_or(LeaseEvent::LinkLost);
+        let event = self.events.recv().await.unwrap_or(TicketEvent::LinkLost);
         self.note(&event);
         event
     }
 
-    fn note(&mut self, event: &LeaseEvent) {
+    fn note(&mut self, event: &TicketEvent) {
         match event {
-            LeaseEvent::Failed(_) | LeaseEvent::LinkLost => {
+            TicketEvent::Failed { .. } | TicketEvent::LinkLost => {
                 self.closed = true;
                 self.end.get_or_insert(LeaseEnd::LinkLost);
             }
-            LeaseEvent::Revoked(reason) => {
+            TicketEvent::Revoked(reason) => {
                 self.end.get_or_insert(LeaseEnd::Revoked(*reason));
             }
-            LeaseEvent::Progress(_) | LeaseEvent::Granted(_) => {}
+            TicketEvent::Queued(_)
+            | TicketEvent::Admitted
+            | TicketEvent::Progress(_)
+            | TicketEvent::Granted(_) => {}
         }
     }
 
@@ -300,7 +361,7 @@ impl Lease {
                 Ok(event) => self.note(&event),
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => {
-                    self.note(&LeaseEvent::LinkLost);
+                    self.note(&TicketEvent::LinkLost);
                 }
             }
         }
@@ -314,19 +375,7 @@ impl Lease {
             if let Some(end) = self.end {
                 return end;
             }
-            let event = self.next_event().await;
-            self.note(&event);
-        }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if !self.closed {
-            let _ = self
-                .shared
-                .commands
-                .send(LinkCommand::Release { lease: self.id });
+            self.next_event().await;
         }
     }
 }

@@ -4,7 +4,7 @@
 //! with exactly one `Done`. The control layer lets only one run at a time;
 //! the engine still checks, so a bug there cannot interleave two.
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use strata_protocol::config::Resolution;
 use strata_protocol::wire::{LeaseFailure, RevokeReason};
@@ -175,7 +175,7 @@ impl Engine {
             previous_routing,
             loading: false,
         };
-        let busy_elsewhere = self.active.len();
+        let busy_elsewhere = self.leases.len();
         if busy_elsewhere > 0 {
             op.progress(
                 "waiting",
@@ -213,7 +213,7 @@ impl Engine {
             "routing disabled: new and queued requests get 503",
         );
         self.broadcast_state();
-        let active = self.active.len();
+        let active = self.leases.len();
         if active > 0 {
             if now {
                 op.progress(
@@ -259,15 +259,20 @@ impl Engine {
                 if loading && started_by_control {
                     self.cancel_load(CancelReason::ControlClientGone);
                 }
-                self.control = None;
+                let op = self.control.take().expect("checked above");
                 self.set_routing(previous_routing);
                 tracing::info!("on cancelled by its client");
+                // Nobody reads it; it tells the control layer the slot is
+                // free (its client is gone).
+                self.done(op, false, "on: cancelled by the client".into());
             }
             Kind::Off { unloading } => {
-                // A stop already under way finishes; routing stays off.
+                // A stop already under way finishes (and answers then);
+                // routing stays off either way.
                 if !unloading {
-                    self.control = None;
+                    let op = self.control.take().expect("checked above");
                     tracing::info!("off cancelled by its client; routing stays disabled");
+                    self.done(op, false, "off: cancelled by the client".into());
                 }
             }
         }
@@ -280,7 +285,7 @@ impl Engine {
         };
         match &op.kind {
             Kind::Off { .. } => {
-                if !self.active.is_empty() {
+                if !self.leases.is_empty() {
                     return true;
                 }
                 let Some(backend) = &self.backend else {
@@ -307,7 +312,7 @@ impl Engine {
             } => {
                 let model = model.clone();
                 // Requests on another model keep their lease until they end.
-                if self.active.values().any(|held| held.model != model) {
+                if self.leases.values().any(|held| held.model != model) {
                     return true;
                 }
                 if self.backend.is_some() && self.selected.as_deref() == Some(&model) {

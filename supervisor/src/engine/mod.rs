@@ -1,23 +1,30 @@
-//! The engine: the one task that owns the Strata child.
+//! The engine: the one task that owns the Strata child and the one queue.
 //!
-//! Everything that can change which model is loaded goes through here as a
-//! [`Command`], processed in order by a single task (`state::Engine`):
-//! lease requests and releases from proxies, operator `on`/`off`, the idle
-//! tick, shutdown. Loads and stops run as child tasks of the engine that
-//! report back with [`Command::OpFinished`]; while one runs, no other load,
-//! switch or idle unload can start. That is the "engine lock": it is held
-//! for the whole load, yet `status` and lease bookkeeping keep answering
-//! because the engine loop itself never blocks on the backend.
+//! Everything that can change which model is loaded or who is served next
+//! goes through here as a [`Command`], processed in order by a single task
+//! (`state::Engine`): tickets and their ends from every proxy, operator
+//! `on`/`off`, cache scores, the maintenance tick, shutdown. Who goes next
+//! is decided by [`scheduler::decide`], a pure function of the engine's
+//! state and `now`; the task applies its plan. Loads and stops run as child
+//! tasks of the engine that report back with [`Command::OpFinished`]; while
+//! one runs, no other load, switch or idle unload can start. That is the
+//! "engine lock": it is held for the whole load, yet `status` and ticket
+//! bookkeeping keep answering because the engine loop itself never blocks
+//! on the backend.
 
 mod control_ops;
 mod ops;
+pub mod scheduler;
 mod state;
 mod status;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use strata_protocol::config::Config;
-use strata_protocol::wire::{LeaseId, ServiceTier, SupervisorMessage};
+use strata_protocol::wire::{
+    ArrivalInfo, CacheScores, LookupFailure, ServiceTier, SupervisorMessage, TicketId,
+};
 use tokio::sync::{mpsc, oneshot};
 
 pub use status::StatusSnapshot;
@@ -38,7 +45,9 @@ pub enum ControlEvent {
         message: String,
         elapsed_ms: u64,
     },
-    /// Exactly one per operation, last.
+    /// Exactly one per operation, last, also for a cancelled operation
+    /// (whose client is gone): it tells the control layer the operation
+    /// slot is free again.
     Done {
         ok: bool,
         message: String,
@@ -50,26 +59,36 @@ pub enum ControlEvent {
 #[derive(Debug)]
 pub enum Command {
     /// A proxy finished its hello; `events` carries everything the engine
-    /// sends to it (state snapshots, lease progress, grants).
+    /// sends to it (state snapshots, ticket answers, lookups).
     Connect {
         conn: ConnId,
         pid: u32,
         events: mpsc::UnboundedSender<SupervisorMessage>,
     },
-    /// The proxy's connection closed: all its leases end and its waiting
-    /// requests are withdrawn.
+    /// The proxy's connection closed: all its leases end and its tickets
+    /// leave the queue.
     Disconnect {
         conn: ConnId,
     },
-    Acquire {
+    Enqueue {
         conn: ConnId,
-        lease: LeaseId,
+        ticket: TicketId,
         model: String,
         tier: ServiceTier,
     },
-    Release {
+    HeadersReceived {
         conn: ConnId,
-        lease: LeaseId,
+        ticket: TicketId,
+    },
+    /// The ticket's request is over (its record is already stored).
+    Finish {
+        conn: ConnId,
+        ticket: TicketId,
+    },
+    Scores {
+        conn: ConnId,
+        lookup: u64,
+        scores: Result<CacheScores, LookupFailure>,
     },
     SetDraining {
         conn: ConnId,
@@ -112,6 +131,51 @@ pub enum Command {
     OpFinished(ops::OpOutcome),
 }
 
+/// Router-wide counts, published by the engine after every change so the
+/// link can answer arrivals and `/metrics` without waiting for the engine.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// The last arrival number handed out; the next is one more.
+    arrivals: AtomicU64,
+    queue_depth: AtomicU64,
+    queue_by_tier: [AtomicU64; 3],
+    in_flight: AtomicU64,
+}
+
+impl Counters {
+    /// Numbers one more arrival and snapshots the counts it found.
+    pub fn arrive(&self) -> ArrivalInfo {
+        ArrivalInfo {
+            arrival_seq: self.next_arrival(),
+            queue_depth: self.queue_depth.load(Ordering::Relaxed),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The next arrival number alone (for a record that has none).
+    pub fn next_arrival(&self) -> u64 {
+        self.arrivals.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Waiting requests, by tier, and admitted ones.
+    pub fn totals(&self) -> (u64, [u64; 3], u64) {
+        (
+            self.queue_depth.load(Ordering::Relaxed),
+            [0, 1, 2].map(|i| self.queue_by_tier[i].load(Ordering::Relaxed)),
+            self.in_flight.load(Ordering::Relaxed),
+        )
+    }
+
+    fn publish(&self, by_tier: [u64; 3], in_flight: u64) {
+        for (slot, count) in self.queue_by_tier.iter().zip(by_tier) {
+            slot.store(count, Ordering::Relaxed);
+        }
+        self.queue_depth
+            .store(by_tier.iter().sum(), Ordering::Relaxed);
+        self.in_flight.store(in_flight, Ordering::Relaxed);
+    }
+}
+
 /// A cheap, cloneable handle to the engine task.
 #[derive(Debug, Clone)]
 pub struct EngineHandle {
@@ -139,10 +203,11 @@ impl EngineHandle {
 pub fn spawn(
     config: Arc<Config>,
     instance_id: String,
+    counters: Arc<Counters>,
 ) -> (EngineHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let handle = EngineHandle { tx: tx.clone() };
-    let engine = state::Engine::new(config, instance_id, tx);
+    let engine = state::Engine::new(config, instance_id, counters, tx);
     let task = tokio::spawn(engine.run(rx));
     (handle, task)
 }

@@ -1,37 +1,38 @@
 //! The engine's state and its single-threaded event loop.
 //!
-//! Scheduling rules (wait-first, applied to every lease request):
-//! - requests for the loaded, healthy model are granted at once, unless a
-//!   request of a strictly higher service tier waits for another model;
-//! - a request for another model waits until every lease (of every proxy)
-//!   has ended, then, unless the current model is still inside its
-//!   `model_grace_ms` quiet period (priority skips it), the earliest waiting
-//!   request of the highest tier picks the next model, and every waiting
-//!   request for that model not held back by a higher tier joins the load;
-//! - a load that fails fails the requests admitted to it and starts the
-//!   cooldown, during which any request needing a launch fails at once.
+//! The loop takes one [`Command`] at a time, updates the state it owns (the
+//! queue of tickets from every proxy, the leases, the backend, the clocks,
+//! the cache scores), then asks [`scheduler::decide`] what is due and
+//! applies the plan: grants, admissions to a load, loads, failures, idle
+//! unloads, cache lookups. Timers are the plan's `wake_at` plus a 50 ms
+//! maintenance tick (child death, drain deadline, lookup budgets).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use strata_protocol::config::{Config, ModelStatus};
 use strata_protocol::wire::{
-    BackendInstance, LeaseFailure, LeaseGrant, LeaseId, LeasePhase, ModelStatusEntry, RevokeReason,
-    RouterState, ServiceTier, SupervisorMessage,
+    ArrivalInfo, BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure,
+    ModelStatusEntry, RevokeReason, RouterState, ServiceTier, SupervisorMessage, TicketId,
 };
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 use super::control_ops::ControlOp;
 use super::ops::{self, OpOutcome, OpProgress, ProgressEvent};
-use super::{Command, ConnId, StatusSnapshot};
+use super::scheduler::{
+    self, CacheState, Decision, Failure, Hold, Mode, Rules, TicketKey, Waiting,
+};
+use super::{Command, ConnId, Counters, StatusSnapshot};
 use crate::backend::{Backend, LaunchSpec, StartError, StartProgress};
 
-/// How often the engine checks idle unload, grace expiry, child death and
-/// drain deadlines.
+/// How often the engine checks child death, drain deadlines and lookup
+/// budgets (and re-decides).
 const TICK: Duration = Duration::from_millis(50);
 
-pub(super) type LeaseKey = (ConnId, LeaseId);
+/// The most tickets one cache lookup scores.
+const MAX_LOOKUP_TICKETS: usize = 256;
 
 pub(super) struct Conn {
     pub(super) pid: u32,
@@ -39,22 +40,24 @@ pub(super) struct Conn {
     pub(super) draining: bool,
 }
 
+/// What the engine keeps of a ticket besides its [`Waiting`] entry.
+struct TicketInfo {
+    arrival: ArrivalInfo,
+    /// `Queued` (or another first answer) was sent.
+    announced: bool,
+    /// The load it was admitted to.
+    load: Option<u64>,
+}
+
 /// One granted lease.
 pub(super) struct Held {
     pub(super) model: String,
-    /// `LeaseRevoked` was sent; the lease lasts until the proxy releases it.
-    pub(super) revoked: bool,
-}
-
-pub(super) struct Waiter {
-    pub(super) key: LeaseKey,
-    pub(super) model: String,
     pub(super) tier: ServiceTier,
-    /// Supervisor-wide arrival order of lease requests.
-    pub(super) arrival: u64,
-    pub(super) received: Instant,
-    /// The load this request was admitted to, if any.
-    pub(super) admitted_to: Option<u64>,
+    /// Legacy: the response headers have not arrived yet (the lease holds
+    /// the engine lock).
+    pub(super) header_wait: bool,
+    /// `Revoked` was sent; the lease lasts until the proxy finishes it.
+    pub(super) revoked: bool,
 }
 
 /// Why a running load was asked to stop early.
@@ -79,6 +82,7 @@ pub(super) enum RunningOp {
         /// Started by (not merely joined by) a control `on`.
         started_by_control: bool,
         pid: Option<u32>,
+        started: Instant,
     },
     Stop {
         seq: u64,
@@ -108,6 +112,8 @@ pub struct Engine {
     pub(super) daemon_pid: u32,
     /// The engine's own command channel, handed to op tasks.
     pub(super) tx: mpsc::UnboundedSender<Command>,
+    rules: Rules,
+    counters: Arc<Counters>,
     pub(super) routing: bool,
     pub(super) shutdown: Option<ShutdownState>,
     pub(super) finished: bool,
@@ -115,7 +121,7 @@ pub struct Engine {
     pub(super) backend: Option<Backend>,
     /// Verified starts so far; the serving backend's [`BackendInstance`]
     /// epoch.
-    pub(super) backend_epoch: u64,
+    backend_epoch: u64,
     /// The model the backend runs or last ran. Kept when the child dies
     /// (a same-ID reload is not a switch), cleared by an unload.
     pub(super) selected: Option<String>,
@@ -124,32 +130,54 @@ pub struct Engine {
     pub(super) last_startup_error: Option<String>,
     pub(super) cooldown_until: Option<Instant>,
     pub(super) conns: HashMap<ConnId, Conn>,
-    /// Granted leases. A lease ends only when its proxy releases it or its
+    /// Every ticket not yet granted, in arrival order: waiting, or admitted
+    /// to the running load.
+    queue: Vec<Waiting>,
+    tickets: HashMap<TicketKey, TicketInfo>,
+    /// Granted leases. A lease ends only when its proxy finishes it or its
     /// connection closes (a revoked one too), so the backend it names stays
     /// untouched while it exists.
-    pub(super) active: HashMap<LeaseKey, Held>,
-    /// Lease requests not yet granted, in arrival order.
-    pub(super) waiting: Vec<Waiter>,
-    pub(super) next_arrival: u64,
+    pub(super) leases: HashMap<TicketKey, Held>,
     pub(super) op: Option<RunningOp>,
     pub(super) op_seq: u64,
     pub(super) control: Option<ControlOp>,
     /// When the last lease ended (or a load or `on` finished): the start of
     /// the idle and grace clocks.
     pub(super) quiet_since: Instant,
+    cache: CacheState,
+    lookup_seq: u64,
+    /// The serving backend answered a lookup with 404 (no extension).
+    lookup_unsupported: Option<BackendInstance>,
+    /// When the last plan wants to look again.
+    wake_at: Option<Instant>,
 }
 
 impl Engine {
     pub fn new(
         config: Arc<Config>,
         instance_id: String,
+        counters: Arc<Counters>,
         tx: mpsc::UnboundedSender<Command>,
     ) -> Engine {
+        let rules = Rules {
+            mode: if config.scheduling.wait_when_busy {
+                Mode::WaitFirst
+            } else {
+                Mode::Legacy
+            },
+            max_pending: config.scheduling.max_pending,
+            cache_max_active: config.cache_active_limit(),
+            grace: Duration::from_millis(config.timers.model_grace_ms),
+            idle: Duration::from_millis(config.timers.idle_ms),
+            cache_lookup: config.cache_lookup_timeout().is_some(),
+        };
         Engine {
             config,
             instance_id,
             daemon_pid: std::process::id(),
             tx,
+            rules,
+            counters,
             routing: true,
             shutdown: None,
             finished: false,
@@ -161,13 +189,17 @@ impl Engine {
             last_startup_error: None,
             cooldown_until: None,
             conns: HashMap::new(),
-            active: HashMap::new(),
-            waiting: Vec::new(),
-            next_arrival: 0,
+            queue: Vec::new(),
+            tickets: HashMap::new(),
+            leases: HashMap::new(),
             op: None,
             op_seq: 0,
             control: None,
             quiet_since: Instant::now(),
+            cache: CacheState::default(),
+            lookup_seq: 0,
+            lookup_unsupported: None,
+            wake_at: None,
         }
     }
 
@@ -175,12 +207,14 @@ impl Engine {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         while !self.finished {
+            let wake = self.wake_at;
             tokio::select! {
                 command = rx.recv() => match command {
                     Some(command) => self.handle(command),
                     None => break,
                 },
                 _ = tick.tick() => self.on_tick(),
+                _ = sleep_until(wake), if wake.is_some() => self.schedule(),
             }
         }
     }
@@ -201,13 +235,23 @@ impl Engine {
                 tracing::info!(conn, pid, "proxy connected");
             }
             Command::Disconnect { conn } => self.disconnect(conn),
-            Command::Acquire {
+            Command::Enqueue {
                 conn,
-                lease,
+                ticket,
                 model,
                 tier,
-            } => self.acquire(conn, lease, model, tier),
-            Command::Release { conn, lease } => self.release((conn, lease)),
+            } => self.enqueue(conn, ticket, model, tier),
+            Command::HeadersReceived { conn, ticket } => {
+                if let Some(held) = self.leases.get_mut(&(conn, ticket)) {
+                    held.header_wait = false;
+                }
+            }
+            Command::Finish { conn, ticket } => self.finish((conn, ticket)),
+            Command::Scores {
+                conn,
+                lookup,
+                scores,
+            } => self.scores(conn, lookup, scores),
             Command::SetDraining { conn, draining } => {
                 if let Some(entry) = self.conns.get_mut(&conn) {
                     entry.draining = draining;
@@ -249,142 +293,201 @@ impl Engine {
         self.schedule();
     }
 
-    // ---- leases -----------------------------------------------------------
+    // ---- tickets ----------------------------------------------------------
 
-    fn acquire(&mut self, conn: ConnId, lease: LeaseId, model: String, tier: ServiceTier) {
+    fn enqueue(&mut self, conn: ConnId, ticket: TicketId, model: String, tier: ServiceTier) {
         if !self.conns.contains_key(&conn) {
             return;
         }
-        let failure = if self.shutdown.is_some() {
-            Some(LeaseFailure::ShuttingDown)
-        } else if !self.routing {
-            Some(LeaseFailure::RoutingOff)
-        } else {
-            match self.config.registry.model(&model) {
-                // Models outside enabled_models reject direct requests; the
-                // proxy already filters them, this keeps that true for any
-                // client of the socket.
-                _ if !self.config.registry.is_enabled(&model) => Some(LeaseFailure::UnknownModel),
-                None => Some(LeaseFailure::UnknownModel),
-                Some(entry) if !entry.prepared.is_prepared() => Some(LeaseFailure::NotPrepared {
-                    status: entry.prepared,
-                }),
-                Some(_) => None,
-            }
-        };
-        if let Some(failure) = failure {
-            self.send(conn, SupervisorMessage::LeaseFailed { lease, failure });
-            return;
-        }
-        let needs_launch = !self.is_serving(&model) && !self.is_loading(&model);
-        if needs_launch && let Some(failure) = self.cooldown_failure() {
-            self.send(conn, SupervisorMessage::LeaseFailed { lease, failure });
-            return;
-        }
-        self.next_arrival += 1;
-        self.waiting.push(Waiter {
-            key: (conn, lease),
-            model,
-            tier,
-            arrival: self.next_arrival,
-            received: Instant::now(),
-            admitted_to: None,
-        });
-        self.schedule();
-        if let Some(waiter) = self.waiting.iter().find(|w| w.key == (conn, lease))
-            && waiter.admitted_to.is_none()
-        {
+        let arrival = self.counters.arrive();
+        if let Some(failure) = self.refusal(&model) {
             self.send(
                 conn,
-                SupervisorMessage::LeaseProgress {
-                    lease,
-                    phase: LeasePhase::QueuedBehindOtherModel,
-                    elapsed_ms: 0,
+                SupervisorMessage::Failed {
+                    ticket,
+                    arrival,
+                    failure,
                 },
             );
+            return;
+        }
+        let key = (conn, ticket);
+        let deadline = self
+            .config
+            .queue_timeout()
+            .map(|limit| Instant::now() + limit);
+        self.queue.push(Waiting {
+            key,
+            model,
+            tier,
+            arrival: arrival.arrival_seq,
+            deadline,
+            admitted: false,
+        });
+        self.tickets.insert(
+            key,
+            TicketInfo {
+                arrival,
+                announced: false,
+                load: None,
+            },
+        );
+        self.cache.invalidate();
+        self.schedule();
+        self.announce(key);
+    }
+
+    /// Why a new ticket for `model` is refused at once, if it is.
+    fn refusal(&self, model: &str) -> Option<LeaseFailure> {
+        if self.shutdown.is_some() {
+            return Some(LeaseFailure::ShuttingDown);
+        }
+        if !self.routing {
+            return Some(LeaseFailure::RoutingOff);
+        }
+        // Models outside enabled_models reject direct requests; the proxy
+        // already filters them, this keeps that true for any client of the
+        // socket.
+        let entry = self
+            .config
+            .registry
+            .model(model)
+            .filter(|_| self.config.registry.is_enabled(model));
+        let Some(entry) = entry else {
+            return Some(LeaseFailure::UnknownModel);
+        };
+        if !entry.prepared.is_prepared() {
+            return Some(LeaseFailure::NotPrepared {
+                status: entry.prepared,
+            });
+        }
+        let needs_launch = !self.is_serving(model) && !self.is_loading(model);
+        if needs_launch && let Some(failure) = self.cooldown_failure() {
+            return Some(failure);
+        }
+        if scheduler::queue_is_full(&self.rules, self.queue.len(), self.leases.len()) {
+            return Some(LeaseFailure::QueueFull);
+        }
+        None
+    }
+
+    /// Sends `Queued` for a ticket still in the queue that has had no
+    /// answer yet.
+    fn announce(&mut self, key: TicketKey) {
+        let Some(info) = self.tickets.get_mut(&key) else {
+            return;
+        };
+        if info.announced {
+            return;
+        }
+        info.announced = true;
+        let arrival = info.arrival;
+        self.send(
+            key.0,
+            SupervisorMessage::Queued {
+                ticket: key.1,
+                arrival,
+            },
+        );
+    }
+
+    /// The request of `key` is over: it leaves the queue, or its lease ends.
+    fn finish(&mut self, key: TicketKey) {
+        if self.leases.remove(&key).is_some() {
+            if self.leases.is_empty() {
+                self.quiet_since = Instant::now();
+            }
+            // A generation ended: its scores are stale.
+            self.cache.invalidate();
+        } else if self.take_ticket(key).is_some() {
+            // Withdrawn while waiting. A load it was admitted to goes on:
+            // other requests may wait for it, and a finished load stays.
+            self.cache.invalidate();
         }
     }
 
-    fn release(&mut self, key: LeaseKey) {
-        if self.active.remove(&key).is_some() {
-            if self.active.is_empty() {
-                self.quiet_since = Instant::now();
-            }
-        } else {
-            // Withdrawn while waiting. A load it was admitted to goes on:
-            // other requests may wait for it, and a finished load stays.
-            self.waiting.retain(|w| w.key != key);
-        }
+    fn take_ticket(&mut self, key: TicketKey) -> Option<(Waiting, TicketInfo)> {
+        let index = self.queue.iter().position(|ticket| ticket.key == key)?;
+        let ticket = self.queue.remove(index);
+        let info = self.tickets.remove(&key)?;
+        Some((ticket, info))
     }
 
     fn disconnect(&mut self, conn: ConnId) {
         if let Some(entry) = self.conns.remove(&conn) {
             tracing::info!(conn, pid = entry.pid, "proxy disconnected");
         }
-        let before = self.active.len();
-        self.active.retain(|(owner, _), _| *owner != conn);
-        if before > 0 && self.active.is_empty() {
+        let before = self.leases.len();
+        self.leases.retain(|(owner, _), _| *owner != conn);
+        if before > 0 && self.leases.is_empty() {
             self.quiet_since = Instant::now();
         }
-        self.waiting.retain(|w| w.key.0 != conn);
+        self.queue.retain(|ticket| ticket.key.0 != conn);
+        self.tickets.retain(|(owner, _), _| *owner != conn);
+        self.cache.invalidate();
+        // A lookup waiting for this proxy fails.
+        if let Some(lookup) = &self.cache.lookup {
+            let id = lookup.id;
+            self.cache.answer(id, conn, None);
+        }
         self.broadcast_state();
     }
 
     /// Asks every proxy to end its active leases now (each drops its
-    /// stream and releases). The leases last until released, so an unload or
-    /// switch still waits for them; only a forced shutdown, after which this
-    /// supervisor starts no backend again, forgets them at once (`forget`).
+    /// stream and finishes). The leases last until finished, so an unload
+    /// or switch still waits for them; only a forced shutdown, after which
+    /// this supervisor starts no backend again, forgets them at once
+    /// (`forget`).
     pub(super) fn revoke_all_leases(&mut self, reason: RevokeReason, forget: bool) -> usize {
         let mut revoked = Vec::new();
-        for (key, held) in &mut self.active {
+        for (key, held) in &mut self.leases {
             if !held.revoked {
                 held.revoked = true;
                 revoked.push(*key);
             }
         }
-        for (conn, lease) in &revoked {
-            self.send(
-                *conn,
-                SupervisorMessage::LeaseRevoked {
-                    lease: *lease,
-                    reason,
-                },
-            );
+        for (conn, ticket) in revoked {
+            self.send(conn, SupervisorMessage::Revoked { ticket, reason });
         }
-        let count = self.active.len();
+        let count = self.leases.len();
         if forget && count > 0 {
-            self.active.clear();
+            self.leases.clear();
             self.quiet_since = Instant::now();
         }
         count
     }
 
-    /// Removes and returns the waiting requests that match `which`.
-    fn take_waiting(&mut self, which: impl Fn(&Waiter) -> bool) -> Vec<Waiter> {
-        let (taken, kept) = std::mem::take(&mut self.waiting)
-            .into_iter()
-            .partition(|waiter| which(waiter));
-        self.waiting = kept;
-        taken
-    }
-
-    /// Fails the waiting requests that match `which`.
-    fn fail_waiting(&mut self, which: impl Fn(&Waiter) -> bool, failure: LeaseFailure) {
-        for waiter in self.take_waiting(which) {
-            let (conn, lease) = waiter.key;
-            self.send(
-                conn,
-                SupervisorMessage::LeaseFailed {
-                    lease,
-                    failure: failure.clone(),
-                },
-            );
+    /// Fails the queued tickets that match `which`.
+    fn fail_tickets(&mut self, which: impl Fn(&Waiting) -> bool, failure: LeaseFailure) {
+        let keys: Vec<TicketKey> = self
+            .queue
+            .iter()
+            .filter(|ticket| which(ticket))
+            .map(|ticket| ticket.key)
+            .collect();
+        for key in keys {
+            self.fail(key, failure.clone());
         }
     }
 
-    /// Fails every waiting request, including those admitted to a load.
+    fn fail(&mut self, key: TicketKey, failure: LeaseFailure) {
+        let Some((_, info)) = self.take_ticket(key) else {
+            return;
+        };
+        self.cache.invalidate();
+        self.send(
+            key.0,
+            SupervisorMessage::Failed {
+                ticket: key.1,
+                arrival: info.arrival,
+                failure,
+            },
+        );
+    }
+
+    /// Fails every queued ticket, including those admitted to a load.
     pub(super) fn fail_all_waiting(&mut self, failure: LeaseFailure) {
-        self.fail_waiting(|_| true, failure);
+        self.fail_tickets(|_| true, failure);
     }
 
     pub(super) fn set_routing(&mut self, routing: bool) {
@@ -408,146 +511,215 @@ impl Engine {
     }
 
     fn is_serving(&self, model: &str) -> bool {
-        self.backend.is_some() && self.selected.as_deref() == Some(model)
+        self.backend.is_some() && self.op.is_none() && self.selected.as_deref() == Some(model)
     }
 
     fn is_loading(&self, model: &str) -> bool {
         matches!(&self.op, Some(RunningOp::Load { model: m, cancelled: None, .. }) if m == model)
     }
 
-    // ---- scheduling -------------------------------------------------------
+    // ---- cache lookups ----------------------------------------------------
 
-    /// Makes every decision that is due. Called after each command and tick.
-    pub(super) fn schedule(&mut self) {
-        if self.finished {
-            return;
-        }
-        // Joining a running load needs no decision beyond the tier rule.
-        if let Some(RunningOp::Load {
-            seq,
-            model,
-            cancelled: None,
-            ..
-        }) = &self.op
-        {
-            let (seq, model) = (*seq, model.clone());
-            self.admit_group(&model, seq);
-        }
-        if self.op.is_some() {
-            return;
-        }
-        if self.shutdown.is_some() {
-            self.schedule_shutdown();
-            return;
-        }
-        if self.schedule_control() {
-            return;
-        }
-        self.grant_to_loaded_model();
-        if self.schedule_switch() {
-            return;
-        }
-        self.schedule_idle_unload();
-    }
-
-    /// The best tier among waiting requests for models other than `model`.
-    fn best_other_tier(&self, model: &str) -> Option<ServiceTier> {
-        self.waiting
-            .iter()
-            .filter(|w| w.model != model && w.admitted_to.is_none())
-            .map(|w| w.tier)
-            .min()
-    }
-
-    /// Grants waiting requests for the serving model, except those held
-    /// back by a strictly higher tier waiting for another model.
-    fn grant_to_loaded_model(&mut self) {
-        let Some(model) = self.selected.clone() else {
-            return;
-        };
-        if self.backend.is_none() {
-            return;
-        }
-        let limit = self.best_other_tier(&model);
-        let grant =
-            self.take_waiting(|w| w.model == model && limit.is_none_or(|best| w.tier <= best));
-        for waiter in grant {
-            self.grant(waiter, false, None);
-        }
-    }
-
-    /// Starts a load for the next model group when the engine is free.
-    fn schedule_switch(&mut self) -> bool {
-        let Some(best) = self
-            .waiting
-            .iter()
-            .filter(|w| w.admitted_to.is_none())
-            .min_by_key(|w| (w.tier, w.arrival))
-        else {
-            return false;
-        };
-        let (model, tier) = (best.model.clone(), best.tier);
-        if !self.active.is_empty() {
-            return true;
-        }
-        let grace = Duration::from_millis(self.config.timers.model_grace_ms);
-        if self.backend.is_some()
-            && tier != ServiceTier::Priority
-            && self.quiet_since.elapsed() < grace
-        {
-            return true;
-        }
-        if let Some(failure) = self.cooldown_failure() {
-            // Nothing may launch now; everyone who needs a launch fails.
-            let serving = self.backend.as_ref().and(self.selected.clone());
-            self.fail_waiting(|w| Some(&w.model) != serving.as_ref(), failure);
-            return true;
-        }
-        let seq = self.start_load(&model, false);
-        self.admit_group(&model, seq);
-        true
-    }
-
-    /// Admits waiting requests for `model` to load `seq`, except those held
-    /// back by a higher tier waiting for another model.
-    fn admit_group(&mut self, model: &str, seq: u64) {
-        let limit = self.best_other_tier(model);
-        let mut admitted = Vec::new();
-        for waiter in &mut self.waiting {
-            if waiter.model == model
-                && waiter.admitted_to.is_none()
-                && limit.is_none_or(|best| waiter.tier <= best)
-            {
-                waiter.admitted_to = Some(seq);
-                admitted.push((waiter.key, waiter.received));
+    fn scores(&mut self, conn: ConnId, lookup: u64, scores: Result<CacheScores, LookupFailure>) {
+        let ranks = match scores {
+            Ok(scores) => Some(
+                scores
+                    .results
+                    .iter()
+                    .map(|score| {
+                        let rank = scheduler::rank(
+                            score.input_tokens,
+                            score.cached_tokens,
+                            scores.min_tokens,
+                        );
+                        ((conn, score.ticket), rank)
+                    })
+                    .collect(),
+            ),
+            Err(failure) => {
+                tracing::debug!(?failure, "cache lookup failed; arrival order");
+                if failure == LookupFailure::Unsupported {
+                    self.lookup_unsupported = self.serving_instance();
+                }
+                None
             }
+        };
+        self.cache.answer(lookup, conn, ranks);
+    }
+
+    fn start_lookup(&mut self, keys: Vec<TicketKey>) {
+        let Some(backend) = self.backend.as_ref() else {
+            return;
+        };
+        let addr = backend.addr();
+        let mut by_conn: HashMap<ConnId, Vec<TicketId>> = HashMap::new();
+        for (conn, ticket) in keys.into_iter().take(MAX_LOOKUP_TICKETS) {
+            by_conn.entry(conn).or_default().push(ticket);
         }
-        for ((conn, lease), received) in admitted {
+        self.lookup_seq += 1;
+        let budget = self.config.cache_lookup_timeout().unwrap_or(Duration::ZERO);
+        let until = Instant::now() + budget;
+        self.cache.start(
+            self.lookup_seq,
+            until,
+            by_conn.keys().copied().collect::<HashSet<_>>(),
+        );
+        for (conn, tickets) in by_conn {
             self.send(
                 conn,
-                SupervisorMessage::LeaseProgress {
-                    lease,
-                    phase: LeasePhase::Admitted,
-                    elapsed_ms: received.elapsed().as_millis() as u64,
+                SupervisorMessage::ScoreTickets {
+                    lookup: self.lookup_seq,
+                    backend: addr,
+                    tickets,
+                    budget_ms: budget.as_millis() as u64,
                 },
             );
         }
     }
 
-    fn schedule_idle_unload(&mut self) {
-        if self.backend.is_none()
-            || !self.active.is_empty()
-            || !self.waiting.is_empty()
-            || self.control.is_some()
-        {
+    fn serving_instance(&self) -> Option<BackendInstance> {
+        self.backend
+            .as_ref()
+            .filter(|_| self.op.is_none())
+            .map(|backend| self.backend_instance(backend))
+    }
+
+    // ---- scheduling -------------------------------------------------------
+
+    /// Makes every decision that is due. Called after each command, tick
+    /// and wake-up.
+    pub(super) fn schedule(&mut self) {
+        if self.finished {
             return;
         }
-        let grace = self.config.timers.model_grace_ms;
-        let idle = Duration::from_millis(self.config.timers.idle_ms.max(grace));
-        if self.quiet_since.elapsed() >= idle {
-            tracing::info!(model = ?self.selected, "idle: unloading");
-            self.start_stop(StopReason::Idle);
+        self.cache.expire(Instant::now());
+        if self.shutdown.is_some() {
+            self.schedule_shutdown();
+            self.publish_counts();
+            return;
         }
+        // A few rounds at most: applying a plan can make another decision
+        // due (a queue timeout frees the head in legacy mode).
+        for _ in 0..4 {
+            // A running op (a control `on`'s own load included) is decided
+            // around; only a control operation that waits holds the rest.
+            let hold = if self.op.is_none() && self.schedule_control() {
+                Hold::Everything
+            } else {
+                Hold::None
+            };
+            let plan = {
+                let backend = self.scheduler_backend();
+                let usable = self.rules.cache_lookup
+                    && self.serving_instance().is_some()
+                    && self.serving_instance() != self.lookup_unsupported;
+                let view = scheduler::View {
+                    now: Instant::now(),
+                    rules: &self.rules,
+                    backend,
+                    queue: &self.queue,
+                    leases: self.leases.len(),
+                    header_waits: self.leases.values().filter(|held| held.header_wait).count(),
+                    quiet_since: self.quiet_since,
+                    cooldown_until: self.cooldown_until,
+                    hold,
+                    cache: self.cache.view(usable),
+                };
+                scheduler::decide(&view)
+            };
+            self.wake_at = plan.wake_at;
+            if plan.decisions.is_empty() {
+                break;
+            }
+            for decision in plan.decisions {
+                self.apply(decision);
+            }
+        }
+        self.publish_counts();
+    }
+
+    fn scheduler_backend(&self) -> scheduler::Backend<'_> {
+        match (&self.op, &self.backend, &self.selected) {
+            (
+                Some(RunningOp::Load {
+                    model,
+                    cancelled: None,
+                    ..
+                }),
+                _,
+                _,
+            ) => scheduler::Backend::Loading { model },
+            (Some(_), _, _) => scheduler::Backend::Busy,
+            (None, Some(_), Some(model)) => scheduler::Backend::Serving { model },
+            (None, _, _) => scheduler::Backend::Empty,
+        }
+    }
+
+    fn apply(&mut self, decision: Decision) {
+        match decision {
+            Decision::Grant(key) => {
+                if let Some((ticket, info)) = self.take_ticket(key) {
+                    self.cache.invalidate();
+                    self.grant(ticket, info, false, None);
+                }
+            }
+            Decision::Admit(key) => {
+                let Some(RunningOp::Load { seq, .. }) = &self.op else {
+                    return;
+                };
+                let seq = *seq;
+                if let Some(ticket) = self.queue.iter_mut().find(|ticket| ticket.key == key) {
+                    ticket.admitted = true;
+                }
+                self.announce(key);
+                if let Some(info) = self.tickets.get_mut(&key) {
+                    info.load = Some(seq);
+                }
+                self.cache.invalidate();
+                self.send(key.0, SupervisorMessage::Admitted { ticket: key.1 });
+            }
+            Decision::StartLoad { model } => {
+                self.start_load(&model, false);
+            }
+            Decision::Fail(key, Failure::QueueTimeout) => {
+                self.fail(key, LeaseFailure::QueueTimeout)
+            }
+            Decision::Fail(key, Failure::Cooldown) => {
+                let failure = self.cooldown_failure().unwrap_or(LeaseFailure::Cooldown {
+                    message: "a recent backend start failed".into(),
+                    remaining_ms: 0,
+                });
+                self.fail(key, failure);
+            }
+            Decision::Unload => {
+                tracing::info!(model = ?self.selected, "idle: unloading");
+                self.start_stop(StopReason::Idle);
+            }
+            Decision::StartLookup(keys) => self.start_lookup(keys),
+        }
+    }
+
+    /// Publishes the router-wide counts (see [`Counters`]). In wait-first
+    /// mode a ticket admitted to a load is in flight, not queued; in legacy
+    /// mode queue depth is pending minus admitted leases, so it also counts
+    /// the ticket holding the engine lock through its load and header wait.
+    /// In flight counts admitted tickets and leases in both.
+    fn publish_counts(&self) {
+        let legacy = self.rules.mode == Mode::Legacy;
+        let mut by_tier = [0u64; 3];
+        for ticket in &self.queue {
+            if !ticket.admitted || legacy {
+                by_tier[ticket.tier.index()] += 1;
+            }
+        }
+        if legacy {
+            for held in self.leases.values().filter(|held| held.header_wait) {
+                by_tier[held.tier.index()] += 1;
+            }
+        }
+        let admitted = self.queue.iter().filter(|ticket| ticket.admitted).count();
+        self.counters
+            .publish(by_tier, (self.leases.len() + admitted) as u64);
     }
 
     // ---- ops --------------------------------------------------------------
@@ -576,6 +748,7 @@ impl Engine {
             cancelled: None,
             started_by_control,
             pid: None,
+            started: Instant::now(),
         });
         tracing::info!(model, "loading model");
         self.broadcast_state();
@@ -642,7 +815,11 @@ impl Engine {
 
     fn op_progress(&mut self, progress: OpProgress) {
         let Some(RunningOp::Load {
-            seq, model, pid, ..
+            seq,
+            model,
+            pid,
+            started,
+            ..
         }) = &mut self.op
         else {
             return;
@@ -650,7 +827,7 @@ impl Engine {
         if *seq != progress.op_seq {
             return;
         }
-        let seq = *seq;
+        let (seq, started) = (*seq, *started);
         let model = model.clone();
         if let ProgressEvent::Start(StartProgress::Spawned { pid: child }) = &progress.event {
             *pid = Some(*child);
@@ -658,29 +835,30 @@ impl Engine {
         // Once spawned, the backend is loading and readiness polling begins, so
         // `WaitingForReadiness` follows `Starting` at once (not when the ready
         // file shows up, which is the end of that wait).
-        let phases: &[LeasePhase] = match &progress.event {
-            ProgressEvent::StoppingOld { .. } => &[LeasePhase::StoppingOldBackend],
+        let phases: &[LoadPhase] = match &progress.event {
+            ProgressEvent::StoppingOld { .. } => &[LoadPhase::StoppingOldBackend],
             ProgressEvent::Start(StartProgress::Spawned { .. }) => {
-                &[LeasePhase::Starting, LeasePhase::WaitingForReadiness]
+                &[LoadPhase::Starting, LoadPhase::WaitingForReadiness]
             }
-            ProgressEvent::Start(StartProgress::HealthCheckPassed) => &[LeasePhase::Verified],
+            ProgressEvent::Start(StartProgress::HealthCheckPassed) => &[LoadPhase::Verified],
             ProgressEvent::OldStopped { .. } | ProgressEvent::Start(_) => &[],
         };
         if !phases.is_empty() {
-            let targets: Vec<(LeaseKey, Instant)> = self
-                .waiting
+            let elapsed_ms = started.elapsed().as_millis() as u64;
+            let targets: Vec<TicketKey> = self
+                .tickets
                 .iter()
-                .filter(|w| w.admitted_to == Some(seq))
-                .map(|w| (w.key, w.received))
+                .filter(|(_, info)| info.load == Some(seq))
+                .map(|(key, _)| *key)
                 .collect();
-            for ((conn, lease), received) in targets {
+            for (conn, ticket) in targets {
                 for phase in phases {
                     self.send(
                         conn,
-                        SupervisorMessage::LeaseProgress {
-                            lease,
+                        SupervisorMessage::Progress {
+                            ticket,
                             phase: *phase,
-                            elapsed_ms: received.elapsed().as_millis() as u64,
+                            elapsed_ms,
                         },
                     );
                 }
@@ -728,6 +906,21 @@ impl Engine {
         }
     }
 
+    /// The tickets admitted to load `seq`, in arrival order.
+    fn admitted_to(&self, seq: u64) -> Vec<TicketKey> {
+        self.queue
+            .iter()
+            .filter(|ticket| {
+                ticket.admitted
+                    && self
+                        .tickets
+                        .get(&ticket.key)
+                        .is_some_and(|info| info.load == Some(seq))
+            })
+            .map(|ticket| ticket.key)
+            .collect()
+    }
+
     fn load_finished(
         &mut self,
         seq: u64,
@@ -737,40 +930,26 @@ impl Engine {
         result: Result<Backend, StartError>,
         load_ms: u64,
     ) {
+        let admitted = self.admitted_to(seq);
         match result {
             Ok(backend) => {
                 tracing::info!(model, pid = backend.pid(), load_ms, "backend verified");
-                let addr = backend.addr();
                 self.backend_epoch += 1;
-                let instance = BackendInstance {
-                    epoch: self.backend_epoch,
-                    pid: backend.pid(),
-                };
                 self.backend = Some(backend);
                 self.selected = Some(model.clone());
                 self.last_loaded = Some(model.clone());
                 self.verified.insert(model.clone());
                 self.cooldown_until = None;
                 self.quiet_since = Instant::now();
-                let upstream_model = self
-                    .config
-                    .registry
-                    .model(&model)
-                    .map(|entry| entry.upstream_model.clone())
-                    .unwrap_or_default();
                 // The new backend goes out before the grants that name it:
                 // a proxy checks a grant's instance against the last state.
                 self.broadcast_state();
-                for waiter in self.take_waiting(|w| w.admitted_to == Some(seq)) {
-                    self.grant_with(
-                        waiter,
-                        addr,
-                        instance,
-                        &upstream_model,
-                        switch,
-                        Some(load_ms),
-                    );
+                for key in admitted {
+                    if let Some((ticket, info)) = self.take_ticket(key) {
+                        self.grant(ticket, info, switch, Some(load_ms));
+                    }
                 }
+                self.cache.invalidate();
                 self.control_load_finished(&model, Ok(()));
             }
             Err(err) => {
@@ -779,9 +958,14 @@ impl Engine {
                     tracing::info!(model, "load cancelled");
                     // Requests admitted to a load that its `on` client
                     // abandoned go back to waiting; a new load follows.
-                    for waiter in &mut self.waiting {
-                        if waiter.admitted_to == Some(seq) {
-                            waiter.admitted_to = None;
+                    for ticket in &mut self.queue {
+                        if admitted.contains(&ticket.key) {
+                            ticket.admitted = false;
+                        }
+                    }
+                    for key in &admitted {
+                        if let Some(info) = self.tickets.get_mut(key) {
+                            info.load = None;
                         }
                     }
                     self.broadcast_state();
@@ -793,21 +977,23 @@ impl Engine {
                 self.last_startup_error = Some(message.clone());
                 self.cooldown_until =
                     Some(Instant::now() + Duration::from_millis(self.config.timers.cooldown_ms));
-                self.fail_waiting(
-                    |w| w.admitted_to == Some(seq),
-                    LeaseFailure::LoadFailed {
-                        message: message.clone(),
-                        model_switch: switch,
-                        load_ms: Some(load_ms),
-                    },
-                );
+                for key in admitted {
+                    self.fail(
+                        key,
+                        LeaseFailure::LoadFailed {
+                            message: message.clone(),
+                            model_switch: switch,
+                            load_ms: Some(load_ms),
+                        },
+                    );
+                }
                 self.broadcast_state();
                 self.control_load_finished(&model, Err(message));
             }
         }
     }
 
-    fn grant(&mut self, waiter: Waiter, switch: bool, load_ms: Option<u64>) {
+    fn grant(&mut self, ticket: Waiting, info: TicketInfo, switch: bool, load_ms: Option<u64>) {
         let Some(backend) = &self.backend else {
             return;
         };
@@ -816,10 +1002,31 @@ impl Engine {
         let upstream_model = self
             .config
             .registry
-            .model(&waiter.model)
+            .model(&ticket.model)
             .map(|entry| entry.upstream_model.clone())
             .unwrap_or_default();
-        self.grant_with(waiter, addr, instance, &upstream_model, switch, load_ms);
+        let (conn, id) = ticket.key;
+        self.leases.insert(
+            ticket.key,
+            Held {
+                model: ticket.model,
+                tier: ticket.tier,
+                header_wait: self.rules.mode == Mode::Legacy,
+                revoked: false,
+            },
+        );
+        self.send(
+            conn,
+            SupervisorMessage::Granted(Grant {
+                ticket: id,
+                arrival: info.arrival,
+                backend: addr,
+                instance,
+                upstream_model,
+                model_switch: switch,
+                load_ms,
+            }),
+        );
     }
 
     fn backend_instance(&self, backend: &Backend) -> BackendInstance {
@@ -827,36 +1034,6 @@ impl Engine {
             epoch: self.backend_epoch,
             pid: backend.pid(),
         }
-    }
-
-    fn grant_with(
-        &mut self,
-        waiter: Waiter,
-        backend: std::net::SocketAddr,
-        instance: BackendInstance,
-        upstream_model: &str,
-        model_switch: bool,
-        load_ms: Option<u64>,
-    ) {
-        let (conn, lease) = waiter.key;
-        self.active.insert(
-            waiter.key,
-            Held {
-                model: waiter.model,
-                revoked: false,
-            },
-        );
-        self.send(
-            conn,
-            SupervisorMessage::LeaseGranted(LeaseGrant {
-                lease,
-                backend,
-                instance,
-                upstream_model: upstream_model.to_owned(),
-                model_switch,
-                load_ms,
-            }),
-        );
     }
 
     // ---- shutdown ---------------------------------------------------------
@@ -878,12 +1055,15 @@ impl Engine {
     }
 
     fn schedule_shutdown(&mut self) {
+        if self.op.is_some() {
+            return;
+        }
         let deadline_passed = self
             .shutdown
             .as_ref()
             .and_then(|s| s.deadline)
             .is_some_and(|deadline| Instant::now() >= deadline);
-        if !self.active.is_empty() {
+        if !self.leases.is_empty() {
             if !deadline_passed {
                 return;
             }
@@ -915,11 +1095,6 @@ impl Engine {
             .and(self.selected.clone())
             .filter(|_| self.op.is_none());
         let loading = self.loading_model();
-        let backend = self
-            .backend
-            .as_ref()
-            .filter(|_| self.op.is_none())
-            .map(|backend| self.backend_instance(backend));
         let statuses = self
             .config
             .registry
@@ -944,7 +1119,7 @@ impl Engine {
             draining: self.is_draining(),
             loaded,
             loading,
-            backend,
+            backend: self.serving_instance(),
             last_startup_error: self.last_startup_error.clone(),
             statuses,
         }
@@ -992,12 +1167,19 @@ impl Engine {
             loading: self.loading_model(),
             last_startup_error: self.last_startup_error.clone(),
             proxies: self.conns.len(),
-            active_leases: self.active.len(),
-            waiting_requests: self.waiting.len(),
+            active_leases: self.leases.len(),
+            waiting_requests: self.queue.len(),
             cooldown_remaining_ms: self
                 .cooldown_until
                 .and_then(|until| until.checked_duration_since(Instant::now()))
                 .map(|left| left.as_millis() as u64),
         }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

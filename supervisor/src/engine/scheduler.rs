@@ -1,0 +1,600 @@
+//! Who goes next: the scheduling decision, as a pure function.
+//!
+//! [`decide`] takes a [`View`] of the engine (the one queue of tickets from
+//! every proxy, the leases, the backend, the clocks, the cache scores and
+//! `now`) and returns a [`Plan`]: decisions (grant, admit to a load, start a
+//! load, fail, unload, start a cache lookup) and when to look again. It does
+//! no I/O and reads no clock; the engine task applies the plan. Every rule of
+//! the spec's "Scheduling and timers" sections that decides an order lives
+//! here:
+//!
+//! - **Tiers.** Only the best waiting tier may be admitted: a waiting
+//!   higher-tier ticket holds back every lower-tier ticket, including ones
+//!   for the loaded model, so the engine drains toward it. Nothing admitted
+//!   is preempted. Priority skips the grace hold.
+//! - **Wait-first.** Tickets for the serving model are granted while
+//!   dispatch slots are free (`max_pending` and `cache_max_active` count
+//!   dispatched requests across all proxies); a ticket for another model
+//!   waits until every lease has ended and, unless it is priority, the
+//!   model has been quiet for `model_grace_ms`; then the model of the
+//!   earliest waiting ticket of the best tier goes next, with its group.
+//!   No queue deadline.
+//! - **Legacy.** One engine lock, taken in (tier, arrival) order by the head
+//!   of the queue and held from admission through any load until the
+//!   upstream response headers arrive; tickets for the loaded model overlap
+//!   once they have their headers; a ticket for another model waits, at the
+//!   head, until every response has finished; `queue_ms` fails a waiting
+//!   ticket without switching.
+//! - **Cache order.** Within a tier and model group, when more tickets
+//!   compete than slots are free, tickets with a higher cached/input
+//!   fraction go first (inputs below the backend's threshold count as 0;
+//!   ties keep arrival order). Scores come from a lookup the plan asks for;
+//!   without valid scores (lookup failed, late, or invalidated) arrival
+//!   order stands. At most one lookup per admission round.
+//! - **Idle unload** waits for no lease, an empty queue and
+//!   `max(idle_ms, model_grace_ms)` of quiet.
+//!
+//! Ordering key of a ticket: (tier, model-group rule, cache rank, arrival).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use strata_protocol::wire::{ServiceTier, TicketId};
+use tokio::time::Instant;
+
+use super::ConnId;
+
+/// A ticket's identity: its proxy connection and the proxy's ticket ID.
+pub type TicketKey = (ConnId, TicketId);
+
+/// The two scheduling contracts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `wait_when_busy: true`.
+    WaitFirst,
+    /// `wait_when_busy` absent or false: the original bounded contract.
+    Legacy,
+}
+
+/// The configured rules, fixed at start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rules {
+    pub mode: Mode,
+    /// Wait-first: dispatched requests. Legacy: active plus waiting (checked
+    /// when a ticket enters, see [`queue_is_full`]).
+    pub max_pending: usize,
+    /// The extra dispatch limit for cache lookups; `None` when disabled.
+    pub cache_max_active: Option<usize>,
+    pub grace: Duration,
+    pub idle: Duration,
+    /// Cache lookups are enabled (`cache_lookup_ms` > 0).
+    pub cache_lookup: bool,
+}
+
+/// A ticket in the queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waiting {
+    pub key: TicketKey,
+    pub model: String,
+    pub tier: ServiceTier,
+    /// Supervisor-wide arrival order.
+    pub arrival: u64,
+    /// Legacy `queue_ms`: when the ticket fails if it has no lease yet.
+    pub deadline: Option<Instant>,
+    /// Admitted to the running load: out of the queue in every sense
+    /// except that its grant waits for the load.
+    pub admitted: bool,
+}
+
+/// What the backend is doing, as far as scheduling cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend<'a> {
+    /// Nothing runs.
+    Empty,
+    /// A verified backend serves `model`.
+    Serving { model: &'a str },
+    /// A load of `model` runs and has not been cancelled.
+    Loading { model: &'a str },
+    /// A stop, or a cancelled load winding down: wait for it.
+    Busy,
+}
+
+/// What an operator operation needs from the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Nothing: schedule normally.
+    None,
+    /// An operator `on` or `off` waits for leases to end (and then loads or
+    /// unloads itself): no admission, no load, no unload meanwhile.
+    Everything,
+}
+
+/// The cache-order state the engine keeps (see [`CacheState`]).
+#[derive(Debug, Clone, Copy)]
+pub struct CacheView<'a> {
+    /// Lookups can help now: enabled, and the serving backend did not
+    /// answer a lookup with 404.
+    pub usable: bool,
+    /// Valid scores (rank per ticket) for the current queue, if any.
+    pub ranks: Option<&'a HashMap<TicketKey, f64>>,
+    /// A lookup runs until this instant.
+    pub lookup_until: Option<Instant>,
+    /// This admission round already tried a lookup.
+    pub tried: bool,
+}
+
+/// Everything [`decide`] looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    pub now: Instant,
+    pub rules: &'a Rules,
+    pub backend: Backend<'a>,
+    /// Every ticket not yet granted, in arrival order.
+    pub queue: &'a [Waiting],
+    /// Granted leases (all on the serving model, or on the backend that
+    /// just died).
+    pub leases: usize,
+    /// Legacy: a lease still waits for its response headers (it holds the
+    /// engine lock).
+    pub header_waits: usize,
+    /// When the last lease ended (or a load or `on` finished): the start of
+    /// the grace and idle clocks.
+    pub quiet_since: Instant,
+    /// No launch before this (a recent start failed).
+    pub cooldown_until: Option<Instant>,
+    pub hold: Hold,
+    pub cache: CacheView<'a>,
+}
+
+/// Why the plan fails a ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Legacy `queue_ms` passed before the ticket got its lease.
+    QueueTimeout,
+    /// It needs a launch and the start cooldown is running.
+    Cooldown,
+}
+
+/// One thing the engine must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Lease the serving backend to this ticket now.
+    Grant(TicketKey),
+    /// The ticket leaves the queue for the running load (or the one
+    /// [`Decision::StartLoad`] of the same plan starts); it is granted when
+    /// the load is verified.
+    Admit(TicketKey),
+    /// Stop whatever runs and load `model`.
+    StartLoad {
+        model: String,
+    },
+    Fail(TicketKey, Failure),
+    /// Idle unload.
+    Unload,
+    /// Score these tickets (the competitors of one admission) against the
+    /// serving backend's cache.
+    StartLookup(Vec<TicketKey>),
+}
+
+/// The decisions due now, in order, and when something becomes due next
+/// (a deadline, the end of the grace or idle period, a lookup's budget).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Plan {
+    pub decisions: Vec<Decision>,
+    pub wake_at: Option<Instant>,
+}
+
+impl Plan {
+    fn wake(&mut self, at: Instant) {
+        self.wake_at = Some(self.wake_at.map_or(at, |current| current.min(at)));
+    }
+}
+
+/// Legacy mode refuses a ticket at once (429) when `max_pending` tickets are
+/// already active or waiting.
+pub fn queue_is_full(rules: &Rules, queued: usize, leases: usize) -> bool {
+    rules.mode == Mode::Legacy && queued + leases >= rules.max_pending
+}
+
+/// Makes every decision that is due in `view`.
+pub fn decide(view: &View) -> Plan {
+    let mut plan = Plan::default();
+    let mut failed = HashSet::new();
+    for ticket in view.queue.iter().filter(|ticket| !ticket.admitted) {
+        match ticket.deadline {
+            Some(deadline) if deadline <= view.now => {
+                plan.decisions
+                    .push(Decision::Fail(ticket.key, Failure::QueueTimeout));
+                failed.insert(ticket.key);
+            }
+            Some(deadline) => plan.wake(deadline),
+            None => {}
+        }
+    }
+    if view.hold == Hold::Everything || view.backend == Backend::Busy {
+        return plan;
+    }
+    let waiting: Vec<&Waiting> = view
+        .queue
+        .iter()
+        .filter(|ticket| !ticket.admitted && !failed.contains(&ticket.key))
+        .collect();
+    let admitted = view.queue.iter().filter(|ticket| ticket.admitted).count();
+    match waiting.iter().map(|ticket| ticket.tier).min() {
+        None => idle_unload(view, admitted, &mut plan),
+        Some(top) => match view.rules.mode {
+            Mode::WaitFirst => wait_first(view, &waiting, top, admitted, &mut plan),
+            Mode::Legacy => legacy(view, &waiting, top, admitted, &mut plan),
+        },
+    }
+    plan
+}
+
+/// Dispatch slots still free when `used` requests are dispatched or about
+/// to be (admitted to a load).
+fn free_slots(rules: &Rules, used: usize, dispatch_limit: Option<usize>) -> usize {
+    let mut free = usize::MAX;
+    for limit in [dispatch_limit, rules.cache_max_active]
+        .into_iter()
+        .flatten()
+    {
+        free = free.min(limit.saturating_sub(used));
+    }
+    free
+}
+
+fn idle_unload(view: &View, admitted: usize, plan: &mut Plan) {
+    if !matches!(view.backend, Backend::Serving { .. }) || view.leases > 0 || admitted > 0 {
+        return;
+    }
+    let quiet_for = view.rules.idle.max(view.rules.grace);
+    let due = view.quiet_since + quiet_for;
+    if view.now >= due {
+        plan.decisions.push(Decision::Unload);
+    } else {
+        plan.wake(due);
+    }
+}
+
+/// How to admit `candidates` (the competitors of one admission, in arrival
+/// order) into `free` slots.
+enum Order<'a> {
+    /// Admit in this order.
+    Ready(Vec<&'a Waiting>),
+    /// Scores are being fetched: admit none of them yet.
+    Wait,
+    /// Fetch scores first.
+    Lookup(Vec<TicketKey>),
+}
+
+fn order<'a>(view: &View, mut candidates: Vec<&'a Waiting>, free: usize) -> Order<'a> {
+    let cache = &view.cache;
+    // Only a serving backend can be asked.
+    let serving = matches!(view.backend, Backend::Serving { .. });
+    if !cache.usable || !serving || free == 0 || candidates.len() <= free.max(1) {
+        return Order::Ready(candidates);
+    }
+    if let Some(ranks) = cache.ranks {
+        let rank = |ticket: &Waiting| ranks.get(&ticket.key).copied().unwrap_or(0.0);
+        // Stable: equal ranks keep arrival order.
+        candidates.sort_by(|a, b| rank(b).total_cmp(&rank(a)));
+        return Order::Ready(candidates);
+    }
+    if cache.lookup_until.is_some() {
+        return Order::Wait;
+    }
+    if !cache.tried {
+        return Order::Lookup(candidates.iter().map(|ticket| ticket.key).collect());
+    }
+    Order::Ready(candidates)
+}
+
+/// Wait-first: see the module docs.
+fn wait_first(
+    view: &View,
+    waiting: &[&Waiting],
+    top: ServiceTier,
+    admitted: usize,
+    plan: &mut Plan,
+) {
+    let rules = view.rules;
+    let mut used = view.leases + admitted;
+    let (model, grant) = match view.backend {
+        Backend::Serving { model } => (Some(model), true),
+        Backend::Loading { model } => (Some(model), false),
+        Backend::Empty | Backend::Busy => (None, false),
+    };
+    // Admission for the model that serves or loads, best tier first; a tier
+    // with tickets left (for this model or another) holds back the rest.
+    let mut left_at_top = false;
+    if let Some(model) = model {
+        for tier in ServiceTier::ALL.into_iter().filter(|tier| *tier >= top) {
+            let at_tier: Vec<&Waiting> = waiting
+                .iter()
+                .copied()
+                .filter(|ticket| ticket.tier == tier)
+                .collect();
+            if at_tier.is_empty() {
+                continue;
+            }
+            let candidates: Vec<&Waiting> = at_tier
+                .iter()
+                .copied()
+                .filter(|ticket| ticket.model == model)
+                .collect();
+            let free = free_slots(rules, used, Some(rules.max_pending));
+            let chosen = match order(view, candidates.clone(), free) {
+                Order::Ready(ordered) => ordered,
+                Order::Wait => {
+                    if let Some(until) = view.cache.lookup_until {
+                        plan.wake(until);
+                    }
+                    Vec::new()
+                }
+                Order::Lookup(keys) => {
+                    plan.decisions.push(Decision::StartLookup(keys));
+                    Vec::new()
+                }
+            };
+            let take = chosen.len().min(free);
+            for ticket in &chosen[..take] {
+                plan.decisions.push(if grant {
+                    Decision::Grant(ticket.key)
+                } else {
+                    Decision::Admit(ticket.key)
+                });
+            }
+            used += take;
+            if tier == top {
+                left_at_top = take < candidates.len();
+            }
+            if take < at_tier.len() {
+                break;
+            }
+        }
+    }
+    // A switch: the best tier's earliest ticket is for another model (or
+    // nothing runs), every lease has ended, and the model has been quiet
+    // for the grace period (priority does not wait for it).
+    let first_other = waiting
+        .iter()
+        .find(|ticket| ticket.tier == top && Some(ticket.model.as_str()) != model);
+    let Some(first) = first_other else {
+        return;
+    };
+    // The running model is not quiet while it has work, waiting included.
+    if matches!(view.backend, Backend::Loading { .. }) || used > 0 || left_at_top {
+        return;
+    }
+    if let Backend::Serving { .. } = view.backend
+        && top != ServiceTier::Priority
+    {
+        let quiet_until = view.quiet_since + rules.grace;
+        if view.now < quiet_until {
+            plan.wake(quiet_until);
+            return;
+        }
+    }
+    if cooling_down(view, plan) {
+        fail_launches(waiting, model, plan);
+        return;
+    }
+    plan.decisions.push(Decision::StartLoad {
+        model: first.model.clone(),
+    });
+    let group: Vec<&Waiting> = waiting
+        .iter()
+        .copied()
+        .filter(|ticket| ticket.tier == top && ticket.model == first.model)
+        .collect();
+    let free = free_slots(rules, 0, Some(rules.max_pending));
+    for ticket in group.into_iter().take(free) {
+        plan.decisions.push(Decision::Admit(ticket.key));
+    }
+}
+
+/// Whether a launch is refused now; wakes the plan when the cooldown ends.
+fn cooling_down(view: &View, plan: &mut Plan) -> bool {
+    match view.cooldown_until {
+        Some(until) if view.now < until => {
+            plan.wake(until);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Fails every waiting ticket that would need a launch.
+fn fail_launches(waiting: &[&Waiting], serving: Option<&str>, plan: &mut Plan) {
+    for ticket in waiting {
+        if Some(ticket.model.as_str()) != serving {
+            plan.decisions
+                .push(Decision::Fail(ticket.key, Failure::Cooldown));
+        }
+    }
+}
+
+/// Legacy: see the module docs.
+fn legacy(view: &View, waiting: &[&Waiting], top: ServiceTier, admitted: usize, plan: &mut Plan) {
+    // The lock: a ticket admitted to a load, or a lease before its headers.
+    if admitted > 0 || view.header_waits > 0 {
+        return;
+    }
+    let at_top: Vec<&Waiting> = waiting
+        .iter()
+        .copied()
+        .filter(|ticket| ticket.tier == top)
+        .collect();
+    let head = at_top[0];
+    match view.backend {
+        Backend::Serving { model } if head.model == model => {
+            // The run of tickets for the loaded model at the head may be
+            // reordered by cache matches; a ticket for another model further
+            // back keeps its place.
+            let run: Vec<&Waiting> = at_top
+                .iter()
+                .copied()
+                .take_while(|ticket| ticket.model == model)
+                .collect();
+            let free = free_slots(view.rules, view.leases, None).min(1);
+            match order(view, run, free) {
+                Order::Ready(ordered) if free > 0 => {
+                    plan.decisions.push(Decision::Grant(ordered[0].key));
+                }
+                Order::Ready(_) => {}
+                Order::Wait => {
+                    if let Some(until) = view.cache.lookup_until {
+                        plan.wake(until);
+                    }
+                }
+                Order::Lookup(keys) => plan.decisions.push(Decision::StartLookup(keys)),
+            }
+        }
+        Backend::Serving { model } => {
+            if view.leases > 0 {
+                return;
+            }
+            if top != ServiceTier::Priority {
+                let quiet_until = view.quiet_since + view.rules.grace;
+                if view.now < quiet_until {
+                    plan.wake(quiet_until);
+                    return;
+                }
+            }
+            if cooling_down(view, plan) {
+                fail_launches(waiting, Some(model), plan);
+                return;
+            }
+            plan.decisions.push(Decision::StartLoad {
+                model: head.model.clone(),
+            });
+            plan.decisions.push(Decision::Admit(head.key));
+        }
+        Backend::Empty => {
+            if view.leases > 0 {
+                return;
+            }
+            if cooling_down(view, plan) {
+                fail_launches(waiting, None, plan);
+                return;
+            }
+            plan.decisions.push(Decision::StartLoad {
+                model: head.model.clone(),
+            });
+            plan.decisions.push(Decision::Admit(head.key));
+        }
+        // An operator load of the head's model: the head takes the lock
+        // and waits for that load, as if it had started it.
+        Backend::Loading { model } if head.model == model => {
+            plan.decisions.push(Decision::Admit(head.key));
+        }
+        Backend::Loading { .. } | Backend::Busy => {}
+    }
+}
+
+/// The cache-order state: scores, the lookup in flight, and whether this
+/// admission round already tried one. Scores are discarded whenever a
+/// ticket enters or leaves the queue and whenever a generation ends
+/// ([`CacheState::invalidate`]); a lookup that was running then is
+/// discarded when it answers, and the round falls back to arrival order.
+#[derive(Debug, Default)]
+pub struct CacheState {
+    pub ranks: Option<HashMap<TicketKey, f64>>,
+    pub lookup: Option<Lookup>,
+    pub tried: bool,
+}
+
+/// A lookup in flight.
+#[derive(Debug)]
+pub struct Lookup {
+    pub id: u64,
+    pub until: Instant,
+    /// Proxies that have not answered yet.
+    pub pending: HashSet<ConnId>,
+    /// Ranks gathered so far.
+    pub ranks: HashMap<TicketKey, f64>,
+    /// The queue changed (or a generation ended) meanwhile.
+    pub stale: bool,
+}
+
+impl CacheState {
+    /// A ticket entered or left the queue, or a generation ended.
+    pub fn invalidate(&mut self) {
+        self.ranks = None;
+        match &mut self.lookup {
+            Some(lookup) => lookup.stale = true,
+            None => self.tried = false,
+        }
+    }
+
+    /// Starts a lookup of one round.
+    pub fn start(&mut self, id: u64, until: Instant, pending: HashSet<ConnId>) {
+        self.ranks = None;
+        self.tried = true;
+        self.lookup = Some(Lookup {
+            id,
+            until,
+            pending,
+            ranks: HashMap::new(),
+            stale: false,
+        });
+    }
+
+    /// One proxy answered lookup `id` with `ranks` (`None`: it failed).
+    /// When every proxy has answered, valid ranks become the scores.
+    pub fn answer(&mut self, id: u64, conn: ConnId, ranks: Option<HashMap<TicketKey, f64>>) {
+        let Some(lookup) = &mut self.lookup else {
+            return;
+        };
+        if lookup.id != id || !lookup.pending.remove(&conn) {
+            return;
+        }
+        match ranks {
+            Some(ranks) => lookup.ranks.extend(ranks),
+            None => {
+                // One failed part fails the lookup: arrival order this round.
+                self.lookup = None;
+                return;
+            }
+        }
+        if lookup.pending.is_empty() {
+            let lookup = self.lookup.take().expect("checked above");
+            if !lookup.stale {
+                self.ranks = Some(lookup.ranks);
+            }
+        }
+    }
+
+    /// Ends a lookup whose budget ran out.
+    pub fn expire(&mut self, now: Instant) {
+        if self
+            .lookup
+            .as_ref()
+            .is_some_and(|lookup| now >= lookup.until)
+        {
+            self.lookup = None;
+        }
+    }
+
+    /// The view [`decide`] reads.
+    pub fn view(&self, usable: bool) -> CacheView<'_> {
+        CacheView {
+            usable,
+            ranks: self.ranks.as_ref(),
+            lookup_until: self.lookup.as_ref().map(|lookup| lookup.until),
+            tried: self.tried,
+        }
+    }
+}
+
+/// A ticket's cache rank: its cached/input fraction when its input reaches
+/// the backend's threshold, else 0 (no advantage).
+pub fn rank(input_tokens: u64, cached_tokens: u64, min_tokens: u64) -> f64 {
+    if input_tokens == 0 || input_tokens < min_tokens {
+        return 0.0;
+    }
+    cached_tokens.min(input_tokens) as f64 / input_tokens as f64
+}
+
+#[cfg(test)]
+mod tests;

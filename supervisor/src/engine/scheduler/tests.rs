@@ -1,0 +1,742 @@
+//! The scheduling rules, one table or scenario each, and the timers under
+//! tokio's paused clock.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use strata_protocol::wire::ServiceTier::{self, Default as D, Flex as F, Priority as P};
+use tokio::time::Instant;
+
+use super::*;
+
+const GRACE: Duration = Duration::from_secs(2);
+const IDLE: Duration = Duration::from_secs(60);
+
+fn rules(mode: Mode, max_pending: usize) -> Rules {
+    Rules {
+        mode,
+        max_pending,
+        cache_max_active: None,
+        grace: GRACE,
+        idle: IDLE,
+        cache_lookup: true,
+    }
+}
+
+/// What runs, with owned names (a [`Backend`] borrows).
+#[derive(Debug, Clone, PartialEq)]
+enum Runs {
+    Nothing,
+    Serving(&'static str),
+    Loading(&'static str),
+    Busy,
+}
+
+/// A scheduler input that tests can build and mutate.
+struct World {
+    rules: Rules,
+    now: Instant,
+    runs: Runs,
+    queue: Vec<Waiting>,
+    leases: usize,
+    header_waits: usize,
+    quiet_since: Instant,
+    cooldown_until: Option<Instant>,
+    hold: Hold,
+    usable: bool,
+    ranks: Option<HashMap<TicketKey, f64>>,
+    lookup_until: Option<Instant>,
+    tried: bool,
+}
+
+impl World {
+    fn new(mode: Mode, max_pending: usize) -> World {
+        let now = Instant::now();
+        World {
+            rules: rules(mode, max_pending),
+            now,
+            runs: Runs::Nothing,
+            queue: Vec::new(),
+            leases: 0,
+            header_waits: 0,
+            // Quiet long enough that grace never holds unless a test says so.
+            quiet_since: now - GRACE * 10,
+            cooldown_until: None,
+            hold: Hold::None,
+            usable: false,
+            ranks: None,
+            lookup_until: None,
+            tried: false,
+        }
+    }
+
+    fn serving(mut self, model: &'static str) -> World {
+        self.runs = Runs::Serving(model);
+        self
+    }
+
+    fn loading(mut self, model: &'static str) -> World {
+        self.runs = Runs::Loading(model);
+        self
+    }
+
+    fn leases(mut self, leases: usize) -> World {
+        self.leases = leases;
+        self
+    }
+
+    /// Queues tickets `(id, model, tier)`, id as arrival number, conn 1.
+    fn queue(mut self, tickets: &[(u64, &str, ServiceTier)]) -> World {
+        for (id, model, tier) in tickets {
+            self.queue.push(Waiting {
+                key: (1, *id),
+                model: (*model).to_owned(),
+                tier: *tier,
+                arrival: *id,
+                deadline: None,
+                admitted: false,
+            });
+        }
+        self
+    }
+
+    fn decide(&self) -> Plan {
+        let backend = match &self.runs {
+            Runs::Nothing => Backend::Empty,
+            Runs::Serving(model) => Backend::Serving { model },
+            Runs::Loading(model) => Backend::Loading { model },
+            Runs::Busy => Backend::Busy,
+        };
+        let view = View {
+            now: self.now,
+            rules: &self.rules,
+            backend,
+            queue: &self.queue,
+            leases: self.leases,
+            header_waits: self.header_waits,
+            quiet_since: self.quiet_since,
+            cooldown_until: self.cooldown_until,
+            hold: self.hold,
+            cache: CacheView {
+                usable: self.usable,
+                ranks: self.ranks.as_ref(),
+                lookup_until: self.lookup_until,
+                tried: self.tried,
+            },
+        };
+        decide(&view)
+    }
+
+    /// Applies a plan the way the engine would, with loads that finish at
+    /// once: grants become leases, admitted tickets are granted when their
+    /// load "finishes" (immediately after the plan).
+    fn apply(&mut self, plan: &Plan) {
+        let mut loaded = None;
+        for decision in &plan.decisions {
+            match decision {
+                Decision::Grant(key) => {
+                    self.queue.retain(|ticket| ticket.key != *key);
+                    self.leases += 1;
+                    if self.rules.mode == Mode::Legacy {
+                        self.header_waits += 1;
+                    }
+                }
+                Decision::Admit(key) => {
+                    for ticket in &mut self.queue {
+                        if ticket.key == *key {
+                            ticket.admitted = true;
+                        }
+                    }
+                }
+                Decision::StartLoad { model } => {
+                    loaded = Some(model.clone());
+                }
+                Decision::Fail(key, _) => self.queue.retain(|ticket| ticket.key != *key),
+                Decision::Unload => self.runs = Runs::Nothing,
+                Decision::StartLookup(_) => self.tried = true,
+            }
+        }
+        if let Some(model) = loaded {
+            let model: &'static str = Box::leak(model.into_boxed_str());
+            self.runs = Runs::Serving(model);
+            let admitted = self.queue.iter().filter(|ticket| ticket.admitted).count();
+            self.queue.retain(|ticket| !ticket.admitted);
+            self.leases += admitted;
+            if self.rules.mode == Mode::Legacy {
+                self.header_waits += admitted;
+            }
+            self.quiet_since = self.now;
+        }
+    }
+}
+
+fn grants(ids: &[u64]) -> Vec<Decision> {
+    ids.iter().map(|id| Decision::Grant((1, *id))).collect()
+}
+
+fn load(model: &str, admit: &[u64]) -> Vec<Decision> {
+    let mut decisions = vec![Decision::StartLoad {
+        model: model.to_owned(),
+    }];
+    decisions.extend(admit.iter().map(|id| Decision::Admit((1, *id))));
+    decisions
+}
+
+// ---- wait-first -------------------------------------------------------------
+
+#[test]
+fn wait_first_grants_the_serving_model_while_dispatch_slots_are_free() {
+    let cases: [(usize, usize, &[u64]); 4] = [
+        // (max_pending, leases already held, granted)
+        (16, 0, &[1, 2, 3]),
+        (2, 0, &[1, 2]),
+        (3, 2, &[1]),
+        (2, 2, &[]),
+    ];
+    for (max_pending, leases, expected) in cases {
+        let world = World::new(Mode::WaitFirst, max_pending)
+            .serving("a")
+            .leases(leases)
+            .queue(&[(1, "a", D), (2, "a", D), (3, "a", D)]);
+        assert_eq!(
+            world.decide().decisions,
+            grants(expected),
+            "max_pending {max_pending}, leases {leases}"
+        );
+    }
+}
+
+#[test]
+fn cache_max_active_limits_dispatch_too() {
+    let mut world = World::new(Mode::WaitFirst, 16)
+        .serving("a")
+        .leases(1)
+        .queue(&[(1, "a", D), (2, "a", D)]);
+    world.rules.cache_max_active = Some(2);
+    assert_eq!(world.decide().decisions, grants(&[1]));
+    world.rules.cache_max_active = Some(1);
+    assert_eq!(world.decide().decisions, []);
+}
+
+#[test]
+fn model_groups_run_together_a_a_then_b_b() {
+    // Arrivals A B A B with A loaded: both A run now, then both B.
+    let mut world = World::new(Mode::WaitFirst, 16).serving("a").queue(&[
+        (1, "a", D),
+        (2, "b", D),
+        (3, "a", D),
+        (4, "b", D),
+    ]);
+    let plan = world.decide();
+    assert_eq!(plan.decisions, grants(&[1, 3]));
+    world.apply(&plan);
+    assert_eq!(world.decide().decisions, [], "B waits for A's leases");
+    world.leases = 0;
+    world.quiet_since = world.now - GRACE;
+    assert_eq!(world.decide().decisions, load("b", &[2, 4]));
+}
+
+#[test]
+fn with_nothing_loaded_the_earliest_ticket_picks_the_model_and_its_group_joins() {
+    let world = World::new(Mode::WaitFirst, 16).queue(&[(1, "b", D), (2, "a", D), (3, "b", D)]);
+    assert_eq!(world.decide().decisions, load("b", &[1, 3]));
+    // The load admits no more than max_pending.
+    let world = World::new(Mode::WaitFirst, 1).queue(&[(1, "b", D), (2, "b", D)]);
+    assert_eq!(world.decide().decisions, load("b", &[1]));
+}
+
+#[test]
+fn tickets_for_a_running_load_join_it_within_the_slots() {
+    let mut world = World::new(Mode::WaitFirst, 2).loading("b").queue(&[
+        (1, "b", D),
+        (2, "a", D),
+        (3, "b", D),
+        (4, "b", D),
+    ]);
+    world.queue[0].admitted = true;
+    // One slot left: B3 joins; B4 waits; A2 waits for the load and B's work.
+    assert_eq!(
+        world.decide().decisions,
+        [Decision::Admit((1, 3))],
+        "joining is admission, not a grant"
+    );
+}
+
+#[test]
+fn grace_keeps_the_model_then_the_next_group_goes_and_priority_skips_it() {
+    let mut world = World::new(Mode::WaitFirst, 16)
+        .serving("a")
+        .queue(&[(1, "b", D)]);
+    world.quiet_since = world.now - GRACE / 2;
+    let plan = world.decide();
+    assert_eq!(plan.decisions, []);
+    assert_eq!(plan.wake_at, Some(world.quiet_since + GRACE));
+    // A same-model request in the grace period is served at once.
+    let mut busy = World::new(Mode::WaitFirst, 16)
+        .serving("a")
+        .queue(&[(1, "b", D), (2, "a", D)]);
+    busy.quiet_since = busy.now - GRACE / 2;
+    assert_eq!(busy.decide().decisions, grants(&[2]));
+    // Priority does not wait for the grace period.
+    world.queue[0].tier = P;
+    assert_eq!(world.decide().decisions, load("b", &[1]));
+    // Zero grace disables the hold.
+    world.queue[0].tier = D;
+    world.rules.grace = Duration::ZERO;
+    assert_eq!(world.decide().decisions, load("b", &[1]));
+}
+
+#[test]
+fn a_higher_tier_goes_first_inside_the_loaded_model() {
+    // One slot, default arrived first, priority second: priority is granted.
+    let world =
+        World::new(Mode::WaitFirst, 1)
+            .serving("a")
+            .queue(&[(1, "a", D), (2, "a", P), (3, "a", F)]);
+    assert_eq!(world.decide().decisions, grants(&[2]));
+    // Free slots for all: the tiers drain in order within one plan.
+    let world = World::new(Mode::WaitFirst, 16).serving("a").queue(&[
+        (1, "a", F),
+        (2, "a", D),
+        (3, "a", P),
+    ]);
+    assert_eq!(world.decide().decisions, grants(&[3, 2, 1]));
+}
+
+#[test]
+fn a_waiting_higher_tier_for_another_model_holds_back_the_loaded_model() {
+    // Priority for B waits (A has an active lease); default A requests are held back, so the
+    // engine drains toward B instead of feeding A.
+    let mut world = World::new(Mode::WaitFirst, 16)
+        .serving("a")
+        .leases(1)
+        .queue(&[(1, "b", P), (2, "a", D), (3, "a", D)]);
+    let plan = world.decide();
+    assert_eq!(plan.decisions, [], "nothing preempts, nothing new for A");
+    // Once A's active response ends, priority switches at once (no grace).
+    world.leases = 0;
+    world.quiet_since = world.now;
+    assert_eq!(world.decide().decisions, load("b", &[1]));
+}
+
+#[test]
+fn flex_waits_behind_default_and_priority_work() {
+    // A loaded, one slot: default before flex although flex arrived first.
+    let world = World::new(Mode::WaitFirst, 1)
+        .serving("a")
+        .queue(&[(1, "a", F), (2, "a", D)]);
+    assert_eq!(world.decide().decisions, grants(&[2]));
+    // A default request for another model holds flex for the loaded model back.
+    let world = World::new(Mode::WaitFirst, 16)
+        .serving("a")
+        .queue(&[(1, "a", F), (2, "b", D)]);
+    assert_eq!(world.decide().decisions, load("b", &[2]));
+    // Flex is served when nothing better waits.
+    let world = World::new(Mode::WaitFirst, 16)
+        .serving("a")
+        .queue(&[(1, "a", F)]);
+    assert_eq!(world.decide().decisions, grants(&[1]));
+}
+
+#[test]
+fn no_switch_while_any_lease_or_admission_exists() {
+    // The child died (nothing serves) but a lease on it still exists: no new backend.
+    let world = World::new(Mode::WaitFirst, 16)
+        .leases(1)
+        .queue(&[(1, "a", D)]);
+    assert_eq!(world.decide().decisions, []);
+    let busy = World {
+        runs: Runs::Busy,
+        ..World::new(Mode::WaitFirst, 16).queue(&[(1, "a", D)])
+    };
+    assert_eq!(busy.decide().decisions, [], "a stop is running");
+}
+
+#[test]
+fn a_start_cooldown_fails_tickets_that_need_a_launch_only() {
+    let mut world = World::new(Mode::WaitFirst, 16).serving("a").queue(&[
+        (1, "b", D),
+        (2, "a", F),
+        (3, "c", D),
+    ]);
+    world.cooldown_until = Some(world.now + Duration::from_secs(5));
+    assert_eq!(
+        world.decide().decisions,
+        [
+            Decision::Fail((1, 1), Failure::Cooldown),
+            Decision::Fail((1, 3), Failure::Cooldown),
+        ]
+    );
+    world.cooldown_until = Some(world.now);
+    assert_eq!(
+        world.decide().decisions,
+        load("b", &[1]),
+        "expired cooldown"
+    );
+}
+
+#[test]
+fn idle_unload_waits_for_quiet_and_an_empty_queue() {
+    let mut world = World::new(Mode::WaitFirst, 16).serving("a");
+    world.quiet_since = world.now - IDLE;
+    assert_eq!(world.decide().decisions, [Decision::Unload]);
+    world.quiet_since = world.now - IDLE / 2;
+    assert_eq!(world.decide().wake_at, Some(world.quiet_since + IDLE));
+    // The grace period bounds it from below.
+    world.rules.idle = Duration::from_millis(1);
+    world.quiet_since = world.now - GRACE / 2;
+    assert_eq!(world.decide().wake_at, Some(world.quiet_since + GRACE));
+    // Not with a lease, an admitted ticket, or while loading.
+    let leased = World::new(Mode::WaitFirst, 16).serving("a").leases(1);
+    assert_eq!(leased.decide(), Plan::default());
+    let mut admitted = World::new(Mode::WaitFirst, 16)
+        .loading("a")
+        .queue(&[(1, "a", D)]);
+    admitted.queue[0].admitted = true;
+    assert_eq!(admitted.decide(), Plan::default());
+}
+
+#[test]
+fn an_operator_operation_holds_everything() {
+    let mut world = World::new(Mode::WaitFirst, 16)
+        .serving("a")
+        .queue(&[(1, "a", D)]);
+    world.hold = Hold::Everything;
+    assert_eq!(world.decide(), Plan::default());
+}
+
+// ---- cache order ------------------------------------------------------------
+
+fn competing(ranks: Option<&[(u64, f64)]>) -> World {
+    let mut world =
+        World::new(Mode::WaitFirst, 1)
+            .serving("a")
+            .queue(&[(1, "a", D), (2, "a", D), (3, "a", D)]);
+    world.usable = true;
+    world.ranks = ranks.map(|ranks| ranks.iter().map(|(id, rank)| ((1, *id), *rank)).collect());
+    world
+}
+
+#[test]
+fn competing_tickets_are_looked_up_then_ordered_by_cache_match() {
+    let world = competing(None);
+    assert_eq!(
+        world.decide().decisions,
+        [Decision::StartLookup(vec![(1, 1), (1, 2), (1, 3)])]
+    );
+    // Fractions 10 < 90 > 50 (the fake's three): the best goes first.
+    let world = competing(Some(&[(1, 0.1), (2, 0.9), (3, 0.5)]));
+    assert_eq!(world.decide().decisions, grants(&[2]));
+    let mut two = competing(Some(&[(1, 0.1), (2, 0.9), (3, 0.5)]));
+    two.rules.max_pending = 2;
+    assert_eq!(two.decide().decisions, grants(&[2, 3]));
+}
+
+#[test]
+fn equal_fractions_and_small_inputs_keep_arrival_order() {
+    let world = competing(Some(&[(1, 0.0), (2, 0.0), (3, 0.0)]));
+    assert_eq!(world.decide().decisions, grants(&[1]));
+    let world = competing(Some(&[(1, 0.5), (2, 0.5), (3, 0.2)]));
+    assert_eq!(world.decide().decisions, grants(&[1]));
+    assert_eq!(rank(100, 90, 1024), 0.0, "below the backend's threshold");
+    assert_eq!(rank(2048, 1024, 1024), 0.5);
+    assert_eq!(rank(0, 0, 0), 0.0);
+    assert_eq!(rank(10, 20, 0), 1.0, "capped at the input");
+}
+
+#[test]
+fn no_lookup_without_competition_or_when_unusable() {
+    let mut world = competing(None);
+    world.rules.max_pending = 3;
+    assert_eq!(world.decide().decisions, grants(&[1, 2, 3]), "room for all");
+    let mut world = competing(None);
+    world.usable = false;
+    assert_eq!(world.decide().decisions, grants(&[1]), "arrival order");
+    let mut full = competing(None).leases(1);
+    full.rules.max_pending = 1;
+    assert_eq!(
+        full.decide().decisions,
+        [],
+        "no slot: nothing to decide yet"
+    );
+}
+
+#[test]
+fn a_running_lookup_holds_its_competitors_and_a_failed_round_keeps_arrival_order() {
+    let mut world = competing(None);
+    world.lookup_until = Some(world.now + Duration::from_millis(800));
+    world.tried = true;
+    let plan = world.decide();
+    assert_eq!(plan.decisions, []);
+    assert_eq!(plan.wake_at, world.lookup_until);
+    world.lookup_until = None;
+    assert_eq!(world.decide().decisions, grants(&[1]), "tried: fall back");
+}
+
+#[test]
+fn cache_rank_never_lifts_a_ticket_above_its_tier() {
+    let mut world = competing(Some(&[(1, 1.0), (2, 1.0), (3, 0.0)]));
+    world.queue[2].tier = P;
+    assert_eq!(world.decide().decisions, grants(&[3]));
+}
+
+#[test]
+fn cache_state_discards_scores_on_every_change() {
+    let now = Instant::now();
+    let mut cache = CacheState::default();
+    cache.start(1, now + Duration::from_secs(1), [7].into());
+    assert!(cache.tried);
+    cache.answer(1, 7, Some([((7, 1), 0.5)].into()));
+    assert!(cache.ranks.is_some() && cache.lookup.is_none());
+    cache.invalidate();
+    assert!(cache.ranks.is_none());
+    assert!(!cache.tried, "a new round may look up again");
+    // A lookup that was running when the queue changed is discarded; its round keeps arrival
+    // order.
+    cache.start(2, now + Duration::from_secs(1), [7, 8].into());
+    cache.invalidate();
+    cache.answer(2, 7, Some(HashMap::new()));
+    cache.answer(2, 8, Some(HashMap::new()));
+    assert!(cache.ranks.is_none() && cache.lookup.is_none() && cache.tried);
+    // One failed part fails the lookup.
+    cache.invalidate();
+    cache.start(3, now + Duration::from_secs(1), [7, 8].into());
+    cache.answer(3, 7, None);
+    assert!(cache.ranks.is_none() && cache.lookup.is_none());
+    // Answers to another lookup, or twice from one proxy, change nothing.
+    cache.start(4, now + Duration::from_secs(1), [7, 8].into());
+    cache.answer(3, 7, Some(HashMap::new()));
+    cache.answer(4, 7, Some(HashMap::new()));
+    cache.answer(4, 7, Some(HashMap::new()));
+    assert!(cache.lookup.as_ref().is_some_and(|l| l.pending.len() == 1));
+    // The budget ends it.
+    cache.expire(now + Duration::from_secs(1));
+    assert!(cache.lookup.is_none());
+}
+
+// ---- legacy -----------------------------------------------------------------
+
+#[test]
+fn legacy_max_pending_bounds_active_plus_waiting() {
+    let legacy = rules(Mode::Legacy, 3);
+    assert!(!queue_is_full(&legacy, 1, 1));
+    assert!(queue_is_full(&legacy, 2, 1));
+    assert!(queue_is_full(&legacy, 0, 3));
+    assert!(!queue_is_full(&rules(Mode::WaitFirst, 1), 100, 100));
+}
+
+#[test]
+fn legacy_one_ticket_holds_the_lock_until_its_headers() {
+    let mut world = World::new(Mode::Legacy, 16)
+        .serving("a")
+        .queue(&[(1, "a", D), (2, "a", D)]);
+    let plan = world.decide();
+    assert_eq!(plan.decisions, grants(&[1]), "one at a time");
+    world.apply(&plan);
+    assert_eq!(world.decide().decisions, [], "the lock waits for headers");
+    world.header_waits = 0;
+    assert_eq!(
+        world.decide().decisions,
+        grants(&[2]),
+        "then same-model overlap"
+    );
+}
+
+#[test]
+fn legacy_a_ticket_for_another_model_waits_at_the_head() {
+    // B is at the head: the A ticket behind it waits too (first in, first out), and B loads
+    // once every response has finished.
+    let mut world = World::new(Mode::Legacy, 16)
+        .serving("a")
+        .leases(1)
+        .queue(&[(1, "b", D), (2, "a", D)]);
+    assert_eq!(world.decide().decisions, []);
+    world.leases = 0;
+    assert_eq!(
+        world.decide().decisions,
+        load("b", &[1]),
+        "the lock holder alone"
+    );
+    // Nothing loaded: the head loads.
+    let empty = World::new(Mode::Legacy, 16).queue(&[(1, "b", D), (2, "b", D)]);
+    assert_eq!(empty.decide().decisions, load("b", &[1]));
+    // An admitted ticket holds the lock through its load.
+    let mut loading = World::new(Mode::Legacy, 16)
+        .loading("b")
+        .queue(&[(1, "b", D), (2, "b", D)]);
+    loading.queue[0].admitted = true;
+    assert_eq!(loading.decide().decisions, []);
+}
+
+#[test]
+fn legacy_queue_timeouts_fail_without_switching_and_free_the_head() {
+    let mut world =
+        World::new(Mode::Legacy, 16)
+            .serving("a")
+            .queue(&[(1, "b", D), (2, "a", D), (3, "a", D)]);
+    world.queue[0].deadline = Some(world.now);
+    world.queue[2].deadline = Some(world.now + Duration::from_secs(1));
+    let plan = world.decide();
+    assert_eq!(
+        plan.decisions,
+        [
+            Decision::Fail((1, 1), Failure::QueueTimeout),
+            Decision::Grant((1, 2)),
+        ]
+    );
+    assert_eq!(plan.wake_at, world.queue[2].deadline);
+}
+
+#[test]
+fn legacy_tiers_take_the_lock_first() {
+    let world =
+        World::new(Mode::Legacy, 16)
+            .serving("a")
+            .queue(&[(1, "a", F), (2, "a", D), (3, "b", P)]);
+    // Priority B is the head: nothing for A, B loads once A is quiet (priority: no grace).
+    assert_eq!(world.decide().decisions, load("b", &[3]));
+    let world = World::new(Mode::Legacy, 16)
+        .serving("a")
+        .queue(&[(1, "a", F), (2, "a", D)]);
+    assert_eq!(world.decide().decisions, grants(&[2]));
+}
+
+#[test]
+fn legacy_cache_order_reorders_only_the_run_at_the_head() {
+    let mut world = World::new(Mode::Legacy, 16).serving("a").queue(&[
+        (1, "a", D),
+        (2, "a", D),
+        (3, "b", D),
+        (4, "a", D),
+    ]);
+    world.usable = true;
+    assert_eq!(
+        world.decide().decisions,
+        [Decision::StartLookup(vec![(1, 1), (1, 2)])],
+        "A4 is behind B3's place"
+    );
+    world.ranks = Some([((1, 1), 0.1), ((1, 2), 0.8), ((1, 4), 1.0)].into());
+    assert_eq!(world.decide().decisions, grants(&[2]));
+}
+
+#[test]
+fn legacy_the_head_joins_an_operator_load_of_its_model() {
+    let world = World::new(Mode::Legacy, 16)
+        .loading("a")
+        .queue(&[(1, "a", D), (2, "a", D)]);
+    assert_eq!(world.decide().decisions, [Decision::Admit((1, 1))]);
+    let world = World::new(Mode::Legacy, 16)
+        .loading("a")
+        .queue(&[(1, "b", D), (2, "a", D)]);
+    assert_eq!(
+        world.decide().decisions,
+        [],
+        "another model waits at the head"
+    );
+}
+
+// ---- timers, on tokio's paused clock ----------------------------------------
+
+/// Runs the world until it has no decision and no timer left (or `limit` passes), sleeping
+/// until each `wake_at` on the paused clock; returns when each decision happened.
+async fn run_timers(world: &mut World, limit: Duration) -> Vec<(Duration, Decision)> {
+    let start = Instant::now();
+    let mut log = Vec::new();
+    loop {
+        world.now = Instant::now();
+        let plan = world.decide();
+        for decision in &plan.decisions {
+            log.push((world.now - start, decision.clone()));
+        }
+        if !plan.decisions.is_empty() {
+            world.apply(&plan);
+            continue;
+        }
+        match plan.wake_at {
+            Some(at) if at - start <= limit => tokio::time::sleep_until(at).await,
+            _ => return log,
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn grace_expiry_switches_exactly_when_the_quiet_period_ends() {
+    let mut world = World::new(Mode::WaitFirst, 16)
+        .serving("a")
+        .queue(&[(1, "b", D)]);
+    world.quiet_since = Instant::now();
+    let log = run_timers(&mut world, Duration::from_secs(10)).await;
+    assert_eq!(log[0], (GRACE, Decision::StartLoad { model: "b".into() }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_unload_happens_after_idle_ms_of_quiet() {
+    let mut world = World::new(Mode::WaitFirst, 16).serving("a");
+    world.quiet_since = Instant::now();
+    let log = run_timers(&mut world, IDLE * 2).await;
+    assert_eq!(log, [(IDLE, Decision::Unload)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn legacy_queue_ms_fails_a_ticket_stuck_behind_the_lock() {
+    let mut world = World::new(Mode::Legacy, 16)
+        .serving("a")
+        .leases(1)
+        .queue(&[(1, "a", D)]);
+    world.header_waits = 1;
+    world.queue[0].deadline = Some(Instant::now() + Duration::from_millis(500));
+    let log = run_timers(&mut world, Duration::from_secs(10)).await;
+    assert_eq!(
+        log,
+        [(
+            Duration::from_millis(500),
+            Decision::Fail((1, 1), Failure::QueueTimeout)
+        )]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_cooldown_refuses_launches_until_it_ends() {
+    let mut world = World::new(Mode::WaitFirst, 16).queue(&[(1, "b", D)]);
+    world.cooldown_until = Some(Instant::now() + Duration::from_secs(30));
+    let log = run_timers(&mut world, Duration::from_secs(60)).await;
+    assert_eq!(
+        log,
+        [(Duration::ZERO, Decision::Fail((1, 1), Failure::Cooldown))]
+    );
+    // A ticket that comes after the cooldown ends starts the launch.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let mut world = World {
+        cooldown_until: world.cooldown_until,
+        ..World::new(Mode::WaitFirst, 16).queue(&[(2, "b", D)])
+    };
+    let log = run_timers(&mut world, Duration::from_secs(1)).await;
+    assert_eq!(
+        log[0],
+        (Duration::ZERO, Decision::StartLoad { model: "b".into() })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lookup_that_outlives_its_budget_falls_back_to_arrival_order() {
+    let budget = Duration::from_millis(1000);
+    let start = Instant::now();
+    let mut cache = CacheState::default();
+    cache.start(1, start + budget, [1].into());
+    let mut world = competing(None);
+    loop {
+        world.now = Instant::now();
+        cache.expire(world.now);
+        let view = cache.view(true);
+        world.ranks = view.ranks.cloned();
+        world.lookup_until = view.lookup_until;
+        world.tried = view.tried;
+        let plan = world.decide();
+        if !plan.decisions.is_empty() {
+            assert_eq!(plan.decisions, grants(&[1]));
+            assert_eq!(Instant::now() - start, budget);
+            return;
+        }
+        tokio::time::sleep_until(plan.wake_at.expect("the lookup's budget")).await;
+    }
+}
