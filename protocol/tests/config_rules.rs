@@ -1232,6 +1232,9 @@ fn known_names_are_configured_ids_and_aliases() {
     }
 }
 
+/// The base config's fingerprint; see `fingerprint_is_stable`.
+const PINNED_FINGERPRINT: u64 = 0x2eb2_dc6c_4da8_65c7;
+
 #[test]
 fn fingerprint_is_stable() {
     let first = ok(|_| {}).fingerprint();
@@ -1257,17 +1260,16 @@ fn fingerprint_is_stable() {
         Config::from_json_str(reordered).unwrap().fingerprint(),
         first
     );
-    assert_eq!(ok(|_| {}).registry.fingerprint(), first);
     // Pinned: a change here means every deployed proxy/supervisor pair
     // built before it would refuse each other, so it must be deliberate.
-    assert_eq!(first, 0xe615_837c_0dd2_e1fd, "fingerprint is {first:#018x}");
+    assert_eq!(first, PINNED_FINGERPRINT, "fingerprint is {first:#018x}");
 }
 
 /// A named edit of the base config.
 type Change = (&'static str, fn(&mut Value));
 
 #[test]
-fn fingerprint_changes_with_routing_keys_only() {
+fn fingerprint_changes_with_every_setting() {
     let base_print = ok(|_| {}).fingerprint();
     let changes: &[Change] = &[
         ("backend_port", |v| v["backend_port"] = json!(8096)),
@@ -1302,11 +1304,28 @@ fn fingerprint_changes_with_routing_keys_only() {
         ("alias removed", |v| {
             remove(&mut v["aliases"], "qwen3.6-35b-a3b")
         }),
-    ];
-    for (name, change) in changes {
-        assert_ne!(ok(*change).fingerprint(), base_print, "{name}");
-    }
-    let unrelated: &[Change] = &[
+        // Both daemons must agree on the scheduling rules and timers too.
+        ("wait_when_busy", |v| v["wait_when_busy"] = json!(true)),
+        ("max_pending", |v| v["max_pending"] = json!(3)),
+        ("cache_max_active", |v| v["cache_max_active"] = json!(1)),
+        ("queue_ms", |v| v["queue_ms"] = json!(5)),
+        ("response_ms", |v| v["response_ms"] = json!(5)),
+        ("startup_ms", |v| v["startup_ms"] = json!(5)),
+        ("cooldown_ms", |v| v["cooldown_ms"] = json!(5)),
+        ("idle_ms", |v| v["idle_ms"] = json!(5)),
+        ("shutdown_ms", |v| v["shutdown_ms"] = json!(5)),
+        ("drain_ms", |v| v["drain_ms"] = json!(5)),
+        ("model_grace_ms", |v| v["model_grace_ms"] = json!(5)),
+        ("cache_lookup_ms", |v| v["cache_lookup_ms"] = json!(5)),
+        ("listen", |v| v["listen"] = json!("127.0.0.1:9")),
+        ("max_request_body_bytes", |v| {
+            v["max_request_body_bytes"] = json!(5)
+        }),
+        ("require_socket_activation", |v| {
+            v["require_socket_activation"] = json!(true)
+        }),
+        ("request_log_capacity", |v| v["request_log_capacity"] = json!(5)),
+        ("python", |v| v["python"] = json!("/usr/bin/python3")),
         ("quantization", |v| {
             model(v, "a-q4")["quantization"] = json!("q4_0")
         }),
@@ -1314,11 +1333,16 @@ fn fingerprint_changes_with_routing_keys_only() {
         ("metadata", |v| {
             model(v, "a-q4")["metadata"] = json!({"meta": 1})
         }),
-        ("timers", |v| v["idle_ms"] = json!(5)),
-        ("listen", |v| v["listen"] = json!("127.0.0.1:9")),
+    ];
+    for (name, change) in changes {
+        assert_ne!(ok(*change).fingerprint(), base_print, "{name}");
+    }
+    // The same effective config, spelled differently.
+    let unrelated: &[Change] = &[
         ("enabled spelled out in id order", |v| {
             v["enabled_models"] = json!(["a-iq3", "a-q4", "a-q8", "b-q4", "b-q6"])
         }),
+        ("a default spelled out", |v| v["max_pending"] = json!(16)),
     ];
     for (name, change) in unrelated {
         assert_eq!(ok(*change).fingerprint(), base_print, "{name}");

@@ -92,6 +92,13 @@ fn main() -> ExitCode {
         });
         match strata_proxy::run(Arc::new(config), listener, signal_rx).await {
             Ok(()) => ExitCode::SUCCESS,
+            // Refused by the supervisor: a different build or configuration.
+            // Restarting cannot help, so the same status as a config error
+            // (the units say RestartPreventExitStatus=78).
+            Err(err @ strata_proxy::RunError::Refused(_)) => {
+                eprintln!("strata-proxy: {err}");
+                ExitCode::from(EXIT_CONFIG)
+            }
             Err(err) => {
                 eprintln!("strata-proxy: {err}");
                 ExitCode::FAILURE

@@ -44,6 +44,11 @@ impl LinkShared {
         if record.arrival_seq == 0 {
             record.arrival_seq = self.counters.next_arrival();
         }
+        // A request that ended before the proxy could number it (its
+        // handler was dropped mid-upload) still gets a unique ID.
+        if record.request_id.is_empty() {
+            record.request_id = strata_protocol::ids::request_id(&self.instance_id, record.arrival_seq);
+        }
         self.accounting.submit(|seq| {
             record.seq = seq;
             Arc::from(record.to_json())
@@ -117,7 +122,7 @@ async fn handle_connection(
                 return;
             }
             if fingerprint != identity.fingerprint {
-                let reason = "registry fingerprint differs: the proxy and the supervisor were started with different model configurations; restart both with the same config".to_string();
+                let reason = "config fingerprint differs: the proxy and the supervisor were started with different configurations (models or settings); restart both with the same config".to_string();
                 let _ = write_frame(&mut writer, &refuse(reason)).await;
                 return;
             }

@@ -382,7 +382,7 @@ impl TestConfig {
             .unwrap_or_else(|err| panic!("test config {} is invalid: {err}", self.path.display()))
     }
 
-    /// The registry fingerprint a proxy sends in its hello.
+    /// The config fingerprint a proxy sends in its hello.
     pub fn fingerprint(&self) -> u64 {
         self.load().fingerprint()
     }

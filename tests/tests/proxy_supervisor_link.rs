@@ -18,21 +18,30 @@ fn a_proxy_with_a_different_model_configuration_is_refused_and_exits() {
     let mut supervisor = strata_e2e::spawn_supervisor(&config, "supervisor");
     strata_e2e::wait_supervisor_serving(&mut supervisor, &control);
 
-    // Same sockets and listener, different enabled models: another registry.
-    let mut other = config.json.clone();
-    other["enabled_models"] = json!([]);
-    let other_path = config.dir.path().join("other.json");
-    std::fs::write(&other_path, other.to_string()).unwrap();
-    let mut command = std::process::Command::new(strata_e2e::binary("strata-proxy"));
-    command.arg(&other_path);
-    let mut proxy = Daemon::spawn("proxy", command, config.dir.path());
-    let status = proxy.wait_exit(DEADLINE);
-    assert!(!status.success(), "the refused proxy must exit non-zero");
-    let stderr = proxy.stderr();
-    assert!(
-        stderr.contains("refused") && stderr.contains("fingerprint"),
-        "the reason names the refusal and the fingerprint:\n{stderr}"
-    );
+    // Same sockets and listener, but another registry (different enabled models), or the same
+    // models with other scheduling rules: both are refused, with EX_CONFIG (78), so systemd's
+    // RestartPreventExitStatus=78 stops a restart loop.
+    let edits: [(&str, fn(&mut serde_json::Value)); 3] = [
+        ("registry", |v| v["enabled_models"] = json!([])),
+        ("scheduling", |v| v["wait_when_busy"] = json!(true)),
+        ("timers", |v| v["model_grace_ms"] = json!(1)),
+    ];
+    for (name, edit) in edits {
+        let mut other = config.json.clone();
+        edit(&mut other);
+        let other_path = config.dir.path().join(format!("other-{name}.json"));
+        std::fs::write(&other_path, other.to_string()).unwrap();
+        let mut command = std::process::Command::new(strata_e2e::binary("strata-proxy"));
+        command.arg(&other_path);
+        let mut proxy = Daemon::spawn(&format!("proxy-{name}"), command, config.dir.path());
+        let status = proxy.wait_exit(DEADLINE);
+        assert_eq!(status.code(), Some(78), "{name}: a refused proxy exits 78");
+        let stderr = proxy.stderr();
+        assert!(
+            stderr.contains("refused") && stderr.contains("fingerprint"),
+            "{name}: the reason names the refusal and the fingerprint:\n{stderr}"
+        );
+    }
     // The supervisor is unaffected.
     assert_eq!(control.status()["proxies"], 0);
     supervisor.kill(Signal::SIGTERM);

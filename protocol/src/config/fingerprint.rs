@@ -1,6 +1,10 @@
-//! The registry fingerprint the supervisor and proxy compare in their
-//! hello, so a proxy configured differently from its supervisor is refused
-//! instead of misrouting.
+//! The config fingerprint the supervisor and proxy compare in their hello,
+//! so a proxy configured differently from its supervisor is refused
+//! instead of misrouting or disagreeing on the scheduling rules. It covers
+//! the model registry and every other setting of the file, defaults
+//! applied (the registry part alone is [`canonical_text`]; the rest is
+//! [`settings_text`]). Profile contents are not part of it: both daemons
+//! read the same files.
 //!
 //! The digest is FNV-1a 64 over a canonical text, not `std`'s `Hasher`:
 //! `DefaultHasher` is randomly keyed per process and its algorithm may
@@ -60,6 +64,79 @@ pub(crate) fn canonical_text(registry: &Registry) -> String {
     let _ = writeln!(text, "enabled {}", list(registry.enabled_ids()));
     for alias in registry.configured_aliases() {
         let _ = writeln!(text, "alias {} {}", alias.family, list(&alias.effective));
+    }
+    text
+}
+
+/// Every setting besides the registry, one line each, in a fixed order:
+///
+/// ```text
+/// settings v1
+/// python "PATH"
+/// ...one line per setting...
+/// model "ID" quantization "Q" fine_tune "F"|null metadata JSON
+/// ```
+pub(crate) fn settings_text(config: &super::Config) -> String {
+    let path = |p: &std::path::Path| quote(&p.to_string_lossy());
+    let log = &config.request_log;
+    let timers = &config.timers;
+    let scheduling = &config.scheduling;
+    let mut text = String::from("settings v1\n");
+    let lines = [
+        format!("python {}", path(&config.python)),
+        format!("strata_dir {}", path(&config.strata_dir)),
+        format!("listen {}", config.listen),
+        format!("control_socket {}", path(&config.control_socket)),
+        format!("supervisor_socket {}", path(&config.supervisor_socket)),
+        format!("max_request_body_bytes {}", config.max_request_body_bytes),
+        format!(
+            "require_socket_activation {}",
+            config.require_socket_activation
+        ),
+        format!(
+            "request_log {} {} {} {}",
+            log.path.as_deref().map_or_else(|| "null".to_owned(), path),
+            log.max_bytes,
+            log.rotate_files,
+            log.capacity
+        ),
+        format!(
+            "scheduling wait_when_busy {} max_pending {} cache_max_active {}",
+            scheduling.wait_when_busy, scheduling.max_pending, scheduling.cache_max_active
+        ),
+        format!(
+            "timers queue {} response {} startup {} cooldown {} idle {} shutdown {} drain {} grace {} cache_lookup {}",
+            timers.queue_ms,
+            timers.response_ms,
+            timers.startup_ms,
+            timers.cooldown_ms,
+            timers.idle_ms,
+            timers.shutdown_ms,
+            timers.drain_ms,
+            timers.model_grace_ms,
+            timers.cache_lookup_ms
+        ),
+    ];
+    for line in lines {
+        let _ = writeln!(text, "{line}");
+    }
+    for model in config.registry.models() {
+        let metadata = serde_json::json!({
+            "meta": model.metadata.meta,
+            "architecture": model.metadata.architecture,
+            "thinking": model.metadata.thinking,
+        });
+        let _ = writeln!(
+            text,
+            "model {} quantization {} fine_tune {} metadata {}",
+            quote(&model.id),
+            quote(&model.quantization),
+            model
+                .fine_tune
+                .as_deref()
+                .map_or_else(|| "null".to_owned(), quote),
+            metadata
+        );
     }
     text
 }

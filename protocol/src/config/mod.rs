@@ -269,10 +269,13 @@ impl Config {
         }
     }
 
-    /// The registry fingerprint (which includes `backend_port`); the same
-    /// value as [`Registry::fingerprint`].
+    /// The fingerprint of the whole effective configuration (the registry,
+    /// which includes `backend_port`, and every other setting, defaults
+    /// applied) that both daemons compare in their hello.
     pub fn fingerprint(&self) -> u64 {
-        self.registry.fingerprint()
+        let mut text = fingerprint::canonical_text(&self.registry);
+        text.push_str(&fingerprint::settings_text(self));
+        fingerprint::fnv1a64(text.as_bytes())
     }
 
     /// Legacy mode's queue deadline; `None` in wait-first mode, where

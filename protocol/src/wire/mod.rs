@@ -5,7 +5,7 @@
 //! payload serialized with bincode 1.3.3 under an explicit byte limit. The
 //! first frame in each direction is the versioned hello
 //! ([`ProxyMessage::Hello`] / [`SupervisorMessage::Welcome`]); the supervisor
-//! refuses a proxy whose protocol version or registry fingerprint differs,
+//! refuses a proxy whose protocol version or config fingerprint differs,
 //! so a proxy built or configured differently cannot misroute.
 //!
 //! These types are an IPC contract: changing a variant or field changes the

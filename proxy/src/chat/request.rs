@@ -47,7 +47,7 @@ impl RequestError {
             RequestError::ModelNotAString => "model must be a string",
             RequestError::StreamNotABool => "stream must be a boolean",
             RequestError::BadServiceTier => {
-                "service_tier must be one of priority, default, auto or flex"
+                "service_tier must be one of priority, fast, default, auto or flex"
             }
             RequestError::BadSpeed => "speed must be fast or standard",
         }
@@ -101,7 +101,9 @@ fn parse_tier(raw: Option<&RawValue>) -> Result<ServiceTier, RequestError> {
     };
     match serde_json::from_str::<Option<&str>>(raw.get()) {
         Ok(None) => Ok(ServiceTier::Default),
-        Ok(Some("priority")) => Ok(ServiceTier::Priority),
+        // `fast` is what current OpenAI SDKs send for Fast mode; OpenAI's
+        // API treats it as `priority`.
+        Ok(Some("priority" | "fast")) => Ok(ServiceTier::Priority),
         Ok(Some("default" | "auto")) => Ok(ServiceTier::Default),
         Ok(Some("flex")) => Ok(ServiceTier::Flex),
         _ => Err(RequestError::BadServiceTier),
@@ -204,6 +206,8 @@ mod tests {
     fn tiers_and_speed_parse_as_specified() {
         let cases = [
             (r#""service_tier":"priority""#, Ok(ServiceTier::Priority)),
+            (r#""service_tier":"fast""#, Ok(ServiceTier::Priority)),
+            (r#""service_tier":"Fast""#, Err(RequestError::BadServiceTier)),
             (r#""service_tier":"default""#, Ok(ServiceTier::Default)),
             (r#""service_tier":"auto""#, Ok(ServiceTier::Default)),
             (r#""service_tier":"flex""#, Ok(ServiceTier::Flex)),
