@@ -47,7 +47,8 @@ impl LinkShared {
         // A request that ended before the proxy could number it (its
         // handler was dropped mid-upload) still gets a unique ID.
         if record.request_id.is_empty() {
-            record.request_id = strata_protocol::ids::request_id(&self.instance_id, record.arrival_seq);
+            record.request_id =
+                strata_protocol::ids::request_id(&self.instance_id, record.arrival_seq);
         }
         self.accounting.submit(|seq| {
             record.seq = seq;

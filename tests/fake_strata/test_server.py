@@ -775,6 +775,18 @@ class LifecycleTests(unittest.TestCase):
         r, body = on.post("/v1/cache/lookup", {"requests": []})
         self.assertEqual(json.loads(body), {"min_tokens": 4096, "results": []})
 
+    def test_cache_lookup_bad_replies(self):
+        bad = Fake(self, fake={"cache_lookup_reply": "malformed"})
+        short = Fake(self, fake={"cache_lookup_reply": "missing_id"})
+        bad.wait_ready()
+        short.wait_ready()
+        two = {"requests": [{"id": "1", "body": {"model": "m"}}, {"id": "2", "body": {"model": "m"}}]}
+        r, body = bad.post("/v1/cache/lookup", two)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(json.loads(body), {"min_tokens": "many", "results": "none"})
+        r, body = short.post("/v1/cache/lookup", two)
+        self.assertEqual([item["id"] for item in json.loads(body)["results"]], ["2"])
+
     def test_large_stream(self):
         fake = Fake(self)
         fake.wait_ready()

@@ -80,6 +80,8 @@ pub fn vm_rss_kib(pid: u32) -> Option<u64> {
 pub struct Stack {
     /// The current proxy (none between a kill and the next start).
     proxy: Option<Daemon>,
+    /// Further proxies on listeners of their own ([`Stack::start_extra_proxy`]).
+    extra: Vec<Daemon>,
     /// Earlier proxy processes, kept for their stderr and reaped on drop.
     retired: Vec<Daemon>,
     spawned: usize,
@@ -110,6 +112,7 @@ impl Stack {
     pub fn supervisor_only(config: TestConfig) -> Stack {
         Stack {
             proxy: None,
+            extra: Vec::new(),
             retired: Vec::new(),
             spawned: 0,
             supervisor: Some(Supervisor::start(config)),
@@ -233,6 +236,45 @@ impl Stack {
         }
     }
 
+    /// Starts one more proxy beside the current one, on its own loopback listener (a copy of
+    /// the config that differs only in `listen`, which the fingerprint leaves out), and waits
+    /// until it serves. Returns its address. It is stopped with the stack.
+    pub fn start_extra_proxy(&mut self) -> SocketAddr {
+        let config = &self.sup().config;
+        let addr = SocketAddr::from(([127, 0, 0, 1], crate::net::free_port()));
+        let mut json = config.json.clone();
+        json["listen"] = serde_json::json!(addr.to_string());
+        let n = self.extra.len() + 1;
+        let path = config.dir.join(format!("config-extra{n}.json"));
+        std::fs::write(&path, json.to_string()).expect("write the extra proxy's config");
+        let mut command = Command::new(binary(PROXY_BIN));
+        command.arg(&path).env(
+            "STRATA_LOG",
+            std::env::var("STRATA_LOG").unwrap_or_else(|_| "info".into()),
+        );
+        let mut daemon = Daemon::spawn(&format!("proxy-extra{n}"), command, config.dir.path());
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = daemon.try_exit() {
+                panic!(
+                    "the extra proxy exited with {status}\n{}",
+                    daemon.stderr_report()
+                );
+            }
+            if http::try_request(addr, "GET", "/health", &[], b"").is_ok_and(|r| r.status == 200) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the extra proxy did not serve\n{}",
+                daemon.stderr_report()
+            );
+            std::thread::sleep(POLL_INTERVAL);
+        }
+        self.extra.push(daemon);
+        addr
+    }
+
     /// Sends `signal` to the current proxy (by PID). It stays the current proxy until
     /// [`Stack::wait_proxy_exit`] or the next start.
     pub fn kill_proxy(&mut self, signal: Signal) {
@@ -289,6 +331,15 @@ impl Stack {
     /// The clean end of a test: SIGTERM to the current proxy (it must exit 0), then the
     /// supervisor's clean stop (exit 0, sockets removed, no backend process left).
     pub fn stop(mut self) {
+        for proxy in &mut self.extra {
+            proxy.kill(Signal::SIGTERM);
+            let status = proxy.wait_exit(DEADLINE);
+            assert!(
+                status.success(),
+                "an extra strata-proxy exited with {status} after SIGTERM\n{}",
+                proxy.stderr_report()
+            );
+        }
         if let Some(proxy) = self.proxy.as_mut()
             && proxy.is_running()
         {
@@ -313,6 +364,10 @@ impl Drop for Stack {
         // Proxies first (by PID), then the supervisor (its own Drop kills any backend of this
         // test and prints the fake log when the test failed).
         if let Some(mut proxy) = self.proxy.take() {
+            proxy.kill_and_reap();
+            self.retired.push(proxy);
+        }
+        for mut proxy in self.extra.drain(..) {
             proxy.kill_and_reap();
             self.retired.push(proxy);
         }

@@ -3,8 +3,10 @@
 //! instead of misrouting or disagreeing on the scheduling rules. It covers
 //! the model registry and every other setting of the file, defaults
 //! applied (the registry part alone is [`canonical_text`]; the rest is
-//! [`settings_text`]). Profile contents are not part of it: both daemons
-//! read the same files.
+//! [`settings_text`]), except the listener settings (`listen`,
+//! `require_socket_activation`), which are the proxy's alone: two proxies
+//! on different listeners may serve one supervisor. Profile contents are
+//! not part of it: both daemons read the same files.
 //!
 //! The digest is FNV-1a 64 over a canonical text, not `std`'s `Hasher`:
 //! `DefaultHasher` is randomly keyed per process and its algorithm may
@@ -85,14 +87,9 @@ pub(crate) fn settings_text(config: &super::Config) -> String {
     let lines = [
         format!("python {}", path(&config.python)),
         format!("strata_dir {}", path(&config.strata_dir)),
-        format!("listen {}", config.listen),
         format!("control_socket {}", path(&config.control_socket)),
         format!("supervisor_socket {}", path(&config.supervisor_socket)),
         format!("max_request_body_bytes {}", config.max_request_body_bytes),
-        format!(
-            "require_socket_activation {}",
-            config.require_socket_activation
-        ),
         format!(
             "request_log {} {} {} {}",
             log.path.as_deref().map_or_else(|| "null".to_owned(), path),

@@ -271,7 +271,8 @@ impl Config {
 
     /// The fingerprint of the whole effective configuration (the registry,
     /// which includes `backend_port`, and every other setting, defaults
-    /// applied) that both daemons compare in their hello.
+    /// applied, but not the proxy's own listener settings) that both
+    /// daemons compare in their hello.
     pub fn fingerprint(&self) -> u64 {
         let mut text = fingerprint::canonical_text(&self.registry);
         text.push_str(&fingerprint::settings_text(self));

@@ -207,7 +207,10 @@ mod tests {
         let cases = [
             (r#""service_tier":"priority""#, Ok(ServiceTier::Priority)),
             (r#""service_tier":"fast""#, Ok(ServiceTier::Priority)),
-            (r#""service_tier":"Fast""#, Err(RequestError::BadServiceTier)),
+            (
+                r#""service_tier":"Fast""#,
+                Err(RequestError::BadServiceTier),
+            ),
             (r#""service_tier":"default""#, Ok(ServiceTier::Default)),
             (r#""service_tier":"auto""#, Ok(ServiceTier::Default)),
             (r#""service_tier":"flex""#, Ok(ServiceTier::Flex)),

@@ -36,6 +36,7 @@ PROFILE_KEYS = {
     "spawn_grandchild": (False, "bool"),
     "cache_lookup": (True, "bool"),
     "cache_lookup_delay_ms": (0, "ms"),
+    "cache_lookup_reply": (None, ("malformed", "missing_id")),
 }
 
 # Per request: defaults from the profile's `fake`, overrides from the request's `fake`.

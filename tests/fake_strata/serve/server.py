@@ -506,6 +506,11 @@ class Handler(BaseHTTPRequestHandler):
             return 499, None, len(items)
         if st.busy():
             return 409, frames.error_body("model_busy", "busy"), len(items)
+        reply = st.profile.start["cache_lookup_reply"]
+        if reply == "malformed":
+            return 200, {"min_tokens": "many", "results": "none"}, len(items)
+        if reply == "missing_id":
+            results = results[1:]
         return 200, {"min_tokens": st.profile.cache_min_tokens, "results": results}, len(items)
 
 

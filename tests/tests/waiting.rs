@@ -1,0 +1,800 @@
+//! The scheduling scenarios (the spec's `tests/waiting.py`), through the real binaries and the
+//! fake backend: overloaded admission across two proxies, delayed response headers, model
+//! groups, tool-gap grace, tiers inside and across models, cache-aware order and each of its
+//! fallbacks, legacy 429/504, disconnects while queued and while admitted, a failed load of a
+//! waiting group, and a proxy drain with waiting tickets. Orders are read from the fake's event
+//! log (the order requests reached the backend); `/metrics` and the records are checked where
+//! the scenario makes them interesting.
+
+use std::net::SocketAddr;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use strata_e2e::accounting::{chat_request, wait_record};
+use strata_e2e::http::{self, Response, Stream};
+use strata_e2e::stack::Stack;
+use strata_e2e::{ConfigBuilder, DEADLINE, FakeLog, ModelSpec, poll_until};
+
+const A: &str = "flash-a";
+const B: &str = "flash-b";
+
+/// One chat request the backend received.
+#[derive(Debug, Clone)]
+struct Received {
+    ts: f64,
+    pid: u32,
+    /// The request's `fake` object (tests tag requests with it).
+    fake: Value,
+}
+
+fn received(log: &FakeLog) -> Vec<Received> {
+    log.events_named("request")
+        .into_iter()
+        .filter(|event| event["path"] == "/v1/chat/completions")
+        .map(|event| Received {
+            ts: event["ts"].as_f64().unwrap_or(0.0),
+            pid: event["pid"].as_u64().unwrap_or(0) as u32,
+            fake: event["fake"].clone(),
+        })
+        .collect()
+}
+
+/// A request tagged `tag`. The tag travels in the fake's `error_message`, a key it only reads
+/// when `error_status` is set: harmless, and visible in its event log.
+fn tagged(model: &str, stream: bool, tag: &str, extra: Value) -> Value {
+    let mut fake = json!({"error_message": tag});
+    if let Value::Object(extra) = extra {
+        for (key, value) in extra {
+            fake[key] = value;
+        }
+    }
+    chat_request(model, stream, tag, fake)
+}
+
+/// The tags of the requests the backend received, in order.
+fn order(log: &FakeLog) -> Vec<String> {
+    received(log)
+        .into_iter()
+        .filter_map(|request| request.fake["error_message"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Runs a non-stream chat on its own thread.
+fn spawn_chat(addr: SocketAddr, body: Value) -> JoinHandle<Response> {
+    std::thread::spawn(move || http::chat(addr, &body))
+}
+
+/// The engine's counts as the supervisor's status reports them.
+fn waiting(stack: &Stack) -> u64 {
+    stack.status()["waiting_requests"].as_u64().unwrap_or(0)
+}
+
+/// A streaming request that holds its model busy for about `ms` milliseconds (20 deltas),
+/// opened and read up to its first data frame (it has its lease then).
+fn hold(stack: &Stack, model: &str, tag: &str, ms: u64) -> Stream {
+    let body = tagged(
+        model,
+        true,
+        tag,
+        json!({"tokens": 20, "token_delay_ms": ms / 20}),
+    );
+    let mut stream = stack.open_chat(&body);
+    assert_eq!(stream.status, 200);
+    stream.frames_until(DEADLINE, "the holder's first data frame", |frame| {
+        frame.is_data()
+    });
+    stream
+}
+
+fn finish(mut stream: Stream) {
+    let frames = stream.remaining_frames(DEADLINE);
+    assert!(
+        frames.last().is_some_and(|frame| frame.is_done()),
+        "{frames:#?}"
+    );
+}
+
+fn ok(handle: JoinHandle<Response>) -> Response {
+    let response = handle.join().expect("the request thread");
+    assert_eq!(response.status, 200, "{response}");
+    response
+}
+
+fn wait_first(tag: &str) -> ConfigBuilder {
+    ConfigBuilder::new(tag).wait_when_busy(true)
+}
+
+// ---- wait-first ---------------------------------------------------------------------------
+
+/// More clients than `max_pending` over two proxies at once: every request succeeds, the
+/// backend never has more than `max_pending` generations, and `/metrics` on either proxy shows
+/// the router's totals (requests of both).
+#[test]
+fn overload_across_two_proxies_never_dispatches_more_than_max_pending() {
+    let mut stack = Stack::start(
+        wait_first("overload")
+            .model(ModelSpec::new(A))
+            .set("max_pending", 2)
+            .build(),
+    );
+    let second = stack.start_extra_proxy();
+    stack
+        .chat(&chat_request(A, false, "warm", Value::Null))
+        .expect_status(200);
+    let slow = json!({"tokens": 6, "token_delay_ms": 60});
+    let handles: Vec<JoinHandle<Response>> = (0..12)
+        .map(|i| {
+            let addr = if i % 2 == 0 { stack.addr() } else { second };
+            spawn_chat(addr, chat_request(A, i % 3 == 0, "load", slow.clone()))
+        })
+        .collect();
+    // Sample the router-wide counts from the first proxy while the others wait.
+    let (mut most_queued, mut most_in_flight) = (0, 0);
+    while !handles.iter().all(JoinHandle::is_finished) {
+        let metrics = stack.metrics();
+        most_queued = most_queued.max(metrics["queue_depth"].as_u64().unwrap_or(0));
+        most_in_flight = most_in_flight.max(metrics["in_flight"].as_u64().unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for handle in handles {
+        ok(handle);
+    }
+    let in_flight: Vec<u64> = stack
+        .fake_log()
+        .events_named("request")
+        .iter()
+        .filter_map(|event| event["in_flight"].as_u64())
+        .collect();
+    assert!(
+        in_flight.iter().all(|n| *n <= 2),
+        "the backend saw more than max_pending at once: {in_flight:?}"
+    );
+    assert!(
+        in_flight.contains(&2),
+        "the two slots were used together: {in_flight:?}"
+    );
+    assert!(most_in_flight <= 2, "in_flight {most_in_flight}");
+    assert!(
+        most_queued >= 2,
+        "requests of both proxies waited: {most_queued}"
+    );
+    stack.stop();
+}
+
+/// A slow response-header wait does not block admission of other requests for the same model
+/// in wait-first mode; in legacy mode it holds the engine lock until the headers arrive.
+#[test]
+fn delayed_headers_block_admission_in_legacy_mode_only() {
+    for wait_first_mode in [true, false] {
+        let stack = Stack::start(
+            ConfigBuilder::new(if wait_first_mode {
+                "hdr-wf"
+            } else {
+                "hdr-legacy"
+            })
+            .model(ModelSpec::new(A))
+            .wait_when_busy(wait_first_mode)
+            .set("max_pending", 8)
+            .build(),
+        );
+        stack
+            .chat(&chat_request(A, false, "warm", Value::Null))
+            .expect_status(200);
+        let log = stack.fake_log();
+        let slow = spawn_chat(
+            stack.addr(),
+            tagged(A, false, "slow", json!({"header_delay_ms": 2500})),
+        );
+        poll_until(DEADLINE, "the slow request at the backend", || {
+            order(&log) == ["slow"]
+        });
+        let started = Instant::now();
+        let quick = http::chat(stack.addr(), &tagged(A, false, "quick", Value::Null));
+        let quick_took = started.elapsed();
+        assert_eq!(quick.status, 200, "{quick}");
+        ok(slow);
+        let requests = received(&log);
+        let gap = requests[2].ts - requests[1].ts;
+        if wait_first_mode {
+            assert!(
+                quick_took < Duration::from_millis(2000),
+                "wait-first: the quick request waited {quick_took:?} behind a header wait"
+            );
+        } else {
+            assert!(
+                gap >= 2.3,
+                "legacy: the quick request reached the backend {gap:.2}s after the slow one, before its headers"
+            );
+            let record = wait_record(stack.addr(), quick.header("x-strata-request-id").unwrap());
+            assert!(
+                record.json["queue_wait_ms"].as_u64().unwrap() >= 2000,
+                "{}",
+                record.raw
+            );
+        }
+        stack.stop();
+    }
+}
+
+/// Arrivals A B A B with A loaded run as A A, then B B: requests for the loaded model run
+/// together, and once it is quiet the earliest waiting model group goes next, whole.
+#[test]
+fn model_groups_run_a_a_then_b_b() {
+    let stack = Stack::start(
+        wait_first("groups")
+            .model(ModelSpec::new(A))
+            .model(ModelSpec::new(B))
+            .model_grace_ms(0)
+            .build(),
+    );
+    stack
+        .chat(&chat_request(A, false, "warm", Value::Null))
+        .expect_status(200);
+    let log = stack.fake_log();
+    let holder = hold(&stack, A, "holder", 1500);
+    let mut handles = Vec::new();
+    for (model, tag) in [(B, "b1"), (A, "a2"), (B, "b3"), (A, "a4")] {
+        let before = received(&log).len();
+        handles.push(spawn_chat(
+            stack.addr(),
+            tagged(model, false, tag, Value::Null),
+        ));
+        // Enqueued in this order: B waits, A goes to the backend at once.
+        poll_until(DEADLINE, format!("{tag} enqueued"), || {
+            if model == B {
+                waiting(&stack) as usize == handles.len().div_ceil(2)
+            } else {
+                received(&log).len() == before + 1
+            }
+        });
+    }
+    finish(holder);
+    for handle in handles {
+        ok(handle);
+    }
+    assert_eq!(order(&log), ["holder", "a2", "a4", "b1", "b3"]);
+    let requests = received(&log);
+    assert_eq!(
+        requests[4].pid, requests[5].pid,
+        "b1 and b3 were served by one B backend"
+    );
+    stack.stop();
+}
+
+/// Tool-call gaps: after the loaded model's last request, `model_grace_ms` keeps it selected; a
+/// same-model request inside the period is served at once by the same backend and restarts the
+/// period, and the waiting request for another model goes only once the model was quiet for the
+/// whole interval.
+#[test]
+fn grace_keeps_the_model_through_a_tool_gap_and_restarts() {
+    let grace = Duration::from_millis(1500);
+    let stack = Stack::start(
+        wait_first("toolgap")
+            .model(ModelSpec::new(A))
+            .model(ModelSpec::new(B))
+            .model_grace_ms(grace.as_millis() as u64)
+            .build(),
+    );
+    stack
+        .chat(&chat_request(A, false, "warm", Value::Null))
+        .expect_status(200);
+    let log = stack.fake_log();
+    let b = spawn_chat(stack.addr(), tagged(B, false, "b", Value::Null));
+    poll_until(DEADLINE, "b queued", || waiting(&stack) == 1);
+    let tool_result = http::chat(stack.addr(), &tagged(A, false, "a-again", Value::Null));
+    let second_a_done = Instant::now();
+    assert_eq!(tool_result.status, 200, "{tool_result}");
+    ok(b);
+    let b_waited = second_a_done.elapsed();
+    assert!(
+        b_waited >= grace - Duration::from_millis(150),
+        "b started {b_waited:?} after the last A request; the grace is {grace:?}"
+    );
+    let upstream_a = stack.config().upstream(A);
+    assert_eq!(log.start_count(&upstream_a), 1, "A was never reloaded");
+    let requests = received(&log);
+    assert_eq!(
+        requests[0].pid, requests[1].pid,
+        "the same A backend served both"
+    );
+    stack.stop();
+}
+
+/// Tiers inside the loaded model: with one slot busy, waiting default, flex and priority
+/// requests (in that arrival order) run priority, default, flex; `/metrics` splits the queue by
+/// tier meanwhile, and each record snapshots the engine at its arrival.
+#[test]
+fn tiers_order_the_loaded_models_queue_and_metrics_split_it() {
+    let stack = Stack::start(
+        wait_first("tiers-in")
+            .model(ModelSpec::new(A))
+            .set("max_pending", 1)
+            .build(),
+    );
+    stack
+        .chat(&chat_request(A, false, "warm", Value::Null))
+        .expect_status(200);
+    let log = stack.fake_log();
+    let holder = hold(&stack, A, "holder", 1500);
+    let mut handles = Vec::new();
+    for (tier, tag) in [("default", "d"), ("flex", "f"), ("priority", "p")] {
+        let mut body = tagged(A, false, tag, Value::Null);
+        body["service_tier"] = json!(tier);
+        handles.push((tag, spawn_chat(stack.addr(), body)));
+        let n = handles.len() as u64;
+        poll_until(DEADLINE, format!("{tag} queued"), || waiting(&stack) == n);
+    }
+    let metrics = stack.metrics();
+    assert_eq!(metrics["queue_depth"], 3, "{metrics}");
+    assert_eq!(metrics["in_flight"], 1, "{metrics}");
+    assert_eq!(
+        metrics["queue_depth_by_tier"],
+        json!({"priority": 1, "default": 1, "flex": 1}),
+        "{metrics}"
+    );
+    let prometheus = http::get(stack.addr(), "/metrics?format=prometheus").text();
+    assert!(
+        prometheus.contains("strata_router_queue_depth_by_tier{tier=\"priority\"} 1"),
+        "{prometheus}"
+    );
+    finish(holder);
+    for (tag, handle) in handles {
+        let response = ok(handle);
+        let record = wait_record(
+            stack.addr(),
+            response.header("x-strata-request-id").unwrap(),
+        );
+        let (queued_before, in_flight) = match tag {
+            "d" => (0, 1),
+            "f" => (1, 1),
+            _ => (2, 1),
+        };
+        assert_eq!(
+            record.json["queue_depth_at_arrival"], queued_before,
+            "{tag}: {}",
+            record.raw
+        );
+        assert_eq!(
+            record.json["in_flight_at_arrival"], in_flight,
+            "{tag}: {}",
+            record.raw
+        );
+        assert!(
+            record.json["queue_wait_ms"].as_u64().unwrap() > 0,
+            "{}",
+            record.raw
+        );
+    }
+    assert_eq!(order(&log), ["holder", "p", "d", "f"]);
+    stack.stop();
+}
+
+/// Tiers across models: a waiting priority request for another model holds back new default
+/// requests for the loaded model (the engine drains toward it), waits for the active response
+/// to finish (nothing preempts it), then switches at once (priority skips the grace hold).
+#[test]
+fn a_priority_request_for_another_model_drains_the_loaded_one_then_switches() {
+    let stack = Stack::start(
+        wait_first("tiers-across")
+            .model(ModelSpec::new(A))
+            .model(ModelSpec::new(B))
+            .model_grace_ms(1000)
+            .build(),
+    );
+    stack
+        .chat(&chat_request(A, false, "warm", Value::Null))
+        .expect_status(200);
+    let log = stack.fake_log();
+    let holder = hold(&stack, A, "holder", 1200);
+    let mut priority_b = tagged(B, false, "pb", Value::Null);
+    priority_b["service_tier"] = json!("priority");
+    let pb = spawn_chat(stack.addr(), priority_b);
+    poll_until(DEADLINE, "pb queued", || waiting(&stack) == 1);
+    let da = spawn_chat(stack.addr(), tagged(A, false, "da", Value::Null));
+    poll_until(DEADLINE, "da held back", || waiting(&stack) == 2);
+    assert_eq!(
+        order(&log),
+        ["holder"],
+        "nothing new reached A while pb waits"
+    );
+    finish(holder);
+    ok(pb);
+    let da = ok(da);
+    assert_eq!(order(&log), ["holder", "pb", "da"]);
+    let record = wait_record(stack.addr(), da.header("x-strata-request-id").unwrap());
+    assert_eq!(record.json["model_switch"], true, "{}", record.raw);
+    stack.stop();
+}
+
+/// Flex waits behind default work: with A busy, a flex request for A and then a default request
+/// for B wait; the default one goes first (a switch), flex after it.
+#[test]
+fn flex_waits_behind_default_work_for_another_model() {
+    let stack = Stack::start(
+        wait_first("flex")
+            .model(ModelSpec::new(A))
+            .model(ModelSpec::new(B))
+            .set("max_pending", 1)
+            .model_grace_ms(0)
+            .build(),
+    );
+    stack
+        .chat(&chat_request(A, false, "warm", Value::Null))
+        .expect_status(200);
+    let log = stack.fake_log();
+    let holder = hold(&stack, A, "holder", 1000);
+    let mut flex_a = tagged(A, false, "fa", Value::Null);
+    flex_a["service_tier"] = json!("flex");
+    let fa = spawn_chat(stack.addr(), flex_a);
+    poll_until(DEADLINE, "fa queued", || waiting(&stack) == 1);
+    let db = spawn_chat(stack.addr(), tagged(B, false, "db", Value::Null));
+    poll_until(DEADLINE, "db queued", || waiting(&stack) == 2);
+    finish(holder);
+    ok(db);
+    ok(fa);
+    assert_eq!(order(&log), ["holder", "db", "fa"]);
+    stack.stop();
+}
+
+/// `service_tier: "fast"` (what current OpenAI SDKs send for Fast mode) is priority; the
+/// response says so in `x-strata-service-tier`.
+#[test]
+fn service_tier_fast_is_priority() {
+    let stack = Stack::start(wait_first("fast").model(ModelSpec::new(A)).build());
+    let mut body = chat_request(A, false, "fast", Value::Null);
+    body["service_tier"] = json!("fast");
+    let response = stack.chat(&body);
+    assert_eq!(response.status, 200, "{response}");
+    assert_eq!(response.header("x-strata-service-tier"), Some("priority"));
+    body["service_tier"] = json!("turbo");
+    let response = stack.chat(&body);
+    assert_eq!(response.status, 400, "{response}");
+    stack.stop();
+}
+
+// ---- cache order ----------------------------------------------------------------------------
+
+/// Three waiting requests whose cached/input fractions are 10%, 90% and 50% (in arrival order),
+/// behind a generation that holds the one `cache_max_active` slot.
+fn cache_scenario(tag: &str, fake_profile: &[(&str, Value)], lookup_ms: u64) -> Vec<String> {
+    let mut model = ModelSpec::new(A);
+    for (key, value) in fake_profile {
+        model = model.fake(key, value.clone());
+    }
+    let stack = Stack::start(
+        wait_first(tag)
+            .model(model)
+            .set("cache_max_active", 1)
+            .set("cache_lookup_ms", lookup_ms)
+            .build(),
+    );
+    stack
+        .chat(&chat_request(A, false, "warm", Value::Null))
+        .expect_status(200);
+    let log = stack.fake_log();
+    let holder = hold(&stack, A, "holder", 1000);
+    let mut handles = Vec::new();
+    for (tag, cached) in [("c10", 200), ("c90", 1800), ("c50", 1000)] {
+        let extra = json!({"prompt_tokens": 2000, "cached_tokens": cached});
+        handles.push(spawn_chat(stack.addr(), tagged(A, false, tag, extra)));
+        let n = handles.len() as u64;
+        poll_until(DEADLINE, format!("{tag} queued"), || waiting(&stack) == n);
+    }
+    assert_eq!(
+        stack.metrics()["in_flight"],
+        1,
+        "cache_max_active: 1 keeps them queued"
+    );
+    finish(holder);
+    for handle in handles {
+        ok(handle);
+    }
+    let got = order(&log);
+    let statuses: Vec<u64> = log
+        .events_named("cache_lookup")
+        .iter()
+        .filter_map(|event| event["status"].as_u64())
+        .collect();
+    stack.stop();
+    let mut out = got;
+    out.push(format!("lookups {statuses:?}"));
+    out
+}
+
+#[test]
+fn cache_matches_order_competing_requests_90_50_10() {
+    let got = cache_scenario("cache-order", &[], 1000);
+    assert_eq!(got[..4], ["holder", "c90", "c50", "c10"], "{got:?}");
+    assert!(got[4].contains("200"), "lookups were answered: {got:?}");
+}
+
+#[test]
+fn cache_lookup_fallbacks_keep_arrival_order() {
+    let cases: [(&str, Vec<(&str, Value)>, u64, &str); 3] = [
+        (
+            "cache-404",
+            vec![("cache_lookup", json!(false))],
+            1000,
+            "404",
+        ),
+        (
+            "cache-slow",
+            vec![("cache_lookup_delay_ms", json!(1500))],
+            300,
+            "",
+        ),
+        (
+            "cache-bad",
+            vec![("cache_lookup_reply", json!("malformed"))],
+            1000,
+            "200",
+        ),
+    ];
+    for (tag, profile, lookup_ms, status) in cases {
+        let got = cache_scenario(tag, &profile, lookup_ms);
+        assert_eq!(got[..4], ["holder", "c10", "c90", "c50"], "{tag}: {got:?}");
+        assert!(
+            got[4].contains(status),
+            "{tag}: a lookup was tried: {got:?}"
+        );
+    }
+}
+
+/// A busy backend (409: another generation runs) falls back too: two slots, one taken by a long
+/// generation, so every lookup finds the engine busy.
+#[test]
+fn a_busy_backend_falls_back_to_arrival_order() {
+    let stack = Stack::start(
+        wait_first("cache-409")
+            .model(ModelSpec::new(A))
+            .set("cache_max_active", 2)
+            .build(),
+    );
+    stack
+        .chat(&chat_request(A, false, "warm", Value::Null))
+        .expect_status(200);
+    let log = stack.fake_log();
+    let long = hold(&stack, A, "long", 4000);
+    let short = hold(&stack, A, "short", 600);
+    let mut handles = Vec::new();
+    for (tag, cached) in [("c10", 200), ("c90", 1800), ("c50", 1000)] {
+        let extra = json!({"prompt_tokens": 2000, "cached_tokens": cached});
+        handles.push(spawn_chat(stack.addr(), tagged(A, false, tag, extra)));
+        let n = handles.len() as u64;
+        poll_until(DEADLINE, format!("{tag} queued"), || waiting(&stack) == n);
+    }
+    finish(short);
+    for handle in handles {
+        ok(handle);
+    }
+    finish(long);
+    assert_eq!(order(&log), ["long", "short", "c10", "c90", "c50"]);
+    let statuses: Vec<u64> = log
+        .events_named("cache_lookup")
+        .iter()
+        .filter_map(|event| event["status"].as_u64())
+        .collect();
+    assert!(statuses.contains(&409), "{statuses:?}");
+    stack.stop();
+}
+
+// ---- legacy ---------------------------------------------------------------------------------
+
+/// Legacy bounded mode: `max_pending` bounds active plus waiting over every tier (excess gets
+/// 429 at once), and a request that waits longer than `queue_ms` gets 504 without a switch.
+#[test]
+fn legacy_queue_full_and_queue_timeout_apply_to_every_tier() {
+    let stack = Stack::start(
+        ConfigBuilder::new("legacy-tiers")
+            .model(ModelSpec::new(A))
+            .model(ModelSpec::new(B))
+            .wait_when_busy(false)
+            .set("max_pending", 2)
+            .set("queue_ms", 800)
+            .build(),
+    );
+    stack
+        .chat(&chat_request(A, false, "warm", Value::Null))
+        .expect_status(200);
+    let holder = hold(&stack, A, "holder", 3000);
+    let mut priority_b = chat_request(B, false, "pb", Value::Null);
+    priority_b["service_tier"] = json!("priority");
+    let started = Instant::now();
+    let pb = spawn_chat(stack.addr(), priority_b.clone());
+    poll_until(DEADLINE, "pb queued", || waiting(&stack) == 1);
+    let full = stack.chat(&priority_b);
+    assert_eq!(full.status, 429, "{full}");
+    assert_eq!(full.json()["error"]["code"], "queue_full");
+    let pb = pb.join().unwrap();
+    assert_eq!(pb.status, 504, "{pb}");
+    assert_eq!(pb.json()["error"]["code"], "queue_timeout");
+    assert!(started.elapsed() >= Duration::from_millis(750));
+    let upstream_b = stack.config().upstream(B);
+    assert_eq!(stack.fake_log().start_count(&upstream_b), 0, "no switch");
+    let record = wait_record(stack.addr(), pb.header("x-strata-request-id").unwrap());
+    assert_eq!(record.json["reason"], "queue_timeout", "{}", record.raw);
+    assert_eq!(record.json["lease_at"], Value::Null, "{}", record.raw);
+    let record = wait_record(stack.addr(), full.header("x-strata-request-id").unwrap());
+    assert_eq!(record.json["reason"], "queue_full", "{}", record.raw);
+    assert_eq!(record.json["status"], 429, "{}", record.raw);
+    drop(holder);
+    stack.stop();
+}
+
+/// Legacy mode: the engine lock is taken in tier order. While one request holds it through its
+/// header wait, a default and then a priority request wait; priority takes it next.
+#[test]
+fn legacy_the_lock_goes_to_the_best_tier_first() {
+    let stack = Stack::start(
+        ConfigBuilder::new("legacy-lock")
+            .model(ModelSpec::new(A))
+            .wait_when_busy(false)
+            .build(),
+    );
+    stack
+        .chat(&chat_request(A, false, "warm", Value::Null))
+        .expect_status(200);
+    let log = stack.fake_log();
+    let slow = spawn_chat(
+        stack.addr(),
+        tagged(A, false, "slow", json!({"header_delay_ms": 1500})),
+    );
+    poll_until(DEADLINE, "slow at the backend", || order(&log) == ["slow"]);
+    let d = spawn_chat(stack.addr(), tagged(A, false, "d", Value::Null));
+    poll_until(DEADLINE, "d queued", || waiting(&stack) == 1);
+    let mut priority = tagged(A, false, "p", Value::Null);
+    priority["service_tier"] = json!("priority");
+    let p = spawn_chat(stack.addr(), priority);
+    poll_until(DEADLINE, "p queued", || waiting(&stack) == 2);
+    // Legacy queue depth counts the lock holder in its header wait too.
+    assert_eq!(stack.metrics()["queue_depth"], 3);
+    ok(slow);
+    ok(d);
+    ok(p);
+    assert_eq!(order(&log), ["slow", "p", "d"]);
+    stack.stop();
+}
+
+// ---- disconnects, errors, drain ------------------------------------------------------------
+
+/// A client that leaves while queued: `client_disconnect`, phase `queued`, no lease, no queue
+/// wait, and (non-stream) no status. One that leaves while its model loads: phase `loading`,
+/// admitted (`lease_at`) but never granted. Both leave the queue, and nothing is sent upstream.
+#[test]
+fn disconnects_while_queued_and_while_admitted() {
+    let stack = Stack::start(
+        wait_first("disc")
+            .model(ModelSpec::new(A))
+            .model(ModelSpec::new(B).load_ms(4000))
+            .set("max_pending", 1)
+            .model_grace_ms(0)
+            .build(),
+    );
+    stack
+        .chat(&chat_request(A, false, "warm", Value::Null))
+        .expect_status(200);
+    let log = stack.fake_log();
+    let holder = hold(&stack, A, "holder", 1500);
+    let mut queued = http::Conn::connect(stack.addr()).unwrap();
+    let body = tagged(A, false, "queued", Value::Null).to_string();
+    queued
+        .write(&http::request_bytes(
+            stack.addr(),
+            "POST",
+            http::CHAT_PATH,
+            &[("content-type", "application/json")],
+            body.as_bytes(),
+        ))
+        .unwrap();
+    poll_until(DEADLINE, "queued", || waiting(&stack) == 1);
+    drop(queued);
+    let record = strata_e2e::accounting::wait_record_where(
+        stack.addr(),
+        "the queued disconnect",
+        |record| record.json["reason"] == "client_disconnect",
+    );
+    for (field, expected) in [
+        ("disconnect_phase", json!("queued")),
+        ("lease_at", Value::Null),
+        ("queue_wait_ms", Value::Null),
+        ("status", Value::Null),
+        ("model_resolved", json!(A)),
+    ] {
+        assert_eq!(record.json[field], expected, "{field}: {}", record.raw);
+    }
+    poll_until(DEADLINE, "the ticket left the queue", || {
+        waiting(&stack) == 0
+    });
+    finish(holder);
+
+    // Admitted to B's 4 s load, then gone: phase loading, lease_at set.
+    let mut loading = stack.open_chat(&tagged(B, true, "loading", Value::Null));
+    assert_eq!(loading.status, 200);
+    let id = loading.header("x-strata-request-id").unwrap().to_owned();
+    poll_until(DEADLINE, "B loading", || stack.status()["loading"] == B);
+    loading.discard_received();
+    drop(loading);
+    let record = wait_record(stack.addr(), &id);
+    assert_eq!(record.json["reason"], "client_disconnect", "{}", record.raw);
+    assert_eq!(record.json["disconnect_phase"], "loading", "{}", record.raw);
+    assert!(record.json["lease_at"].is_string(), "{}", record.raw);
+    assert_eq!(record.json["queue_wait_ms"], Value::Null, "{}", record.raw);
+    assert_eq!(
+        order(&log),
+        ["holder"],
+        "nothing of theirs reached a backend"
+    );
+    stack.stop();
+}
+
+/// A failed load fails the whole waiting group it was started for, once: one launch, every
+/// request of the group a 503 `model_load_error`, and the cooldown refuses the next at once.
+#[test]
+fn a_failed_load_fails_its_waiting_group_with_one_launch() {
+    let stack = Stack::start(
+        wait_first("groupfail")
+            .model(ModelSpec::new(A))
+            .model(ModelSpec::new(B).start_failure("exit"))
+            .model_grace_ms(0)
+            .build(),
+    );
+    stack
+        .chat(&chat_request(A, false, "warm", Value::Null))
+        .expect_status(200);
+    let holder = hold(&stack, A, "holder", 800);
+    let handles: Vec<JoinHandle<Response>> = (0..3)
+        .map(|i| {
+            let handle = spawn_chat(stack.addr(), chat_request(B, false, "b", Value::Null));
+            poll_until(DEADLINE, "b queued", || waiting(&stack) == i + 1);
+            handle
+        })
+        .collect();
+    finish(holder);
+    for handle in handles {
+        let response = handle.join().unwrap();
+        assert_eq!(response.status, 503, "{response}");
+        assert_eq!(response.json()["error"]["code"], "model_load_error");
+    }
+    let upstream_b = stack.config().upstream(B);
+    assert_eq!(stack.fake_log().start_count(&upstream_b), 1, "one launch");
+    let again = stack.chat(&chat_request(B, false, "b", Value::Null));
+    assert_eq!(again.status, 503);
+    assert!(again.header("retry-after").is_some(), "{again}");
+    stack.stop();
+}
+
+/// A proxy that drains (SIGTERM) with tickets still waiting in the supervisor's queue: they are
+/// admitted and served as usual, and the proxy exits 0 after the last of them.
+#[test]
+fn a_draining_proxy_serves_its_waiting_tickets() {
+    let mut stack = Stack::start(
+        wait_first("drain-queue")
+            .model(ModelSpec::new(A))
+            .set("max_pending", 1)
+            .build(),
+    );
+    stack
+        .chat(&chat_request(A, false, "warm", Value::Null))
+        .expect_status(200);
+    let holder = hold(&stack, A, "holder", 1200);
+    let handles: Vec<JoinHandle<Response>> = (0..2)
+        .map(|i| {
+            let handle = spawn_chat(stack.addr(), chat_request(A, false, "w", Value::Null));
+            poll_until(DEADLINE, "queued", || waiting(&stack) == i + 1);
+            handle
+        })
+        .collect();
+    stack.kill_proxy(Signal::SIGTERM);
+    finish(holder);
+    for handle in handles {
+        ok(handle);
+    }
+    let status = stack.wait_proxy_exit(DEADLINE);
+    assert!(status.success(), "{status}");
+    assert_eq!(stack.status()["waiting_requests"], 0);
+    assert_eq!(stack.status()["active_leases"], 0);
+    stack.start_proxy();
+    stack.stop();
+}
