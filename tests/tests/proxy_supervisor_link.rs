@@ -9,6 +9,9 @@ use strata_e2e::{ConfigBuilder, DEADLINE, Daemon, ModelSpec, http, poll_until};
 
 const A: &str = "flash-a";
 
+/// A named change to a config document.
+type ConfigEdit = (&'static str, fn(&mut serde_json::Value));
+
 #[test]
 fn a_proxy_with_a_different_model_configuration_is_refused_and_exits() {
     let config = ConfigBuilder::new("fp-mismatch")
@@ -21,7 +24,7 @@ fn a_proxy_with_a_different_model_configuration_is_refused_and_exits() {
     // Same sockets and listener, but another registry (different enabled models), or the same
     // models with other scheduling rules: both are refused, with EX_CONFIG (78), so systemd's
     // RestartPreventExitStatus=78 stops a restart loop.
-    let edits: [(&str, fn(&mut serde_json::Value)); 3] = [
+    let edits: [ConfigEdit; 3] = [
         ("registry", |v| v["enabled_models"] = json!([])),
         ("scheduling", |v| v["wait_when_busy"] = json!(true)),
         ("timers", |v| v["model_grace_ms"] = json!(1)),

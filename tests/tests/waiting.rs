@@ -510,9 +510,12 @@ fn cache_matches_order_competing_requests_90_50_10() {
     assert!(got[4].contains("200"), "lookups were answered: {got:?}");
 }
 
+/// (tag, the fake's profile keys, cache_lookup_ms, a lookup status the fake must have logged).
+type FallbackCase = (&'static str, Vec<(&'static str, Value)>, u64, &'static str);
+
 #[test]
 fn cache_lookup_fallbacks_keep_arrival_order() {
-    let cases: [(&str, Vec<(&str, Value)>, u64, &str); 3] = [
+    let cases: [FallbackCase; 3] = [
         (
             "cache-404",
             vec![("cache_lookup", json!(false))],
