@@ -71,14 +71,15 @@ fn waiting(stack: &Stack) -> u64 {
     stack.status()["waiting_requests"].as_u64().unwrap_or(0)
 }
 
-/// A streaming request that holds its model busy for about `ms` milliseconds (20 deltas),
-/// opened and read up to its first data frame (it has its lease then).
-fn hold(stack: &Stack, model: &str, tag: &str, ms: u64) -> Stream {
+/// A streaming request that holds its model busy until the test lets go of it (it would run
+/// for a minute), opened and read up to its first data frame (it has its lease then). Letting
+/// go is a client disconnect, which ends the lease at once: no timing is involved.
+fn hold(stack: &Stack, model: &str, tag: &str) -> Stream {
     let body = tagged(
         model,
         true,
         tag,
-        json!({"tokens": 20, "token_delay_ms": ms / 20}),
+        json!({"tokens": 600, "token_delay_ms": 100}),
     );
     let mut stream = stack.open_chat(&body);
     assert_eq!(stream.status, 200);
@@ -88,12 +89,9 @@ fn hold(stack: &Stack, model: &str, tag: &str, ms: u64) -> Stream {
     stream
 }
 
-fn finish(mut stream: Stream) {
-    let frames = stream.remaining_frames(DEADLINE);
-    assert!(
-        frames.last().is_some_and(|frame| frame.is_done()),
-        "{frames:#?}"
-    );
+/// Ends a holder (see [`hold`]).
+fn release(stream: Stream) {
+    stream.disconnect();
 }
 
 fn ok(handle: JoinHandle<Response>) -> Response {
@@ -185,7 +183,7 @@ fn delayed_headers_block_admission_in_legacy_mode_only() {
         let log = stack.fake_log();
         let slow = spawn_chat(
             stack.addr(),
-            tagged(A, false, "slow", json!({"header_delay_ms": 2500})),
+            tagged(A, false, "slow", json!({"header_delay_ms": 4000})),
         );
         poll_until(DEADLINE, "the slow request at the backend", || {
             order(&log) == ["slow"]
@@ -199,12 +197,12 @@ fn delayed_headers_block_admission_in_legacy_mode_only() {
         let gap = requests[2].ts - requests[1].ts;
         if wait_first_mode {
             assert!(
-                quick_took < Duration::from_millis(2000),
+                quick_took < Duration::from_millis(3000),
                 "wait-first: the quick request waited {quick_took:?} behind a header wait"
             );
         } else {
             assert!(
-                gap >= 2.3,
+                gap >= 3.8,
                 "legacy: the quick request reached the backend {gap:.2}s after the slow one, before its headers"
             );
             let record = wait_record(stack.addr(), quick.header("x-strata-request-id").unwrap());
@@ -233,7 +231,7 @@ fn model_groups_run_a_a_then_b_b() {
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let holder = hold(&stack, A, "holder", 1500);
+    let holder = hold(&stack, A, "holder");
     let mut handles = Vec::new();
     for (model, tag) in [(B, "b1"), (A, "a2"), (B, "b3"), (A, "a4")] {
         let before = received(&log).len();
@@ -250,11 +248,16 @@ fn model_groups_run_a_a_then_b_b() {
             }
         });
     }
-    finish(holder);
+    release(holder);
     for handle in handles {
         ok(handle);
     }
-    assert_eq!(order(&log), ["holder", "a2", "a4", "b1", "b3"]);
+    // One group is granted at once, so its members race to the backend: compare as sets.
+    let got = order(&log);
+    assert_eq!(got[..3], ["holder", "a2", "a4"], "{got:?}");
+    let mut b_group = got[3..].to_vec();
+    b_group.sort();
+    assert_eq!(b_group, ["b1", "b3"], "{got:?}");
     let requests = received(&log);
     assert_eq!(
         requests[4].pid, requests[5].pid,
@@ -317,7 +320,7 @@ fn tiers_order_the_loaded_models_queue_and_metrics_split_it() {
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let holder = hold(&stack, A, "holder", 1500);
+    let holder = hold(&stack, A, "holder");
     let mut handles = Vec::new();
     for (tier, tag) in [("default", "d"), ("flex", "f"), ("priority", "p")] {
         let mut body = tagged(A, false, tag, Value::Null);
@@ -339,7 +342,7 @@ fn tiers_order_the_loaded_models_queue_and_metrics_split_it() {
         prometheus.contains("strata_router_queue_depth_by_tier{tier=\"priority\"} 1"),
         "{prometheus}"
     );
-    finish(holder);
+    release(holder);
     for (tag, handle) in handles {
         let response = ok(handle);
         let record = wait_record(
@@ -387,7 +390,7 @@ fn a_priority_request_for_another_model_drains_the_loaded_one_then_switches() {
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let holder = hold(&stack, A, "holder", 1200);
+    let holder = hold(&stack, A, "holder");
     let mut priority_b = tagged(B, false, "pb", Value::Null);
     priority_b["service_tier"] = json!("priority");
     let pb = spawn_chat(stack.addr(), priority_b);
@@ -399,7 +402,7 @@ fn a_priority_request_for_another_model_drains_the_loaded_one_then_switches() {
         ["holder"],
         "nothing new reached A while pb waits"
     );
-    finish(holder);
+    release(holder);
     ok(pb);
     let da = ok(da);
     assert_eq!(order(&log), ["holder", "pb", "da"]);
@@ -424,14 +427,14 @@ fn flex_waits_behind_default_work_for_another_model() {
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let holder = hold(&stack, A, "holder", 1000);
+    let holder = hold(&stack, A, "holder");
     let mut flex_a = tagged(A, false, "fa", Value::Null);
     flex_a["service_tier"] = json!("flex");
     let fa = spawn_chat(stack.addr(), flex_a);
     poll_until(DEADLINE, "fa queued", || waiting(&stack) == 1);
     let db = spawn_chat(stack.addr(), tagged(B, false, "db", Value::Null));
     poll_until(DEADLINE, "db queued", || waiting(&stack) == 2);
-    finish(holder);
+    release(holder);
     ok(db);
     ok(fa);
     assert_eq!(order(&log), ["holder", "db", "fa"]);
@@ -474,7 +477,7 @@ fn cache_scenario(tag: &str, fake_profile: &[(&str, Value)], lookup_ms: u64) -> 
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let holder = hold(&stack, A, "holder", 1000);
+    let holder = hold(&stack, A, "holder");
     let mut handles = Vec::new();
     for (tag, cached) in [("c10", 200), ("c90", 1800), ("c50", 1000)] {
         let extra = json!({"prompt_tokens": 2000, "cached_tokens": cached});
@@ -487,7 +490,7 @@ fn cache_scenario(tag: &str, fake_profile: &[(&str, Value)], lookup_ms: u64) -> 
         1,
         "cache_max_active: 1 keeps them queued"
     );
-    finish(holder);
+    release(holder);
     for handle in handles {
         ok(handle);
     }
@@ -559,8 +562,8 @@ fn a_busy_backend_falls_back_to_arrival_order() {
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let long = hold(&stack, A, "long", 4000);
-    let short = hold(&stack, A, "short", 600);
+    let long = hold(&stack, A, "long");
+    let short = hold(&stack, A, "short");
     let mut handles = Vec::new();
     for (tag, cached) in [("c10", 200), ("c90", 1800), ("c50", 1000)] {
         let extra = json!({"prompt_tokens": 2000, "cached_tokens": cached});
@@ -568,11 +571,11 @@ fn a_busy_backend_falls_back_to_arrival_order() {
         let n = handles.len() as u64;
         poll_until(DEADLINE, format!("{tag} queued"), || waiting(&stack) == n);
     }
-    finish(short);
+    release(short);
     for handle in handles {
         ok(handle);
     }
-    finish(long);
+    release(long);
     assert_eq!(order(&log), ["long", "short", "c10", "c90", "c50"]);
     let statuses: Vec<u64> = log
         .events_named("cache_lookup")
@@ -601,7 +604,7 @@ fn legacy_queue_full_and_queue_timeout_apply_to_every_tier() {
     stack
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
-    let holder = hold(&stack, A, "holder", 3000);
+    let holder = hold(&stack, A, "holder");
     let mut priority_b = chat_request(B, false, "pb", Value::Null);
     priority_b["service_tier"] = json!("priority");
     let started = Instant::now();
@@ -622,7 +625,7 @@ fn legacy_queue_full_and_queue_timeout_apply_to_every_tier() {
     let record = wait_record(stack.addr(), full.header("x-strata-request-id").unwrap());
     assert_eq!(record.json["reason"], "queue_full", "{}", record.raw);
     assert_eq!(record.json["status"], 429, "{}", record.raw);
-    drop(holder);
+    release(holder);
     stack.stop();
 }
 
@@ -679,7 +682,7 @@ fn disconnects_while_queued_and_while_admitted() {
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let holder = hold(&stack, A, "holder", 1500);
+    let holder = hold(&stack, A, "holder");
     let mut queued = http::Conn::connect(stack.addr()).unwrap();
     let body = tagged(A, false, "queued", Value::Null).to_string();
     queued
@@ -710,7 +713,7 @@ fn disconnects_while_queued_and_while_admitted() {
     poll_until(DEADLINE, "the ticket left the queue", || {
         waiting(&stack) == 0
     });
-    finish(holder);
+    release(holder);
 
     // Admitted to B's 4 s load, then gone: phase loading, lease_at set.
     let mut loading = stack.open_chat(&tagged(B, true, "loading", Value::Null));
@@ -746,7 +749,7 @@ fn a_failed_load_fails_its_waiting_group_with_one_launch() {
     stack
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
-    let holder = hold(&stack, A, "holder", 800);
+    let holder = hold(&stack, A, "holder");
     let handles: Vec<JoinHandle<Response>> = (0..3)
         .map(|i| {
             let handle = spawn_chat(stack.addr(), chat_request(B, false, "b", Value::Null));
@@ -754,7 +757,7 @@ fn a_failed_load_fails_its_waiting_group_with_one_launch() {
             handle
         })
         .collect();
-    finish(holder);
+    release(holder);
     for handle in handles {
         let response = handle.join().unwrap();
         assert_eq!(response.status, 503, "{response}");
@@ -781,7 +784,7 @@ fn a_draining_proxy_serves_its_waiting_tickets() {
     stack
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
-    let holder = hold(&stack, A, "holder", 1200);
+    let holder = hold(&stack, A, "holder");
     let handles: Vec<JoinHandle<Response>> = (0..2)
         .map(|i| {
             let handle = spawn_chat(stack.addr(), chat_request(A, false, "w", Value::Null));
@@ -790,7 +793,7 @@ fn a_draining_proxy_serves_its_waiting_tickets() {
         })
         .collect();
     stack.kill_proxy(Signal::SIGTERM);
-    finish(holder);
+    release(holder);
     for handle in handles {
         ok(handle);
     }
