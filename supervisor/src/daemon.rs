@@ -46,7 +46,17 @@ impl From<SocketError> for RunError {
 
 /// Runs the supervisor until `signals` has counted one shutdown signal and
 /// the shutdown has completed; a second signal interrupts active leases.
-pub async fn run(config: Arc<Config>, mut signals: watch::Receiver<u32>) -> Result<(), RunError> {
+pub async fn run(config: Arc<Config>, signals: watch::Receiver<u32>) -> Result<(), RunError> {
+    run_with(config, signals, |_| {}).await
+}
+
+/// [`run`], handing the engine to `started` once everything is up (tests
+/// drive the engine through it).
+async fn run_with(
+    config: Arc<Config>,
+    mut signals: watch::Receiver<u32>,
+    started: impl FnOnce(&engine::EngineHandle),
+) -> Result<(), RunError> {
     let control_listener = sockets::bind_private(&config.control_socket)?;
     let link_listener = match sockets::bind_private(&config.supervisor_socket) {
         Ok(listener) => listener,
@@ -84,6 +94,7 @@ pub async fn run(config: Arc<Config>, mut signals: watch::Receiver<u32>) -> Resu
         "supervisor ready"
     );
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+    started(&engine);
 
     let failed = |why: String| {
         tracing::error!(why, "the engine task failed; exiting");
@@ -145,4 +156,78 @@ pub async fn run(config: Arc<Config>, mut signals: watch::Receiver<u32>) -> Resu
     sockets::remove_socket(&config.supervisor_socket);
     tracing::info!("supervisor stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// A private directory for the sockets, removed at the end.
+    struct Dir(std::path::PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn config(dir: &std::path::Path) -> Arc<Config> {
+        let text = serde_json::json!({
+            "python": "/usr/bin/python3",
+            "strata_dir": "/nonexistent",
+            "backend_port": 1,
+            "control_socket": dir.join("control.sock"),
+            "models": {"m": {"family": "qwen3.8-flash-next", "quantization": "q4", "upstream_model": "m"}},
+        })
+        .to_string();
+        Arc::new(Config::from_json_str(&text).expect("a valid config"))
+    }
+
+    /// The supervisor's `run`, in-process: an engine task that fails ends it with an error
+    /// (and its sockets removed), instead of leaving a supervisor that accepts proxies it can
+    /// no longer serve.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_failed_engine_task_ends_the_supervisor_with_an_error() {
+        let dir = Dir(std::env::temp_dir().join(format!("sup-run-{}", std::process::id())));
+        std::fs::create_dir_all(&dir.0).unwrap();
+        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let config = config(&dir.0);
+        let (_signals_tx, signals) = watch::channel(0u32);
+        let outcome = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            run_with(config.clone(), signals, |engine| {
+                engine.send(Command::Panic);
+            }),
+        )
+        .await
+        .expect("run returned");
+        assert!(
+            matches!(outcome, Err(RunError::EngineFailed(_))),
+            "{outcome:?}"
+        );
+        assert!(!config.control_socket.exists());
+        assert!(!config.supervisor_socket.exists());
+    }
+
+    /// And the clean path: one signal, a clean stop.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_signal_stops_the_supervisor_cleanly() {
+        let dir = Dir(std::env::temp_dir().join(format!("sup-run2-{}", std::process::id())));
+        std::fs::create_dir_all(&dir.0).unwrap();
+        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let config = config(&dir.0);
+        let (signals_tx, signals) = watch::channel(0u32);
+        let outcome = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            run_with(config.clone(), signals, move |_| {
+                signals_tx.send_modify(|count| *count += 1);
+            }),
+        )
+        .await
+        .expect("run returned");
+        assert!(outcome.is_ok(), "{outcome:?}");
+        assert!(!config.control_socket.exists());
+    }
 }

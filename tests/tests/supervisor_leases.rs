@@ -667,3 +667,31 @@ async fn a_model_outside_enabled_models_is_refused_and_never_started() {
     proxy.release(2).await;
     supervisor.stop();
 }
+
+/// Ctrl-C of `off` during its unload (the backend ignores SIGTERM, so the stop takes
+/// `shutdown_ms`) does not free the operation slot early: an `on` sent right after waits for
+/// the unload to finish, then loads, instead of failing with "another operation is running".
+#[test]
+fn an_on_after_a_cancelled_off_waits_for_its_unload() {
+    let config = ConfigBuilder::new("offcancel-on")
+        .model(ModelSpec::new(A).fake("ignore_sigterm", true))
+        .shutdown_ms(1500)
+        .build();
+    let supervisor = Supervisor::start(config);
+    supervisor.control().on(Some(A)).assert_ok();
+    let pid = child_pid(&supervisor.status());
+    let mut off = supervisor.control().open(&off_line(false));
+    off.wait_progress(DEADLINE, &format!("stopping backend pid {pid}"));
+    drop(off);
+    let reply = supervisor.control().on(Some(A));
+    reply.assert_ok();
+    assert!(
+        !procs::group_alive(pid),
+        "the unload finished before the load"
+    );
+    let status = supervisor.status();
+    assert_eq!(status["loaded"], json!(A));
+    assert_ne!(child_pid(&status), pid, "a new backend");
+    assert_eq!(status["routing"], json!(true));
+    supervisor.stop();
+}

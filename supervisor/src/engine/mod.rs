@@ -129,6 +129,9 @@ pub enum Command {
     OpProgress(ops::OpProgress),
     /// Internal: a load or stop finished.
     OpFinished(ops::OpOutcome),
+    /// Tests: make the engine task fail.
+    #[cfg(test)]
+    Panic,
 }
 
 /// Router-wide counts, published by the engine after every change so the

@@ -276,6 +276,8 @@ impl Engine {
             }
             Command::OpProgress(progress) => self.op_progress(progress),
             Command::OpFinished(outcome) => self.op_finished(outcome),
+            #[cfg(test)]
+            Command::Panic => panic!("the engine failed (test)"),
         }
         self.schedule();
     }
