@@ -121,6 +121,9 @@ async fn run_with(
     tracing::info!("shutdown requested");
     let (done_tx, mut done_rx) = oneshot::channel();
     engine.send(Command::Shutdown { done: done_tx });
+    // No new proxies during the drain; connected ones keep their links
+    // (each has its own task), and the control socket keeps answering.
+    link_task.abort();
     loop {
         tokio::select! {
             _ = &mut done_rx => break,

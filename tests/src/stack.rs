@@ -240,6 +240,30 @@ impl Stack {
     /// the config that differs only in `listen`, which the fingerprint leaves out), and waits
     /// until it serves. Returns its address. It is stopped with the stack.
     pub fn start_extra_proxy(&mut self) -> SocketAddr {
+        let addr = self.spawn_extra_proxy();
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let daemon = self.extra.last_mut().expect("just spawned");
+            if let Some(status) = daemon.try_exit() {
+                panic!(
+                    "the extra proxy exited with {status}\n{}",
+                    daemon.stderr_report()
+                );
+            }
+            if http::try_request(addr, "GET", "/health", &[], b"").is_ok_and(|r| r.status == 200) {
+                return addr;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the extra proxy did not serve\n{}",
+                daemon.stderr_report()
+            );
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// Like [`Stack::start_extra_proxy`], without waiting for anything.
+    pub fn spawn_extra_proxy(&mut self) -> SocketAddr {
         let config = &self.sup().config;
         let addr = SocketAddr::from(([127, 0, 0, 1], crate::net::free_port()));
         let mut json = config.json.clone();
@@ -252,25 +276,7 @@ impl Stack {
             "STRATA_LOG",
             std::env::var("STRATA_LOG").unwrap_or_else(|_| "info".into()),
         );
-        let mut daemon = Daemon::spawn(&format!("proxy-extra{n}"), command, config.dir.path());
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            if let Some(status) = daemon.try_exit() {
-                panic!(
-                    "the extra proxy exited with {status}\n{}",
-                    daemon.stderr_report()
-                );
-            }
-            if http::try_request(addr, "GET", "/health", &[], b"").is_ok_and(|r| r.status == 200) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the extra proxy did not serve\n{}",
-                daemon.stderr_report()
-            );
-            std::thread::sleep(POLL_INTERVAL);
-        }
+        let daemon = Daemon::spawn(&format!("proxy-extra{n}"), command, config.dir.path());
         self.extra.push(daemon);
         addr
     }

@@ -604,9 +604,10 @@ fn legacy_queue_full() {
     stack.stop();
 }
 
-/// `shutdown`: a request that arrives while the supervisor drains, and one that was waiting
-/// when the drain began. Both records are in the ring during the drain and in the file after
-/// the clean stop.
+/// `shutdown`: a request that arrives while the supervisor drains (refused at once), and, once
+/// a second signal forces the drain, the request that was still waiting and the stream that was
+/// still running (both interrupted in band). Every record is in the ring during the drain and in
+/// the file after the stop.
 #[test]
 fn shutdown_reason() {
     let mut config = ConfigBuilder::new("acct-shutdown")
@@ -626,6 +627,7 @@ fn shutdown_reason() {
         "x",
         json!({"tokens": 400, "token_delay_ms": 20}),
     ));
+    let active_id = active.header("x-strata-request-id").unwrap().to_owned();
     active.frames_until(DEADLINE, "the first frame", http::Frame::is_data);
     let mut waiting = stack.open_chat(&chat_request(B, true, "x", Value::Null));
     let waiting_id = waiting.header("x-strata-request-id").unwrap().to_owned();
@@ -645,6 +647,8 @@ fn shutdown_reason() {
     assert_fields(&rec, never_admitted());
     assert_fields(&rec, json!({"reason": "shutdown", "status": 503}));
 
+    // The second signal forces the drain: the waiting request and the stream end in band.
+    stack.supervisor().daemon().kill(Signal::SIGTERM);
     let frames = waiting.remaining_frames(DEADLINE);
     assert_eq!(
         frames.last().unwrap().event.as_deref(),
@@ -658,10 +662,13 @@ fn shutdown_reason() {
         &rec,
         json!({"reason": "shutdown", "status": 200, "stream": true}),
     );
+    let frames = active.remaining_frames(DEADLINE);
+    let last = frames.last().unwrap();
+    assert_eq!(last.event.as_deref(), Some("error"), "{frames:#?}");
+    assert_eq!(last.json()["error"]["code"], "shutting_down");
+    let rec = wait_record(addr, &active_id);
+    assert_fields(&rec, json!({"reason": "shutdown", "status": 200}));
 
-    // The active stream ends; the supervisor finishes its drain and stops cleanly, writing
-    // every record (including the stream's own) before it exits.
-    active.disconnect();
     let status = stack.supervisor().daemon().wait_exit(DEADLINE);
     assert!(status.success(), "{status}");
     let lines = wait_jsonl_within(&log, 3, Duration::from_secs(1));
@@ -669,14 +676,7 @@ fn shutdown_reason() {
         .iter()
         .map(|line| Record::new(line)["reason"].clone())
         .collect();
-    assert_eq!(
-        reasons,
-        [
-            json!("shutdown"),
-            json!("shutdown"),
-            json!("client_disconnect")
-        ]
-    );
+    assert_eq!(reasons, vec![json!("shutdown"); 3]);
     // The proxy lost its supervisor; stop it.
     stack.kill_proxy(Signal::SIGTERM);
     stack.wait_proxy_exit(DEADLINE);

@@ -345,10 +345,12 @@ fn an_invalid_config_exits_78_naming_the_json_path() {
     }
 }
 
-/// SIGTERM during a slow `on`: the operation ends with `ok: false`, the load is cancelled at
-/// its next readiness poll (long before it would finish), and the supervisor exits 0.
+/// SIGTERM during a slow `on` drains: the load may finish, but only for `drain_ms` (legacy
+/// default: `shutdown_ms`, 2 s here). When the drain ends the operation fails, the load is
+/// cancelled at its next readiness poll (long before it would finish), and the supervisor exits
+/// 0.
 #[test]
-fn sigterm_during_a_load_cancels_it() {
+fn the_drain_deadline_cancels_a_slow_load() {
     let config = ConfigBuilder::new("termload")
         .model(ModelSpec::new(A).load_ms(8_000))
         .build();

@@ -70,9 +70,11 @@ impl Engine {
         });
     }
 
-    /// Why a new operation cannot start now, if it cannot.
-    fn refuse_operation(&self) -> Option<&'static str> {
-        if self.shutdown.is_some() {
+    /// Why a new operation cannot start now, if it cannot. A draining
+    /// daemon refuses operations that would load (`on`); `off` may still
+    /// run.
+    fn refuse_operation(&self, loads: bool) -> Option<&'static str> {
+        if loads && self.shutdown.is_some() {
             Some("the daemon is shutting down")
         } else if self.control.is_some() {
             Some("another operation is running")
@@ -106,7 +108,7 @@ impl Engine {
             events,
             started: Instant::now(),
         };
-        if let Some(reason) = self.refuse_operation() {
+        if let Some(reason) = self.refuse_operation(true) {
             self.done(op, false, format!("on: {reason}"));
             return;
         }
@@ -201,7 +203,7 @@ impl Engine {
             events,
             started: Instant::now(),
         };
-        if let Some(reason) = self.refuse_operation() {
+        if let Some(reason) = self.refuse_operation(false) {
             self.done(op, false, format!("off: {reason}"));
             return;
         }

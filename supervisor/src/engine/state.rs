@@ -102,8 +102,11 @@ pub(super) enum StopReason {
 
 pub(super) struct ShutdownState {
     pub(super) done: Option<tokio::sync::oneshot::Sender<()>>,
-    /// After this, active leases are revoked. None: wait for them.
+    /// After this, accepted work is interrupted. None: wait for all of it.
     pub(super) deadline: Option<Instant>,
+    /// The drain ran out or a second signal came: leases were revoked,
+    /// waiting tickets failed and a load cancelled.
+    pub(super) forced: bool,
 }
 
 pub struct Engine {
@@ -595,8 +598,7 @@ impl Engine {
             return;
         }
         self.cache.expire(Instant::now());
-        if self.shutdown.is_some() {
-            self.schedule_shutdown();
+        if self.schedule_shutdown() {
             self.publish_counts();
             return;
         }
@@ -1040,46 +1042,70 @@ impl Engine {
 
     // ---- shutdown ---------------------------------------------------------
 
+    /// SIGTERM: drain like the spec's daemon. New proxies (the link stops
+    /// accepting) and new tickets are refused, and so is a control
+    /// operation that would load; accepted work keeps its routing: queued
+    /// tickets are still admitted and served, a load in progress finishes.
+    /// Once nothing is queued, leased or running, the backend stops.
     fn begin_shutdown(&mut self, done: tokio::sync::oneshot::Sender<()>) {
         if self.shutdown.is_some() {
             return;
         }
-        tracing::info!("shutting down: no new leases");
+        tracing::info!("draining: no new proxies or requests; accepted work finishes");
         let drain_ms = self.config.timers.drain_ms;
         self.shutdown = Some(ShutdownState {
             done: Some(done),
             deadline: (drain_ms > 0).then(|| Instant::now() + Duration::from_millis(drain_ms)),
+            forced: false,
         });
-        self.fail_all_waiting(LeaseFailure::ShuttingDown);
-        self.abort_control("the daemon is shutting down");
-        self.cancel_load(CancelReason::Shutdown);
         self.broadcast_state();
     }
 
-    fn schedule_shutdown(&mut self) {
-        if self.op.is_some() {
-            return;
+    /// `drain_ms` ran out or a second signal came: interrupt accepted work.
+    /// A load observes the cancellation on its next readiness poll.
+    fn force_shutdown(&mut self) {
+        if let Some(shutdown) = &mut self.shutdown {
+            shutdown.forced = true;
         }
-        let deadline_passed = self
-            .shutdown
-            .as_ref()
-            .and_then(|s| s.deadline)
+        let revoked = self.revoke_all_leases(RevokeReason::Shutdown, true);
+        tracing::warn!(
+            revoked,
+            queued = self.queue.len(),
+            "drain ended: interrupting accepted work"
+        );
+        self.fail_all_waiting(LeaseFailure::ShuttingDown);
+        self.abort_control("the daemon is shutting down");
+        self.cancel_load(CancelReason::Shutdown);
+    }
+
+    /// The drain's end game; true when normal scheduling must not run.
+    fn schedule_shutdown(&mut self) -> bool {
+        let Some(shutdown) = &self.shutdown else {
+            return false;
+        };
+        let due = shutdown
+            .deadline
             .is_some_and(|deadline| Instant::now() >= deadline);
-        if !self.leases.is_empty() {
-            if !deadline_passed {
-                return;
-            }
-            let revoked = self.revoke_all_leases(RevokeReason::Shutdown, true);
-            tracing::warn!(revoked, "drain deadline passed: interrupting active leases");
+        if due && !shutdown.forced {
+            self.force_shutdown();
+        }
+        let busy = !self.queue.is_empty() || !self.leases.is_empty() || self.control.is_some();
+        if busy {
+            // Accepted work still runs: schedule it as usual.
+            return false;
+        }
+        if self.op.is_some() {
+            return true;
         }
         if self.backend.is_some() {
             self.start_stop(StopReason::Shutdown);
-            return;
+            return true;
         }
         self.finished = true;
         if let Some(done) = self.shutdown.as_mut().and_then(|s| s.done.take()) {
             let _ = done.send(());
         }
+        true
     }
 
     // ---- state reports ----------------------------------------------------
