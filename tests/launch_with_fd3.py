@@ -3,7 +3,8 @@
 
     launch_with_fd3.py [--fds N] [--kind tcp|udp|unix|file|none]
                        [--listen-pid self|other|garbage|empty|unset] [--no-listen]
-                       [--bind HOST:PORT] [--fdnames NAMES] [--listen-fds TEXT]
+                       [--bind HOST:PORT] [--inherit-fd FD] [--fdnames NAMES]
+                       [--listen-fds TEXT]
                        -- PROGRAM ARGS...
 
 Creates N descriptors (default 1): the first is a socket of --kind (default tcp) bound to --bind
@@ -18,6 +19,10 @@ intermediate process to reap or to forward signals through: the caller's child *
 
 LISTEN_PID: self = this (and so PROGRAM's) PID; other = the parent's PID (a live, different
 process); garbage = "not-a-pid"; empty = ""; unset = not set at all.
+
+--inherit-fd FD uses the listening socket the caller passed at descriptor FD as the first
+descriptor instead of making one (how tests/socket_holder.py hands one retained listener to one
+program after another, as systemd does across service restarts).
 
 Exit status 98 (before exec) means --bind could not be bound (address in use): pick another port.
 Standard library only.
@@ -63,6 +68,10 @@ def tcp_socket(host, port, listen):
 
 def first_descriptor(args):
     """The object (kept alive until exec) for fd 3 and the address to print, or (None, '-')."""
+    if args.inherit_fd is not None:
+        s = socket.socket(fileno=args.inherit_fd)
+        h, p = s.getsockname()[:2]
+        return s, (f"[{h}]:{p}" if ":" in h else f"{h}:{p}")
     host, port = args.bind
     if args.kind == "tcp":
         s = tcp_socket(host, port, not args.no_listen)
@@ -91,6 +100,7 @@ def main():
     )
     ap.add_argument("--no-listen", action="store_true")
     ap.add_argument("--bind", type=parse_hostport, default=("127.0.0.1", 0))
+    ap.add_argument("--inherit-fd", type=int, default=None)
     ap.add_argument("--fdnames", default=None, help="LISTEN_FDNAMES (default: strata-proxy.socket per fd)")
     ap.add_argument("--listen-fds", default=None, help="LISTEN_FDS text (default: N)")
     ap.add_argument("program", nargs=argparse.REMAINDER)

@@ -14,6 +14,7 @@ use std::sync::atomic::AtomicU64;
 use strata_protocol::config::Config;
 
 use crate::link::SupervisorLink;
+use crate::tasks::Tasks;
 
 /// Figures of the most recent streamed request that produced tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -29,6 +30,8 @@ pub struct App {
     pub link: SupervisorLink,
     /// Local fallback numbering when the supervisor cannot allocate one.
     pub unlinked_requests: AtomicU64,
+    /// Forwarding tasks and body drains, for the drain to wait for.
+    pub tasks: Tasks,
     last_stream: Mutex<LastStream>,
 }
 
@@ -44,6 +47,7 @@ impl App {
             config,
             link,
             unlinked_requests: AtomicU64::new(0),
+            tasks: Tasks::default(),
             last_stream: Mutex::new(LastStream::default()),
         })
     }

@@ -6,6 +6,7 @@
 //!   accept); `chat`: the chat request path;
 //!   `models`, `health`: the read-only endpoints.
 //! - [`observe`]: reads SSE and JSON responses as they pass, for accounting.
+//! - `tasks`: request work that outlives its handler, tracked for the drain.
 #![forbid(unsafe_code)]
 
 mod accept;
@@ -20,5 +21,6 @@ mod models;
 pub mod observe;
 mod requests;
 mod server;
+mod tasks;
 
 pub use server::{RunError, run};

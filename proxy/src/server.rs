@@ -35,6 +35,10 @@ use crate::{chat, health, models, requests};
 /// this long is dropped.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long a starting proxy waits for its supervisor before it takes
+/// connections anyway.
+const STARTUP_LINK_WAIT: Duration = Duration::from_secs(10);
+
 /// How long an exiting proxy waits to hand its last records over.
 const RECORD_FLUSH_LIMIT: Duration = Duration::from_secs(2);
 
@@ -137,6 +141,32 @@ pub async fn run(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
+    // Reach the supervisor before taking connections: after an upgrade the
+    // backlog holds requests that waited for this proxy, and answering them
+    // 503 because the hello has not finished yet would drop them. Bounded,
+    // so a proxy whose supervisor is down still serves /health (503).
+    let reached = tokio::time::timeout(STARTUP_LINK_WAIT, async {
+        loop {
+            {
+                let state = link_state.borrow_and_update();
+                if let Some(reason) = state.refused.clone() {
+                    return Err(RunError::Refused(reason));
+                }
+                if state.connected {
+                    return Ok(());
+                }
+            }
+            if link_state.changed().await.is_err() {
+                return Ok(());
+            }
+        }
+    })
+    .await;
+    match reached {
+        Ok(Err(refused)) => return Err(refused),
+        Ok(Ok(())) => {}
+        Err(_) => tracing::warn!("the supervisor is not reachable yet; serving anyway"),
+    }
     tracing::info!(listen = %config.listen, "proxy serving");
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
 
@@ -199,7 +229,14 @@ pub async fn run(
     tracing::info!("draining: no new connections, finishing accepted requests");
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     link.set_draining(true);
-    let drain = graceful.shutdown();
+    // Every connection, then every forwarding task and body drain: the
+    // tasks finish the traces (records and tickets) of requests whose
+    // client already went away.
+    let tasks = app.tasks.clone();
+    let drain = async move {
+        graceful.shutdown().await;
+        tasks.idle().await;
+    };
     let deadline = config.drain_timeout();
     let forced = async {
         loop {
@@ -219,8 +256,8 @@ pub async fn run(
     };
     tokio::select! {
         _ = drain => tracing::info!("drained"),
-        why = forced => tracing::warn!("{why}: abandoning remaining requests"),
-        why = expired => tracing::warn!("{why}: abandoning remaining requests"),
+        why = forced => tracing::warn!(running = app.tasks.running(), "{why}: abandoning remaining requests"),
+        why = expired => tracing::warn!(running = app.tasks.running(), "{why}: abandoning remaining requests"),
     }
     // The last requests' records are still on their way to the supervisor,
     // which keeps them for the next proxy.

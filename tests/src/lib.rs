@@ -12,6 +12,8 @@
 //! - [`ControlClient`] / [`ControlSession`]: the operator control socket (JSON lines).
 //! - [`FakeProxy`]: a tokio client of the private supervisor socket speaking
 //!   [`strata_protocol::wire`].
+//! - [`holder::SocketHolder`]: one listening socket kept across proxy processes, like
+//!   systemd's socket unit.
 //! - [`FakeLog`]: the fake backend's JSON-lines event log (starts, pids, env keys), and the
 //!   end-of-test check that no backend process of this test is left.
 //! - [`poll_until`] and friends: bounded polling; tests never sleep to synchronise.
@@ -30,6 +32,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod fake_log;
+pub mod holder;
 pub mod http;
 pub mod net;
 pub mod poll;

@@ -198,3 +198,38 @@ fn sigterm_with_drain_ms_leaves_a_very_slow_stream_behind() {
     assert_eq!(stack.chat(&chat_body(A, false)).status, 200);
     stack.stop();
 }
+
+/// The last client of a draining proxy goes away: the connection ends at once, but the record
+/// is finished by the request's forwarding task, which the drain waits for too. The record of
+/// that request (a `client_disconnect` while generating) reaches the supervisor before the proxy
+/// exits; the next proxy serves it from the same ring.
+#[test]
+fn a_client_that_leaves_during_the_drain_still_gets_its_record() {
+    let config = ConfigBuilder::new("drain-record")
+        .model(ModelSpec::new(A))
+        .wait_when_busy(true)
+        .build();
+    let mut stack = Stack::start(config);
+    for round in 0..5 {
+        let mut body = chat_body(A, true);
+        body["fake"] = json!({"tokens": 600, "token_delay_ms": 50});
+        let mut stream = stack.open_chat(&body);
+        let id = stream.header("x-strata-request-id").unwrap().to_owned();
+        stream.frames_until(DEADLINE, "the first content frame", is_content);
+        stack.kill_proxy(Signal::SIGTERM);
+        wait_listener_closed(&stack);
+        stream.disconnect();
+        let status = stack.wait_proxy_exit(DEADLINE);
+        assert!(status.success(), "round {round}: {status}");
+        stack.start_proxy();
+        let record = strata_e2e::accounting::wait_record(stack.addr(), &id);
+        assert_eq!(record.json["reason"], "client_disconnect", "{}", record.raw);
+        assert_eq!(
+            record.json["disconnect_phase"], "generating",
+            "{}",
+            record.raw
+        );
+        wait_no_leases(&stack);
+    }
+    stack.stop();
+}

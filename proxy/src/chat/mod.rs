@@ -130,7 +130,7 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
         Ok(body) => body,
         Err(BodyError::TooLarge(rest)) => {
             if let Some(rest) = rest {
-                tokio::spawn(read::drain(rest));
+                app.tasks.spawn(read::drain(rest));
             }
             number_without_ticket(&app, &mut trace).await;
             headers.request_id = trace.request_id.clone();
@@ -275,7 +275,7 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
         Err(failure) => reject(trace, &headers, failure),
         Ok(dispatched) => {
             headers.tier = Some(chat.tier);
-            respond::respond_passthrough(dispatched, trace, headers)
+            respond::respond_passthrough(&app, dispatched, trace, headers)
         }
     }
 }

@@ -10,6 +10,7 @@ use http_body_util::BodyExt;
 use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderValue};
 use hyper::{Response, StatusCode};
 
+use crate::app::App;
 use crate::body::{BodySender, ProxyBody};
 use crate::errors::ApiError;
 use crate::observe::{BodyKind, ResponseObserver};
@@ -51,6 +52,7 @@ const PASSTHROUGH_HEADERS: [&str; 4] = [
 
 /// Passes the backend's status and headers through and streams its body.
 pub fn respond_passthrough(
+    app: &App,
     mut dispatched: Dispatched,
     mut trace: Trace,
     headers: StrataHeaders,
@@ -67,7 +69,7 @@ pub fn respond_passthrough(
     }
     headers.apply(response.headers_mut());
     trace.status = Some(response.status().as_u16());
-    tokio::spawn(async move {
+    app.tasks.spawn(async move {
         let mut observer = ResponseObserver::new(kind);
         let end = forward::forward(
             &mut dispatched.upstream,
@@ -150,7 +152,8 @@ pub fn respond_early(job: Job, mut trace: Trace, headers: StrataHeaders) -> Resp
     response_headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     headers.apply(response_headers);
     trace.status = Some(StatusCode::OK.as_u16());
-    tokio::spawn(async move {
+    let tasks = job.app.tasks.clone();
+    tasks.spawn(async move {
         let mut observer = ResponseObserver::new(BodyKind::Sse);
         let outcome = with_keepalive(&tx, &mut observer, job.admit_and_send(&mut trace)).await;
         // Held until the record is submitted, like the passthrough path.
