@@ -111,7 +111,7 @@ async fn handle_connection(
     operation_lock: Arc<Mutex<()>>,
     id: u64,
 ) -> std::io::Result<()> {
-    let same_user = sockets::peer_is_same_user(&stream);
+    let same_user = sockets::peer_is_allowed(&stream);
     let (reader, mut writer) = stream.into_split();
     if !same_user {
         return write_line(&mut writer, &json!({"error": "permission denied"})).await;

@@ -104,7 +104,7 @@ async fn handle_connection(
 ) {
     let (mut reader, mut writer) = stream.into_split();
     let refuse = |reason: String| SupervisorMessage::Refused { reason };
-    if !sockets::peer_is_same_user(reader.as_ref()) {
+    if !sockets::peer_is_allowed(reader.as_ref()) {
         let _ = write_frame(&mut writer, &refuse("permission denied: wrong user".into())).await;
         return;
     }

@@ -128,10 +128,13 @@ pub fn bind_private(path: &Path) -> Result<UnixListener, SocketError> {
     Ok(listener)
 }
 
-/// Whether the connected peer runs as this daemon's user.
-pub fn peer_is_same_user(stream: &UnixStream) -> bool {
+/// Whether the connected peer may use the daemon's sockets: its own user,
+/// or root. Root can reach the daemon anyway; refusing it would only make
+/// `sudo strata-ctl status` fail with a confusing error. Every other user is
+/// refused, whatever the file permissions say.
+pub fn peer_is_allowed(stream: &UnixStream) -> bool {
     match stream.peer_cred() {
-        Ok(cred) => cred.uid() == euid(),
+        Ok(cred) => cred.uid() == euid() || cred.uid() == 0,
         Err(err) => {
             tracing::warn!(error = %err, "cannot read peer credentials; refusing");
             false

@@ -501,6 +501,116 @@ fn another_user_is_refused_by_peer_credentials() {
     supervisor.stop();
 }
 
+/// Another unprivileged user, for a third party.
+const NOGROUP_OTHER: u32 = 65533;
+
+/// Runs `e2e-unix-client` as `uid` against `socket`, sending `payload`.
+fn as_user(uid: u32, socket: &std::path::Path, payload: &[u8]) -> Vec<u8> {
+    use std::os::unix::process::CommandExt;
+    let hex: String = payload.iter().map(|byte| format!("{byte:02x}")).collect();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_e2e-unix-client"))
+        .arg(socket)
+        .arg(hex)
+        .uid(uid)
+        .gid(uid)
+        .output()
+        .expect("run e2e-unix-client");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+/// Root only: a supervisor running as its own (unprivileged) user accepts that user and root
+/// on both sockets, so `sudo strata-ctl status` works, and refuses every other user.
+#[test]
+fn the_daemon_user_and_root_are_accepted_every_other_user_refused() {
+    if !strata_e2e::is_root() || strata_e2e::in_nix_sandbox() {
+        eprintln!("skipped: running the daemon as another user needs real root");
+        return;
+    }
+    let config = ConfigBuilder::new("sockusers")
+        .model(ModelSpec::new(A))
+        .build();
+    // The daemon's user owns its directories (the private socket directory included).
+    for entry in walk(config.dir.path()) {
+        std::os::unix::fs::chown(&entry, Some(NOBODY), Some(NOBODY)).expect("chown");
+    }
+    let supervisor = Supervisor::start_with(config, |command| {
+        use std::os::unix::process::CommandExt;
+        command.uid(NOBODY).gid(NOBODY);
+    });
+    let config = &supervisor.config;
+    // Root (this test) is accepted on the control socket...
+    let status = supervisor.status();
+    assert_eq!(status["daemon_pid"], json!(supervisor.pid()), "{status}");
+    // ...and on the supervisor socket.
+    let hello = strata_protocol::wire::encode_frame(&strata_protocol::wire::ProxyMessage::Hello {
+        protocol_version: strata_protocol::wire::PROTOCOL_VERSION,
+        fingerprint: config.fingerprint(),
+        pid: std::process::id(),
+    })
+    .expect("encode hello");
+    // The first frame of the reply (a welcome is followed by a state snapshot).
+    let welcome = |reply: &[u8]| -> strata_protocol::wire::SupervisorMessage {
+        assert!(reply.len() > 4, "no reply frame: {reply:?}");
+        let len = u32::from_be_bytes(reply[..4].try_into().unwrap()) as usize;
+        strata_protocol::wire::decode_payload(&reply[4..4 + len]).expect("a supervisor frame")
+    };
+    let reply = as_user(0, &config.supervisor_socket, &hello);
+    assert!(
+        matches!(
+            welcome(&reply),
+            strata_protocol::wire::SupervisorMessage::Welcome { .. }
+        ),
+        "root is welcome"
+    );
+    // The daemon's own user too.
+    let reply = as_user(NOBODY, &config.control_socket, b"status\n");
+    assert!(String::from_utf8_lossy(&reply).contains("daemon_pid"));
+    // Any other user, even with the file permissions opened up, is refused.
+    let open = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    open(config.dir.path(), 0o711);
+    open(&config.run_dir, 0o711);
+    open(&config.control_socket, 0o666);
+    open(&config.supervisor_socket, 0o666);
+    let reply = as_user(NOGROUP_OTHER, &config.control_socket, b"status\n");
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        "{\"error\":\"permission denied\"}\n"
+    );
+    let reply = as_user(NOGROUP_OTHER, &config.supervisor_socket, &hello);
+    assert_eq!(
+        welcome(&reply),
+        strata_protocol::wire::SupervisorMessage::Refused {
+            reason: "permission denied: wrong user".into()
+        }
+    );
+    open(&config.run_dir, 0o700);
+    open(config.dir.path(), 0o700);
+    supervisor.stop();
+}
+
+/// Every path below `dir`, `dir` included.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                out.extend(walk(&path));
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
 /// A backend that ignores SIGTERM and has a grandchild in its process group: `off` escalates
 /// to SIGKILL after `shutdown_ms` and answers only once the whole group is gone.
 #[test]
