@@ -59,78 +59,138 @@ pub struct RequestRecord {
     pub predicted_ms: Option<f64>,
     pub prompt_per_second: Option<f64>,
     pub predicted_per_second: Option<f64>,
-    /// `stop`, `length`, `tool_calls`, `function_call`, `content_filter` or
-    /// `other`.
-    pub finish_reason: Option<String>,
+    pub finish_reason: Option<FinishReason>,
     pub status: Option<u16>,
     pub upstream_status: Option<u16>,
     pub success: bool,
-    /// One of [`REASONS`].
-    pub reason: String,
+    pub reason: Reason,
     pub response_bytes: u64,
-    /// `queued`, `loading` or `generating`, for client disconnects only.
-    pub disconnect_phase: Option<String>,
+    /// For client disconnects only.
+    pub disconnect_phase: Option<Phase>,
 }
 
-/// Every allowed `reason`.
-pub const REASONS: [&str; 11] = [
-    "completed",
-    "client_disconnect",
-    "upstream_error",
-    "timeout",
-    "queue_timeout",
-    "routing_off",
-    "shutdown",
-    "model_load_error",
-    "model_not_prepared",
-    "invalid_request",
-    "queue_full",
-];
+/// The schema's `reason` enum: how a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    Completed,
+    ClientDisconnect,
+    UpstreamError,
+    Timeout,
+    QueueTimeout,
+    RoutingOff,
+    Shutdown,
+    ModelLoadError,
+    ModelNotPrepared,
+    InvalidRequest,
+    QueueFull,
+}
 
-/// The field names in schema order; a test pins the serialized key set.
-pub const FIELDS: [&str; 41] = [
-    "schema_version",
-    "seq",
-    "arrival_seq",
-    "request_id",
-    "endpoint",
-    "stream",
-    "model_requested",
-    "model_resolved",
-    "upstream_model",
-    "arrived_at",
-    "completed_at",
-    "lease_at",
-    "first_token_at",
-    "last_token_at",
-    "queue_depth_at_arrival",
-    "in_flight_at_arrival",
-    "queue_wait_ms",
-    "model_switch",
-    "model_load_ms",
-    "upstream_headers_ms",
-    "ttft_ms",
-    "ttft_after_lease_ms",
-    "generation_ms",
-    "total_ms",
-    "prompt_tokens",
-    "completion_tokens",
-    "reasoning_tokens",
-    "prompt_n",
-    "cache_n",
-    "predicted_n",
-    "prompt_ms",
-    "predicted_ms",
-    "prompt_per_second",
-    "predicted_per_second",
-    "finish_reason",
-    "status",
-    "upstream_status",
-    "success",
-    "reason",
-    "response_bytes",
-    "disconnect_phase",
-];
+impl Reason {
+    /// Every reason, in the schema's order.
+    pub const ALL: [Reason; 11] = [
+        Reason::Completed,
+        Reason::ClientDisconnect,
+        Reason::UpstreamError,
+        Reason::Timeout,
+        Reason::QueueTimeout,
+        Reason::RoutingOff,
+        Reason::Shutdown,
+        Reason::ModelLoadError,
+        Reason::ModelNotPrepared,
+        Reason::InvalidRequest,
+        Reason::QueueFull,
+    ];
+
+    /// The record's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Completed => "completed",
+            Reason::ClientDisconnect => "client_disconnect",
+            Reason::UpstreamError => "upstream_error",
+            Reason::Timeout => "timeout",
+            Reason::QueueTimeout => "queue_timeout",
+            Reason::RoutingOff => "routing_off",
+            Reason::Shutdown => "shutdown",
+            Reason::ModelLoadError => "model_load_error",
+            Reason::ModelNotPrepared => "model_not_prepared",
+            Reason::InvalidRequest => "invalid_request",
+            Reason::QueueFull => "queue_full",
+        }
+    }
+}
+
+/// How far a request got, for `disconnect_phase`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Before admission (body reading, routing, waiting in the queue).
+    Queued,
+    /// Admitted: loading the model or waiting for response headers.
+    Loading,
+    /// Upstream headers arrived.
+    Generating,
+}
+
+impl Phase {
+    /// The record's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Queued => "queued",
+            Phase::Loading => "loading",
+            Phase::Generating => "generating",
+        }
+    }
+}
+
+/// The schema's `finish_reason` enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    FunctionCall,
+    ContentFilter,
+    /// Any string the schema does not know; the string itself is not kept.
+    Other,
+}
+
+impl FinishReason {
+    /// Every value, in the schema's order.
+    pub const ALL: [FinishReason; 6] = [
+        FinishReason::Stop,
+        FinishReason::Length,
+        FinishReason::ToolCalls,
+        FinishReason::FunctionCall,
+        FinishReason::ContentFilter,
+        FinishReason::Other,
+    ];
+
+    /// Maps the wire string; unknown strings become [`FinishReason::Other`].
+    pub fn from_wire(s: &str) -> Self {
+        match s {
+            "stop" => Self::Stop,
+            "length" => Self::Length,
+            "tool_calls" => Self::ToolCalls,
+            "function_call" => Self::FunctionCall,
+            "content_filter" => Self::ContentFilter,
+            _ => Self::Other,
+        }
+    }
+
+    /// The record's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::ToolCalls => "tool_calls",
+            Self::FunctionCall => "function_call",
+            Self::ContentFilter => "content_filter",
+            Self::Other => "other",
+        }
+    }
+}
 
 impl RequestRecord {
     /// The record as one JSON object text (no trailing newline).

@@ -2,7 +2,52 @@
 //! nulls present and the documented JSON types.
 
 use serde_json::Value;
-use strata_protocol::record::{FIELDS, REASONS, RequestRecord, SCHEMA_VERSION};
+use strata_protocol::record::{FinishReason, Phase, Reason, RequestRecord, SCHEMA_VERSION};
+
+/// The spec's record fields in schema order: what the type must serialize, exactly.
+const FIELDS: [&str; 41] = [
+    "schema_version",
+    "seq",
+    "arrival_seq",
+    "request_id",
+    "endpoint",
+    "stream",
+    "model_requested",
+    "model_resolved",
+    "upstream_model",
+    "arrived_at",
+    "completed_at",
+    "lease_at",
+    "first_token_at",
+    "last_token_at",
+    "queue_depth_at_arrival",
+    "in_flight_at_arrival",
+    "queue_wait_ms",
+    "model_switch",
+    "model_load_ms",
+    "upstream_headers_ms",
+    "ttft_ms",
+    "ttft_after_lease_ms",
+    "generation_ms",
+    "total_ms",
+    "prompt_tokens",
+    "completion_tokens",
+    "reasoning_tokens",
+    "prompt_n",
+    "cache_n",
+    "predicted_n",
+    "prompt_ms",
+    "predicted_ms",
+    "prompt_per_second",
+    "predicted_per_second",
+    "finish_reason",
+    "status",
+    "upstream_status",
+    "success",
+    "reason",
+    "response_bytes",
+    "disconnect_phase",
+];
 
 fn record() -> RequestRecord {
     RequestRecord {
@@ -44,7 +89,7 @@ fn record() -> RequestRecord {
         status: Some(400),
         upstream_status: None,
         success: false,
-        reason: "invalid_request".into(),
+        reason: Reason::InvalidRequest,
         response_bytes: 120,
         disconnect_phase: None,
     }
@@ -90,7 +135,67 @@ fn nulls_are_null_and_numbers_have_their_types() {
 }
 
 #[test]
-fn reasons_are_the_schema_enum() {
-    assert_eq!(REASONS.len(), 11);
-    assert!(REASONS.contains(&"queue_full"));
+fn the_enums_serialize_as_the_schema_spells_them() {
+    let spelled = |value: &dyn erased::Json| value.json();
+    let reasons: Vec<String> = Reason::ALL.iter().map(|r| spelled(r)).collect();
+    assert_eq!(
+        reasons,
+        [
+            "completed",
+            "client_disconnect",
+            "upstream_error",
+            "timeout",
+            "queue_timeout",
+            "routing_off",
+            "shutdown",
+            "model_load_error",
+            "model_not_prepared",
+            "invalid_request",
+            "queue_full",
+        ]
+    );
+    for reason in Reason::ALL {
+        assert_eq!(spelled(&reason), reason.as_str());
+    }
+    let finishes: Vec<String> = FinishReason::ALL.iter().map(|r| spelled(r)).collect();
+    assert_eq!(
+        finishes,
+        [
+            "stop",
+            "length",
+            "tool_calls",
+            "function_call",
+            "content_filter",
+            "other"
+        ]
+    );
+    for phase in [Phase::Queued, Phase::Loading, Phase::Generating] {
+        assert_eq!(spelled(&phase), phase.as_str());
+    }
+    let mut with_phase = record();
+    with_phase.reason = Reason::ClientDisconnect;
+    with_phase.disconnect_phase = Some(Phase::Loading);
+    with_phase.finish_reason = Some(FinishReason::ToolCalls);
+    let value: Value = serde_json::from_str(&with_phase.to_json()).unwrap();
+    assert_eq!(value["reason"], "client_disconnect");
+    assert_eq!(value["disconnect_phase"], "loading");
+    assert_eq!(value["finish_reason"], "tool_calls");
+    let back: RequestRecord = serde_json::from_str(&with_phase.to_json()).unwrap();
+    assert_eq!(back.reason, Reason::ClientDisconnect);
+}
+
+/// Serializing any of the enums as the JSON string they become.
+mod erased {
+    pub trait Json {
+        fn json(&self) -> String;
+    }
+
+    impl<T: serde::Serialize> Json for T {
+        fn json(&self) -> String {
+            match serde_json::to_value(self).unwrap() {
+                serde_json::Value::String(text) => text,
+                other => panic!("not a string: {other}"),
+            }
+        }
+    }
 }

@@ -517,7 +517,7 @@ pub fn placeholder_record(lease: LeaseId) -> RequestRecord {
         status: None,
         upstream_status: None,
         success: false,
-        reason: "client_disconnect".to_owned(),
+        reason: strata_protocol::record::Reason::ClientDisconnect,
         response_bytes: 0,
         disconnect_phase: None,
     }

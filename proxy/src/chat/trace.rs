@@ -21,60 +21,7 @@ use crate::link::TicketHandle;
 use crate::observe::Observed;
 use strata_protocol::record::{CHAT_ENDPOINT, RequestRecord, SCHEMA_VERSION};
 
-/// How far a request got, for `disconnect_phase`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Before admission (body reading, routing, waiting for a lease).
-    Queued,
-    /// Admitted: loading the model or waiting for response headers.
-    Loading,
-    /// Upstream headers arrived.
-    Generating,
-}
-
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Queued => "queued",
-            Phase::Loading => "loading",
-            Phase::Generating => "generating",
-        }
-    }
-}
-
-/// The accounting `reason` enum.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    Completed,
-    ClientDisconnect,
-    UpstreamError,
-    Timeout,
-    QueueTimeout,
-    RoutingOff,
-    Shutdown,
-    ModelLoadError,
-    ModelNotPrepared,
-    InvalidRequest,
-    QueueFull,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::Completed => "completed",
-            Reason::ClientDisconnect => "client_disconnect",
-            Reason::UpstreamError => "upstream_error",
-            Reason::Timeout => "timeout",
-            Reason::QueueTimeout => "queue_timeout",
-            Reason::RoutingOff => "routing_off",
-            Reason::Shutdown => "shutdown",
-            Reason::ModelLoadError => "model_load_error",
-            Reason::ModelNotPrepared => "model_not_prepared",
-            Reason::InvalidRequest => "invalid_request",
-            Reason::QueueFull => "queue_full",
-        }
-    }
-}
+pub use strata_protocol::record::{Phase, Reason};
 
 /// One request's measurements.
 pub struct Trace {
@@ -209,7 +156,7 @@ impl Trace {
                 decode_tokens_per_second: decode,
             });
         }
-        let disconnect_phase = (reason == Reason::ClientDisconnect).then(|| self.phase.as_str());
+        let disconnect_phase = (reason == Reason::ClientDisconnect).then_some(self.phase);
         let record = self.record(reason, success, disconnect_phase);
         match self.ticket.take() {
             Some(ticket) => ticket.finish(record),
@@ -224,7 +171,7 @@ impl Trace {
             success,
             status = ?self.status,
             upstream_status = ?self.upstream_status,
-            disconnect_phase,
+            disconnect_phase = disconnect_phase.map(Phase::as_str),
             total_ms = self.arrived.elapsed().as_millis() as u64,
             "request finished"
         );
@@ -254,7 +201,7 @@ impl Trace {
         &self,
         reason: Reason,
         success: bool,
-        disconnect_phase: Option<&'static str>,
+        disconnect_phase: Option<Phase>,
     ) -> RequestRecord {
         let completed = Instant::now();
         let observed = self.observed.as_ref();
@@ -300,15 +247,13 @@ impl Trace {
             predicted_ms: observed.and_then(|o| o.predicted_ms),
             prompt_per_second: observed.and_then(|o| o.prompt_per_second),
             predicted_per_second: observed.and_then(|o| o.predicted_per_second),
-            finish_reason: observed
-                .and_then(|o| o.finish_reason)
-                .map(|reason| reason.as_str().to_owned()),
+            finish_reason: observed.and_then(|o| o.finish_reason),
             status: self.status,
             upstream_status: self.upstream_status,
             success,
-            reason: reason.as_str().to_owned(),
+            reason,
             response_bytes: observed.map_or(self.router_body_bytes, |o| o.response_bytes),
-            disconnect_phase: disconnect_phase.map(str::to_owned),
+            disconnect_phase,
         }
     }
 }

@@ -6,6 +6,8 @@
 
 use std::time::Instant;
 
+pub use strata_protocol::record::FinishReason;
+
 use super::frame::Frame;
 
 /// Everything the observer learned from one response body.
@@ -97,44 +99,6 @@ impl Observed {
         let (first, last) = (self.first_token_at?, self.last_token_at?);
         let secs = last.checked_duration_since(first)?.as_secs_f64();
         (secs > 0.0).then(|| tokens as f64 / secs)
-    }
-}
-
-/// Why generation stopped, reduced to the record's closed set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    Stop,
-    Length,
-    ToolCalls,
-    FunctionCall,
-    ContentFilter,
-    /// Any string the schema does not know; the string itself is not kept.
-    Other,
-}
-
-impl FinishReason {
-    /// Maps the wire string; unknown strings become [`FinishReason::Other`].
-    pub fn from_wire(s: &str) -> Self {
-        match s {
-            "stop" => Self::Stop,
-            "length" => Self::Length,
-            "tool_calls" => Self::ToolCalls,
-            "function_call" => Self::FunctionCall,
-            "content_filter" => Self::ContentFilter,
-            _ => Self::Other,
-        }
-    }
-
-    /// The record's spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Stop => "stop",
-            Self::Length => "length",
-            Self::ToolCalls => "tool_calls",
-            Self::FunctionCall => "function_call",
-            Self::ContentFilter => "content_filter",
-            Self::Other => "other",
-        }
     }
 }
 
