@@ -22,7 +22,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use strata_protocol::control::{ControlRequest, ErrorAnswer, ReplyLine};
 
 /// How long `status` waits for its answer. The daemon answers `status` at
 /// once (it reports `busy` instead of waiting), so this only catches a
@@ -80,27 +80,15 @@ fn print_stdout(line: &str) {
 }
 
 /// Reports an `{"error": ...}` answer and returns the failure exit code.
-fn report_error_answer(line: &str, error: &Value) -> ExitCode {
+fn report_error_answer(line: &str, text: &str) -> ExitCode {
     print_stdout(line);
-    let text = error
-        .as_str()
-        .map(str::to_owned)
-        .unwrap_or_else(|| error.to_string());
-    let hint = if text == "unknown control command" {
+    let hint = if text == ErrorAnswer::UNKNOWN_COMMAND {
         " (the running daemon predates this strata-ctl; restart the daemon after upgrading)"
     } else {
         ""
     };
     say!("strata-ctl: the daemon answered with an error: {text}{hint}");
     ExitCode::FAILURE
-}
-
-/// A reply line as a JSON object, or `None` if it is not one.
-fn parse_object(line: &str) -> Option<Map<String, Value>> {
-    match serde_json::from_str::<Value>(line) {
-        Ok(Value::Object(object)) => Some(object),
-        _ => None,
-    }
 }
 
 fn unexpected_reply(line: &str) -> ExitCode {
@@ -127,7 +115,7 @@ pub fn status(socket: &Path) -> ExitCode {
         Ok(stream) => stream,
         Err(code) => return code,
     };
-    if let Err(code) = send_line(&mut stream, socket, "status") {
+    if let Err(code) = send_line(&mut stream, socket, &ControlRequest::Status.to_line()) {
         return code;
     }
     let _ = stream.set_read_timeout(Some(STATUS_TIMEOUT));
@@ -159,14 +147,16 @@ pub fn status(socket: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let Some(object) = parse_object(&line) else {
-        return unexpected_reply(&line);
-    };
-    if let Some(error) = object.get("error") {
-        return report_error_answer(&line, error);
+    match ReplyLine::parse(&line) {
+        Some(ReplyLine {
+            error: Some(error), ..
+        }) => report_error_answer(&line, &error),
+        Some(_) => {
+            print_stdout(&line);
+            ExitCode::SUCCESS
+        }
+        None => unexpected_reply(&line),
     }
-    print_stdout(&line);
-    ExitCode::SUCCESS
 }
 
 /// The progress line for an event, exactly as the spec shows it:
@@ -175,14 +165,14 @@ pub fn progress_line(elapsed_ms: u64, message: &str) -> String {
     format!("[{:>6.1}s] {}", elapsed_ms as f64 / 1000.0, message)
 }
 
-/// `strata-ctl on` and `strata-ctl off`: sends `request` (one JSON object)
-/// and relays the events until the `done` event. No client timeout.
-pub fn operation(socket: &Path, request: &Value) -> ExitCode {
+/// `strata-ctl on` and `strata-ctl off`: sends `request` and relays the
+/// events until the `done` event. No client timeout.
+pub fn operation(socket: &Path, request: &ControlRequest) -> ExitCode {
     let mut stream = match connect(socket) {
         Ok(stream) => stream,
         Err(code) => return code,
     };
-    if let Err(code) = send_line(&mut stream, socket, &request.to_string()) {
+    if let Err(code) = send_line(&mut stream, socket, &request.to_line()) {
         return code;
     }
     // `stream` stays open (both directions) until this function returns:
@@ -207,28 +197,21 @@ pub fn operation(socket: &Path, request: &Value) -> ExitCode {
         if line.trim().is_empty() {
             continue;
         }
-        let Some(object) = parse_object(&line) else {
+        let Some(reply) = ReplyLine::parse(&line) else {
             return unexpected_reply(&line);
         };
-        if let Some(error) = object.get("error") {
+        if let Some(error) = &reply.error {
             return report_error_answer(&line, error);
         }
-        let message = object.get("message").and_then(Value::as_str).unwrap_or("");
-        match object.get("event").and_then(Value::as_str) {
-            Some("progress") => {
-                let elapsed_ms = object
-                    .get("elapsed_ms")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                say!("{}", progress_line(elapsed_ms, message));
-            }
+        let message = reply.message.as_deref().unwrap_or("");
+        match reply.event.as_deref() {
+            Some("progress") => say!("{}", progress_line(reply.elapsed_ms.unwrap_or(0), message)),
             Some("done") => {
                 print_stdout(&line);
                 if !message.is_empty() {
                     say!("{message}");
                 }
-                let ok = object.get("ok").and_then(Value::as_bool) == Some(true);
-                return if ok {
+                return if reply.ok == Some(true) {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::FAILURE

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::json;
+use strata_protocol::control::ControlRequest;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -20,5 +20,5 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    crate::control::operation(&args.socket, &json!({"cmd": "off", "now": args.now}))
+    crate::control::operation(&args.socket, &ControlRequest::Off { now: args.now })
 }

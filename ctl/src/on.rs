@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde_json::json;
+use strata_protocol::control::ControlRequest;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -22,5 +22,5 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    crate::control::operation(&args.socket, &json!({"cmd": "on", "model": args.model}))
+    crate::control::operation(&args.socket, &ControlRequest::On { model: args.model })
 }

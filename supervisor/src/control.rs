@@ -1,10 +1,11 @@
 //! The operator control socket: one JSON-lines request per connection.
 //!
-//! A client sends one line: a bare word (`status`, legacy `on`, legacy
-//! `off`) or a JSON object (`{"cmd":"on","model":...}`,
+//! A client sends one line, a [`ControlRequest`]: a bare word (`status`,
+//! legacy `on`, legacy `off`) or a JSON object (`{"cmd":"on","model":...}`,
 //! `{"cmd":"off","now":...}`). `status` and the bare words get one JSON
 //! line back. `on`/`off` get progress events and exactly one `done` event.
-//! Anything else gets `{"error":"unknown control command"}`.
+//! Anything else gets `{"error":"unknown control command"}`. Every line is
+//! one of `strata_protocol::control`'s types.
 //!
 //! Only one `on`/`off` runs at a time; a second waits its turn. A client
 //! that disconnects cancels its wait or load.
@@ -13,13 +14,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use strata_protocol::control::{self, ControlRequest, ErrorAnswer, RoutingAnswer};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use crate::engine::{Command, ControlEvent, EngineHandle, StatusSnapshot};
+use crate::engine::{Command, ControlEvent, EngineHandle};
 use crate::sockets;
 
 /// Longest request line accepted.
@@ -55,54 +57,15 @@ pub async fn serve(listener: UnixListener, engine: EngineHandle) {
     }
 }
 
-/// A parsed request line.
-#[derive(Debug, PartialEq)]
-enum Request {
-    Status,
-    LegacyRouting(bool),
-    On { model: Option<String> },
-    Off { now: bool },
-    Unknown,
-}
-
-fn parse_request(line: &str) -> Request {
-    match line.trim() {
-        "status" => return Request::Status,
-        "on" => return Request::LegacyRouting(true),
-        "off" => return Request::LegacyRouting(false),
-        _ => {}
-    }
-    let Ok(Value::Object(object)) = serde_json::from_str::<Value>(line) else {
-        return Request::Unknown;
-    };
-    let allowed = |keys: &[&str]| object.keys().all(|key| keys.contains(&key.as_str()));
-    match object.get("cmd").and_then(Value::as_str) {
-        Some("status") if allowed(&["cmd"]) => Request::Status,
-        Some("on") if allowed(&["cmd", "model"]) => match object.get("model") {
-            None | Some(Value::Null) => Request::On { model: None },
-            Some(Value::String(model)) => Request::On {
-                model: Some(model.clone()),
-            },
-            Some(_) => Request::Unknown,
-        },
-        Some("off") if allowed(&["cmd", "now"]) => match object.get("now") {
-            None | Some(Value::Null) => Request::Off { now: false },
-            Some(Value::Bool(now)) => Request::Off { now: *now },
-            Some(_) => Request::Unknown,
-        },
-        _ => Request::Unknown,
-    }
-}
-
-async fn write_line(writer: &mut OwnedWriteHalf, value: &Value) -> std::io::Result<()> {
-    let mut line = value.to_string();
+async fn write_line(writer: &mut OwnedWriteHalf, answer: &impl Serialize) -> std::io::Result<()> {
+    let mut line = control::to_line(answer);
     line.push('\n');
     writer.write_all(line.as_bytes()).await?;
     writer.flush().await
 }
 
-fn status_json(status: &StatusSnapshot) -> Value {
-    Value::Object(status.to_json_fields())
+fn error(message: &str) -> ErrorAnswer {
+    ErrorAnswer::new(message)
 }
 
 async fn handle_connection(
@@ -114,51 +77,48 @@ async fn handle_connection(
     let same_user = sockets::peer_is_allowed(&stream);
     let (reader, mut writer) = stream.into_split();
     if !same_user {
-        return write_line(&mut writer, &json!({"error": "permission denied"})).await;
+        return write_line(&mut writer, &error("permission denied")).await;
     }
     let mut reader = BufReader::new(reader);
     let mut line = Vec::new();
     let mut limited = (&mut reader).take(MAX_LINE as u64 + 1);
     let read_line = limited.read_until(b'\n', &mut line);
     let Ok(read) = tokio::time::timeout(REQUEST_LINE_TIMEOUT, read_line).await else {
-        return write_line(&mut writer, &json!({"error": "no request line received"})).await;
+        return write_line(&mut writer, &error("no request line received")).await;
     };
     let read = read?;
     if read == 0 {
         return Ok(());
     }
     if line.len() > MAX_LINE {
-        return write_line(&mut writer, &json!({"error": "request line too long"})).await;
+        return write_line(&mut writer, &error("request line too long")).await;
     }
-    let request = match std::str::from_utf8(&line) {
-        Ok(text) => parse_request(text),
-        Err(_) => Request::Unknown,
+    let request = std::str::from_utf8(&line)
+        .ok()
+        .and_then(ControlRequest::parse);
+    let Some(request) = request else {
+        return write_line(&mut writer, &error(ErrorAnswer::UNKNOWN_COMMAND)).await;
     };
     match request {
-        Request::Unknown => {
-            write_line(&mut writer, &json!({"error": "unknown control command"})).await
-        }
-        Request::Status => match engine.status().await {
-            Some(status) => write_line(&mut writer, &status_json(&status)).await,
-            None => write_line(&mut writer, &json!({"error": "daemon is shutting down"})).await,
+        ControlRequest::Status => match engine.status().await {
+            Some(status) => write_line(&mut writer, &status).await,
+            None => write_line(&mut writer, &error("daemon is shutting down")).await,
         },
-        Request::LegacyRouting(routing) => {
+        ControlRequest::LegacyRouting(routing) => {
             let (reply, rx) = oneshot::channel();
             engine.send(Command::SetRouting { routing, reply });
             match rx.await {
-                Ok(routing) => write_line(&mut writer, &json!({ "routing": routing })).await,
-                Err(_) => {
-                    write_line(&mut writer, &json!({"error": "daemon is shutting down"})).await
-                }
+                Ok(routing) => write_line(&mut writer, &RoutingAnswer { routing }).await,
+                Err(_) => write_line(&mut writer, &error("daemon is shutting down")).await,
             }
         }
-        Request::On { model } => {
+        ControlRequest::On { model } => {
             run_operation(reader, writer, engine, operation_lock, id, |events| {
                 Command::On { id, model, events }
             })
             .await
         }
-        Request::Off { now } => {
+        ControlRequest::Off { now } => {
             run_operation(reader, writer, engine, operation_lock, id, |events| {
                 Command::Off { id, now, events }
             })
@@ -184,7 +144,7 @@ async fn run_operation(
     };
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     if !engine.send(command(events_tx)) {
-        return write_line(&mut writer, &json!({"error": "daemon is shutting down"})).await;
+        return write_line(&mut writer, &error("daemon is shutting down")).await;
     }
     loop {
         let event = tokio::select! {
@@ -204,37 +164,14 @@ async fn run_operation(
             // connection close and reports failure.
             return Ok(());
         };
-        match event {
-            ControlEvent::Progress {
-                op,
-                phase,
-                message,
-                elapsed_ms,
-            } => {
-                let line = json!({
-                    "event": "progress",
-                    "op": op,
-                    "phase": phase,
-                    "message": message,
-                    "elapsed_ms": elapsed_ms,
-                });
-                if write_line(&mut writer, &line).await.is_err() {
-                    engine.send(Command::CancelControl { id });
-                    wait_for_done(&mut events_rx).await;
-                    return Ok(());
-                }
-            }
-            ControlEvent::Done {
-                ok,
-                message,
-                status,
-            } => {
-                let mut fields = status.to_json_fields();
-                fields.insert("event".into(), json!("done"));
-                fields.insert("ok".into(), json!(ok));
-                fields.insert("message".into(), json!(message));
-                return write_line(&mut writer, &Value::Object(fields)).await;
-            }
+        let done = matches!(event, ControlEvent::Done(_));
+        if write_line(&mut writer, &event).await.is_err() && !done {
+            engine.send(Command::CancelControl { id });
+            wait_for_done(&mut events_rx).await;
+            return Ok(());
+        }
+        if done {
+            return Ok(());
         }
     }
 }
@@ -242,7 +179,7 @@ async fn run_operation(
 /// Waits (not relaying anything) until the engine ends the operation.
 async fn wait_for_done(events: &mut mpsc::UnboundedReceiver<ControlEvent>) {
     while let Some(event) = events.recv().await {
-        if matches!(event, ControlEvent::Done { .. }) {
+        if matches!(event, ControlEvent::Done(_)) {
             return;
         }
     }
@@ -271,42 +208,6 @@ async fn client_gone(mut reader: BufReader<tokio::net::unix::OwnedReadHalf>) {
             Ok(ready) if ready.is_write_closed() => return,
             Err(_) => return,
             Ok(_) => tokio::time::sleep(HANGUP_POLL).await,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn request_lines_parse_as_the_spec_says() {
-        let cases = [
-            ("status", Request::Status),
-            ("status\n", Request::Status),
-            ("on", Request::LegacyRouting(true)),
-            ("off\n", Request::LegacyRouting(false)),
-            (r#"{"cmd":"on","model":null}"#, Request::On { model: None }),
-            (
-                r#"{"cmd":"on","model":"m"}"#,
-                Request::On {
-                    model: Some("m".into()),
-                },
-            ),
-            (r#"{"cmd":"on"}"#, Request::On { model: None }),
-            (r#"{"cmd":"off","now":false}"#, Request::Off { now: false }),
-            (r#"{"cmd":"off","now":true}"#, Request::Off { now: true }),
-            (r#"{"cmd":"off","now":"yes"}"#, Request::Unknown),
-            (r#"{"cmd":"on","model":3}"#, Request::Unknown),
-            (r#"{"cmd":"on","extra":1}"#, Request::Unknown),
-            (r#"{"cmd":"reboot"}"#, Request::Unknown),
-            ("ON", Request::Unknown),
-            ("", Request::Unknown),
-            ("[1,2]", Request::Unknown),
-            ("{not json", Request::Unknown),
-        ];
-        for (line, expected) in cases {
-            assert_eq!(parse_request(line), expected, "line {line:?}");
         }
     }
 }

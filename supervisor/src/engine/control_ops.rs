@@ -7,6 +7,7 @@
 use tokio::time::Instant;
 
 use strata_protocol::config::Resolution;
+use strata_protocol::control::Done;
 use strata_protocol::wire::{LeaseFailure, RevokeReason};
 use tokio::sync::mpsc;
 
@@ -44,8 +45,8 @@ impl ControlOp {
 
     fn progress(&self, phase: &'static str, message: impl Into<String>) {
         let _ = self.events.send(ControlEvent::Progress {
-            op: self.name(),
-            phase,
+            op: self.name().to_owned(),
+            phase: phase.to_owned(),
             message: message.into(),
             elapsed_ms: self.started.elapsed().as_millis() as u64,
         });
@@ -63,11 +64,11 @@ fn plural(n: usize, word: &str) -> String {
 impl Engine {
     fn done(&mut self, op: ControlOp, ok: bool, message: String) {
         tracing::info!(op = op.name(), ok, "control operation finished");
-        let _ = op.events.send(ControlEvent::Done {
+        let _ = op.events.send(ControlEvent::Done(Done {
             ok,
             message,
             status: self.status(),
-        });
+        }));
     }
 
     /// Why a new operation cannot start now, if it cannot. A draining

@@ -16,7 +16,6 @@ mod control_ops;
 mod ops;
 pub mod scheduler;
 mod state;
-mod status;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,8 +26,6 @@ use strata_protocol::wire::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-pub use status::StatusSnapshot;
-
 /// One proxy connection on the supervisor socket.
 pub type ConnId = u64;
 
@@ -36,24 +33,13 @@ pub type ConnId = u64;
 /// from a disconnected client cannot hit a newer operation.
 pub type ControlOpId = u64;
 
-/// What the engine sends back to a control client during `on`/`off`.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ControlEvent {
-    Progress {
-        op: &'static str,
-        phase: &'static str,
-        message: String,
-        elapsed_ms: u64,
-    },
-    /// Exactly one per operation, last, also for a cancelled operation
-    /// (whose client is gone): it tells the control layer the operation
-    /// slot is free again.
-    Done {
-        ok: bool,
-        message: String,
-        status: StatusSnapshot,
-    },
-}
+/// What the engine sends back to a control client during `on`/`off`: the
+/// control socket's own event type. Exactly one `Done` per operation, last,
+/// also for a cancelled operation (whose client is gone): it tells the
+/// control layer the operation slot is free again.
+pub use strata_protocol::control::ControlEvent;
+/// The status document (`status`, and the fields of every `done`).
+pub use strata_protocol::control::Status;
 
 /// Messages the engine task processes, in order.
 #[derive(Debug)]
@@ -95,7 +81,7 @@ pub enum Command {
         draining: bool,
     },
     Status {
-        reply: oneshot::Sender<StatusSnapshot>,
+        reply: oneshot::Sender<Status>,
     },
     /// Legacy bare `on`/`off`: flips the routing flag only.
     SetRouting {
@@ -192,7 +178,7 @@ impl EngineHandle {
     }
 
     /// Current status, without waiting for any operation.
-    pub async fn status(&self) -> Option<StatusSnapshot> {
+    pub async fn status(&self) -> Option<Status> {
         let (reply, rx) = oneshot::channel();
         if !self.send(Command::Status { reply }) {
             return None;

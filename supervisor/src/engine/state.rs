@@ -24,7 +24,7 @@ use super::ops::{self, OpOutcome, OpProgress, ProgressEvent};
 use super::scheduler::{
     self, CacheState, Decision, Failure, Hold, Mode, Rules, TicketKey, Waiting,
 };
-use super::{Command, ConnId, Counters, StatusSnapshot};
+use super::{Command, ConnId, Counters, Status};
 use crate::backend::{Backend, LaunchSpec, StartError, StartProgress};
 
 /// How often the engine checks child death, drain deadlines and lookup
@@ -1171,7 +1171,7 @@ impl Engine {
         }
     }
 
-    pub(super) fn status(&self) -> StatusSnapshot {
+    pub(super) fn status(&self) -> Status {
         let operation = match (&self.control, &self.op) {
             (Some(control), _) => Some(control.name()),
             (None, Some(RunningOp::Load { .. })) => Some("load"),
@@ -1183,11 +1183,11 @@ impl Engine {
             Some(RunningOp::Load { pid, .. }) => *pid,
             _ => self.backend.as_ref().map(|backend| backend.pid()),
         };
-        StatusSnapshot {
+        Status {
             daemon_pid: self.daemon_pid,
             instance_id: self.instance_id.clone(),
             busy: operation.is_some(),
-            operation,
+            operation: operation.map(str::to_owned),
             routing: self.routing,
             draining: self.is_draining(),
             child_pid,
