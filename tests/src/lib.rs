@@ -19,6 +19,8 @@
 //! - [`poll_until`] and friends: bounded polling; tests never sleep to synchronise.
 //! - [`binary`], [`daemon_command`], [`with_ulimit`], [`python()`], [`fake_strata_dir`],
 //!   [`free_port`]: locating and running things.
+//! - [`systemd::SdStack`]: the router under a private systemd (PID 1 of its own namespaces,
+//!   root only) running test copies of the units in `contrib/`.
 //! - `e2e-unix-client` (a binary of this crate, `env!("CARGO_BIN_EXE_e2e-unix-client")`): a
 //!   raw Unix-socket client for acting as another process or user.
 //!
@@ -41,6 +43,7 @@ pub mod proxy;
 pub mod python;
 pub mod stack;
 pub mod supervisor;
+pub mod systemd;
 pub mod tempdir;
 
 pub use binaries::{binary, daemon_command, with_ulimit, wrap_command};
