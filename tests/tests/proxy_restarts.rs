@@ -233,3 +233,45 @@ fn a_client_that_leaves_during_the_drain_still_gets_its_record() {
     }
     stack.stop();
 }
+
+/// The proxy's systemd notifications: `READY=1` only once it reached its supervisor (the
+/// supervisor already counts it when the datagram arrives), `STOPPING=1` when SIGTERM starts
+/// its drain, then a clean exit.
+#[test]
+fn the_proxy_notifies_ready_after_its_supervisor_and_stopping_on_sigterm() {
+    use std::os::unix::net::UnixDatagram;
+
+    let config = ConfigBuilder::new("proxy-notify")
+        .model(ModelSpec::new(A))
+        .build();
+    let notify_path = config.dir.join("proxy-notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
+    notify
+        .set_read_timeout(Some(DEADLINE))
+        .expect("notify read timeout");
+    let mut stack = Stack::supervisor_only(config);
+    stack.spawn_proxy_with(|mut command| {
+        command.env("NOTIFY_SOCKET", &notify_path);
+        command
+    });
+    let mut datagram = [0u8; 512];
+    let n = notify.recv(&mut datagram).expect("READY=1 from the proxy");
+    let text = String::from_utf8_lossy(&datagram[..n]).into_owned();
+    assert!(text.lines().any(|line| line == "READY=1"), "{text:?}");
+    assert_eq!(
+        stack.status()["proxies"],
+        json!(1),
+        "READY=1 came before the proxy's supervisor link"
+    );
+    stack.wait_proxy_serving(DEADLINE);
+
+    stack.kill_proxy(Signal::SIGTERM);
+    let n = notify
+        .recv(&mut datagram)
+        .expect("STOPPING=1 from the proxy");
+    let text = String::from_utf8_lossy(&datagram[..n]).into_owned();
+    assert!(text.lines().any(|line| line == "STOPPING=1"), "{text:?}");
+    let status = stack.wait_proxy_exit(DEADLINE);
+    assert_eq!(status.code(), Some(0), "{}", stack.proxy_stderr());
+    stack.stop();
+}
