@@ -1,9 +1,15 @@
 //! Router-made HTTP errors in the OpenAI shape.
 //!
 //! Every error the proxy itself produces is `{"error":{"message","type",
-//! "code"}}`. Messages are fixed strings chosen here: they never echo
-//! request content (model names from the request included), so nothing a
-//! client sent can be reflected or logged through them.
+//! "code"}}`, rendered here by [`ErrorReply`] and nowhere else. The errors
+//! are typed per layer: the chat path's are `chat::error::ChatError`, the
+//! other endpoints' are [`EndpointError`]; each variant names its reply.
+//!
+//! A reply's message is a `&'static str` chosen by its variant: it never
+//! carries data (request content, model names from the request, another
+//! process's error text, numbers), so nothing a client sent or a backend
+//! said can be reflected through it. Detail for operators goes to the log
+//! where the failure is found, never into the reply.
 
 use bytes::Bytes;
 use hyper::StatusCode;
@@ -12,48 +18,21 @@ use serde_json::json;
 
 use crate::body::ProxyBody;
 
-/// A router-made error: what the client sees.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
+/// What a client sees of a router-made error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorReply {
     pub status: StatusCode,
+    /// The OpenAI error `type`.
     pub kind: &'static str,
     pub code: &'static str,
-    pub message: String,
+    pub message: &'static str,
     /// Seconds for `Retry-After`, when waiting helps.
     pub retry_after: Option<u64>,
 }
 
-impl ApiError {
-    pub fn new(status: StatusCode, kind: &'static str, code: &'static str, message: &str) -> Self {
-        ApiError {
-            status,
-            kind,
-            code,
-            message: message.to_owned(),
-            retry_after: None,
-        }
-    }
-
-    pub fn not_found() -> Self {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            "not_found",
-            "unknown endpoint; this router serves /v1/models, /v1/chat/completions, /health, /metrics and /requests",
-        )
-    }
-
-    pub fn method_not_allowed() -> Self {
-        ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "invalid_request_error",
-            "method_not_allowed",
-            "method not allowed for this endpoint",
-        )
-    }
-
-    /// The JSON document.
-    pub fn body_json(&self) -> serde_json::Value {
+impl ErrorReply {
+    /// The JSON document's text.
+    pub fn body(&self) -> String {
         json!({
             "error": {
                 "message": self.message,
@@ -61,6 +40,7 @@ impl ApiError {
                 "code": self.code,
             }
         })
+        .to_string()
     }
 
     /// The in-band form used after SSE headers went out: one `event: error`
@@ -77,18 +57,83 @@ impl ApiError {
         Bytes::from(format!("event: error\ndata: {value}\n\n"))
     }
 
+    /// The JSON response, with `Retry-After` when there is one.
     pub fn into_response(self) -> hyper::Response<ProxyBody> {
-        let mut response = hyper::Response::new(ProxyBody::full(self.body_json().to_string()));
+        let mut response = hyper::Response::new(ProxyBody::full(self.body()));
         *response.status_mut() = self.status;
         response
             .headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(seconds) = self.retry_after
-            && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
-        {
-            response.headers_mut().insert(RETRY_AFTER, value);
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
+    }
+}
+
+/// The failures of the endpoints other than chat completions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointError {
+    /// No such path.
+    NotFound,
+    /// A known path with a method it does not serve.
+    MethodNotAllowed,
+    /// `/requests?after=` is not a non-negative integer.
+    BadCursor,
+    /// `/requests?limit=` is not a non-negative integer.
+    BadLimit,
+    /// `/requests` while the supervisor, which holds the records, is not
+    /// reachable.
+    RecordsUnavailable,
+}
+
+impl EndpointError {
+    pub fn reply(self) -> ErrorReply {
+        let (status, kind, code, message) = match self {
+            EndpointError::NotFound => (
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "not_found",
+                "unknown endpoint; this router serves /v1/models, /v1/chat/completions, /health, /metrics and /requests",
+            ),
+            EndpointError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                "method_not_allowed",
+                "method not allowed for this endpoint",
+            ),
+            EndpointError::BadCursor => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_query",
+                "after must be a non-negative integer",
+            ),
+            EndpointError::BadLimit => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_query",
+                "limit must be a non-negative integer",
+            ),
+            EndpointError::RecordsUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "supervisor_unavailable",
+                "the records live in the supervisor, which is not reachable; try again shortly",
+            ),
+        };
+        ErrorReply {
+            status,
+            kind,
+            code,
+            message,
+            retry_after: None,
+        }
+    }
+
+    pub fn into_response(self) -> hyper::Response<ProxyBody> {
+        self.reply().into_response()
     }
 }
 
@@ -100,4 +145,31 @@ pub fn json_response(status: StatusCode, value: &serde_json::Value) -> hyper::Re
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_errors_keep_their_statuses_and_codes() {
+        for (error, status, code) in [
+            (EndpointError::NotFound, 404, "not_found"),
+            (EndpointError::MethodNotAllowed, 405, "method_not_allowed"),
+            (EndpointError::BadCursor, 400, "invalid_query"),
+            (EndpointError::BadLimit, 400, "invalid_query"),
+            (
+                EndpointError::RecordsUnavailable,
+                503,
+                "supervisor_unavailable",
+            ),
+        ] {
+            let reply = error.reply();
+            assert_eq!((reply.status.as_u16(), reply.code), (status, code));
+            assert!(!reply.message.is_empty() && reply.retry_after.is_none());
+            let response = error.into_response();
+            assert_eq!(response.headers()[CONTENT_TYPE], "application/json");
+            assert!(response.headers().get(RETRY_AFTER).is_none());
+        }
+    }
 }

@@ -5,12 +5,11 @@
 //! byte-for-byte the JSONL line; this endpoint validates the cursor and
 //! passes the answer on.
 
-use hyper::StatusCode;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 
 use crate::app::App;
 use crate::body::ProxyBody;
-use crate::errors::ApiError;
+use crate::errors::EndpointError;
 
 const DEFAULT_LIMIT: u64 = 100;
 const MAX_LIMIT: u64 = 1000;
@@ -24,7 +23,7 @@ pub struct RecordsQuery {
 
 /// Parses `after` and `limit`; a present but non-integer value is an error.
 /// Other parameters are ignored.
-pub fn parse_query(query: Option<&str>) -> Result<RecordsQuery, &'static str> {
+pub fn parse_query(query: Option<&str>) -> Result<RecordsQuery, EndpointError> {
     let mut after = None;
     let mut limit = DEFAULT_LIMIT;
     for pair in query
@@ -35,16 +34,10 @@ pub fn parse_query(query: Option<&str>) -> Result<RecordsQuery, &'static str> {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
             "after" => {
-                after = Some(
-                    value
-                        .parse::<u64>()
-                        .map_err(|_| "after must be a non-negative integer")?,
-                );
+                after = Some(value.parse::<u64>().map_err(|_| EndpointError::BadCursor)?);
             }
             "limit" => {
-                limit = value
-                    .parse::<u64>()
-                    .map_err(|_| "limit must be a non-negative integer")?;
+                limit = value.parse::<u64>().map_err(|_| EndpointError::BadLimit)?;
             }
             _ => {}
         }
@@ -58,24 +51,10 @@ pub fn parse_query(query: Option<&str>) -> Result<RecordsQuery, &'static str> {
 pub async fn requests(app: &App, query: Option<&str>) -> hyper::Response<ProxyBody> {
     let query = match parse_query(query) {
         Ok(query) => query,
-        Err(message) => {
-            return ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "invalid_query",
-                message,
-            )
-            .into_response();
-        }
+        Err(error) => return error.into_response(),
     };
     let Some(body) = app.link.records(query.after, query.limit).await else {
-        return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "server_error",
-            "supervisor_unavailable",
-            "the records live in the supervisor, which is not reachable; try again shortly",
-        )
-        .into_response();
+        return EndpointError::RecordsUnavailable.into_response();
     };
     let mut response = hyper::Response::new(ProxyBody::full(body));
     response

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use crate::accept::{AcceptBackoff, Report};
 use crate::app::App;
 use crate::body::ProxyBody;
-use crate::errors::{ApiError, json_response};
+use crate::errors::{EndpointError, json_response};
 use crate::link::SupervisorLink;
 use crate::{chat, health, models, requests};
 
@@ -71,7 +71,7 @@ async fn route(
             if method == Method::POST {
                 chat::handle(app, request).await
             } else {
-                ApiError::method_not_allowed().into_response()
+                EndpointError::MethodNotAllowed.into_response()
             }
         }
         "/v1/models" if method == Method::GET => {
@@ -83,9 +83,9 @@ async fn route(
             requests::requests(&app, request.uri().query()).await
         }
         "/v1/models" | "/health" | "/metrics" | "/requests" => {
-            ApiError::method_not_allowed().into_response()
+            EndpointError::MethodNotAllowed.into_response()
         }
-        _ => ApiError::not_found().into_response(),
+        _ => EndpointError::NotFound.into_response(),
     };
     Ok(response)
 }

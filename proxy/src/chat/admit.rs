@@ -1,30 +1,32 @@
-//! From a queued ticket to a request the backend is answering.
+//! From a routed request to one the backend is answering.
 //!
-//! The supervisor's engine decides who goes next; this side only waits for
-//! its word (admitted, load progress, granted or failed) and then
-//! dispatches at once: there is no local queue or semaphore. From the grant
-//! on, every wait also watches the lease: if it is revoked or the
-//! supervisor link is lost meanwhile, the request ends with that outcome and
-//! nothing is sent. Right before connecting, the lease's backend instance
-//! must still be the serving one (the address is the same for every model).
+//! The request's ticket is enqueued in the supervisor's one queue, whose
+//! first answer numbers it. The supervisor's engine decides who goes next;
+//! this side only waits for its word (admitted, load progress, granted or
+//! failed) and then dispatches at once: there is no local queue or
+//! semaphore. From the grant on, every wait also watches the lease: if it
+//! is revoked or the supervisor link is lost meanwhile, the request ends
+//! with that outcome and nothing is sent. Right before connecting, the
+//! lease's backend instance must still be the serving one (the address is
+//! the same for every model).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use hyper::StatusCode;
 use hyper::header::HeaderValue;
-use strata_protocol::wire::{Grant, LeaseFailure, RevokeReason};
+use strata_protocol::wire::{Grant, LeaseFailure};
 
 use crate::app::App;
-use crate::errors::ApiError;
 use crate::link::{LeaseEnd, TicketEvent, TicketEvents};
 use crate::observe::ModelGate;
 
+use super::error::ChatError;
+use super::request::ChatRequest;
 use super::respond::body_kind;
 use super::upstream::{self, Upstream};
-use super::{Failure, Phase, Reason, Trace, forward};
+use super::{Phase, Trace};
 
 /// A routed request on its way to the backend.
 pub struct Job {
@@ -47,108 +49,62 @@ pub struct Dispatched {
     pub deadline: Option<Instant>,
 }
 
-/// What a ticket that ended without a lease means for the client.
-pub fn lease_failure(failure: LeaseFailure) -> Failure {
-    let unavailable = |code, message: &str, reason| {
-        Failure::new(
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                code,
-                message,
-            ),
-            reason,
-        )
-    };
-    match failure {
-        LeaseFailure::RoutingOff => unavailable(
-            "routing_off",
-            "routing is turned off on this router",
-            Reason::RoutingOff,
-        ),
-        LeaseFailure::UnknownModel => Failure::new(
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                "model_not_found",
-                "the requested model does not exist or is not enabled",
-            ),
-            Reason::InvalidRequest,
-        ),
-        LeaseFailure::NotPrepared { status } => {
-            let message = format!(
-                "the model is not prepared to run on this machine ({})",
-                status.as_str()
-            );
-            unavailable("model_not_prepared", &message, Reason::ModelNotPrepared)
-        }
-        LeaseFailure::LoadFailed { message, .. } => {
-            let message = format!("the model failed to load: {message}");
-            unavailable("model_load_error", &message, Reason::ModelLoadError)
-        }
-        LeaseFailure::Cooldown {
-            message,
-            remaining_ms,
-        } => {
-            let text = format!(
-                "a recent model load failed ({message}); retry in {}s",
-                remaining_ms.div_ceil(1000)
-            );
-            let mut failure = unavailable("model_load_error", &text, Reason::ModelLoadError);
-            failure.error.retry_after = Some(remaining_ms.div_ceil(1000).max(1));
-            failure
-        }
-        LeaseFailure::QueueFull => Failure::new(
-            ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "server_error",
-                "queue_full",
-                "too many pending requests (max_pending)",
-            ),
-            Reason::QueueFull,
-        ),
-        LeaseFailure::QueueTimeout => Failure::new(
-            ApiError::new(
-                StatusCode::GATEWAY_TIMEOUT,
-                "server_error",
-                "queue_timeout",
-                "the request waited longer than queue_ms for its model",
-            ),
-            Reason::QueueTimeout,
-        ),
-        LeaseFailure::ShuttingDown => unavailable(
-            "shutting_down",
-            "the router is shutting down",
-            Reason::Shutdown,
-        ),
+/// Enqueues the request's ticket for `model` and takes the supervisor's
+/// first answer, which numbers the request and may already be the grant.
+pub async fn enqueue(
+    app: &App,
+    model: &str,
+    chat: &ChatRequest,
+    trace: &mut Trace,
+) -> Result<(TicketEvents, Option<Grant>), ChatError> {
+    if !app.link.routing_view().connected {
+        trace.numbered(None);
+        return Err(ChatError::SupervisorUnavailable);
     }
-}
-
-/// The outcome of a request whose lease ended before its response began.
-pub fn lease_end_failure(end: LeaseEnd) -> Failure {
-    let reason = match end {
-        LeaseEnd::Revoked(RevokeReason::RoutingOff) => Reason::RoutingOff,
-        LeaseEnd::Revoked(RevokeReason::Shutdown) => Reason::Shutdown,
-        LeaseEnd::LinkLost => Reason::UpstreamError,
-    };
-    Failure::new(forward::lease_end_error(end), reason)
+    let (ticket, mut events) = app
+        .link
+        .enqueue(model, chat.tier, chat.upstream_body.clone());
+    trace.ticket = Some(ticket);
+    match events.next_event().await {
+        TicketEvent::Queued(arrival) => {
+            trace.numbered(Some(arrival));
+            Ok((events, None))
+        }
+        TicketEvent::Granted(grant) => {
+            trace.numbered(Some(grant.arrival));
+            Ok((events, Some(grant)))
+        }
+        TicketEvent::Failed { arrival, failure } => {
+            trace.numbered(Some(arrival));
+            Err(failed(trace, failure))
+        }
+        TicketEvent::LinkLost => {
+            trace.numbered(None);
+            Err(ChatError::SupervisorLost)
+        }
+        // Not a first answer; the supervisor never sends these first.
+        TicketEvent::Admitted | TicketEvent::Progress(_) | TicketEvent::Revoked(_) => {
+            trace.numbered(None);
+            Err(ChatError::SupervisorUnavailable)
+        }
+    }
 }
 
 /// Runs `work` unless the granted lease ends first.
 async fn while_leased<T>(
     events: &mut TicketEvents,
     work: impl Future<Output = T>,
-) -> Result<T, Failure> {
+) -> Result<T, ChatError> {
     tokio::select! {
         output = work => Ok(output),
-        end = events.ended() => Err(lease_end_failure(end)),
+        end = events.ended() => Err(ChatError::from(end)),
     }
 }
 
 impl Job {
     /// Waits for the grant, then sends the request; returns once the
     /// backend's response headers are in.
-    pub async fn admit_and_send(mut self, trace: &mut Trace) -> Result<Dispatched, Failure> {
+    pub async fn admit_and_send(mut self, trace: &mut Trace) -> Result<Dispatched, ChatError> {
         let grant = match self.granted.take() {
             Some(grant) => grant,
             None => wait_for_grant(&mut self.events, trace).await?,
@@ -158,18 +114,10 @@ impl Job {
         let deadline = config
             .response_timeout()
             .map(|limit| Instant::now() + limit);
-        self.events.check().map_err(lease_end_failure)?;
+        self.events.check().map_err(ChatError::from)?;
         if !self.app.link.serves(&grant.instance) {
             tracing::warn!("the leased backend is no longer the serving one; request not sent");
-            return Err(Failure::new(
-                ApiError::new(
-                    StatusCode::BAD_GATEWAY,
-                    "server_error",
-                    "upstream_error",
-                    "the backend this request was routed to is gone",
-                ),
-                Reason::UpstreamError,
-            ));
+            return Err(ChatError::BackendGone);
         }
         let send = upstream::send(grant.backend, self.body, self.accept);
         let send = async {
@@ -179,27 +127,11 @@ impl Job {
             }
         };
         let Some(sent) = while_leased(&mut self.events, send).await? else {
-            return Err(Failure::new(
-                ApiError::new(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "server_error",
-                    "timeout",
-                    "the backend did not answer within response_ms",
-                ),
-                Reason::Timeout,
-            ));
+            return Err(ChatError::Timeout);
         };
         let upstream = sent.map_err(|err| {
             tracing::warn!(error = %err, "backend request failed");
-            Failure::new(
-                ApiError::new(
-                    StatusCode::BAD_GATEWAY,
-                    "server_error",
-                    "upstream_error",
-                    "the backend could not be reached",
-                ),
-                Reason::UpstreamError,
-            )
+            ChatError::BackendUnreachable
         })?;
         trace.upstream_headers_at = Some(Instant::now());
         trace.upstream_status = Some(upstream.response.status().as_u16());
@@ -231,7 +163,7 @@ fn granted(trace: &mut Trace, grant: &Grant) {
 
 /// Waits on a queued ticket until it is granted or fails. Legacy
 /// `queue_ms` is the supervisor's to enforce (it fails the ticket).
-async fn wait_for_grant(events: &mut TicketEvents, trace: &mut Trace) -> Result<Grant, Failure> {
+async fn wait_for_grant(events: &mut TicketEvents, trace: &mut Trace) -> Result<Grant, ChatError> {
     loop {
         match events.next_event().await {
             TicketEvent::Queued(_) => {}
@@ -239,23 +171,49 @@ async fn wait_for_grant(events: &mut TicketEvents, trace: &mut Trace) -> Result<
             TicketEvent::Granted(grant) => return Ok(grant),
             TicketEvent::Failed { failure, .. } => return Err(failed(trace, failure)),
             TicketEvent::Revoked(reason) => {
-                return Err(lease_end_failure(LeaseEnd::Revoked(reason)));
+                return Err(ChatError::from(LeaseEnd::Revoked(reason)));
             }
-            TicketEvent::LinkLost => return Err(lease_end_failure(LeaseEnd::LinkLost)),
+            TicketEvent::LinkLost => return Err(ChatError::from(LeaseEnd::LinkLost)),
         }
     }
 }
 
-/// A ticket that failed; a failed load still reports its figures.
-pub fn failed(trace: &mut Trace, failure: LeaseFailure) -> Failure {
-    if let LeaseFailure::LoadFailed {
-        model_switch,
-        load_ms,
-        ..
-    } = &failure
-    {
-        trace.model_switch = *model_switch;
-        trace.model_load_ms = *load_ms;
+/// A ticket that failed; a failed load still reports its figures. What
+/// the supervisor says about the failure goes to the log, not the client.
+fn failed(trace: &mut Trace, failure: LeaseFailure) -> ChatError {
+    match &failure {
+        LeaseFailure::LoadFailed {
+            message,
+            model_switch,
+            load_ms,
+        } => {
+            trace.model_switch = *model_switch;
+            trace.model_load_ms = *load_ms;
+            tracing::debug!(
+                request_id = %trace.request_id,
+                error = %message,
+                "the model failed to load; request refused"
+            );
+        }
+        LeaseFailure::Cooldown {
+            message,
+            remaining_ms,
+        } => {
+            tracing::debug!(
+                request_id = %trace.request_id,
+                error = %message,
+                remaining_ms,
+                "a recent model load failed; request refused"
+            );
+        }
+        LeaseFailure::NotPrepared { status } => {
+            tracing::debug!(
+                request_id = %trace.request_id,
+                status = status.as_str(),
+                "the model is not prepared; request refused"
+            );
+        }
+        _ => {}
     }
-    lease_failure(failure)
+    ChatError::from(&failure)
 }

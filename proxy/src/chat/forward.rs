@@ -17,10 +17,10 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 
 use crate::body::BodySender;
-use crate::errors::ApiError;
 use crate::link::{LeaseEnd, TicketEvents};
 use crate::observe::{ModelGate, ResponseObserver};
 
+use super::error::ChatError;
 use super::upstream::Upstream;
 
 /// The SSE comment sent to waiting clients.
@@ -60,16 +60,13 @@ pub enum ForwardEnd {
     Completed,
     /// The client went away.
     ClientGone,
-    /// The backend's body failed part-way.
-    UpstreamFailed,
-    /// The backend answered as another model than the leased one.
-    WrongModel,
-    /// `response_ms` expired, or the client took nothing for
-    /// [`CLIENT_STALL_LIMIT`].
-    Timeout,
-    /// The lease ended under the response (operator `off --now`, forced
-    /// shutdown).
-    Revoked(LeaseEnd),
+    /// The client took nothing for [`CLIENT_STALL_LIMIT`]; the response was
+    /// aborted.
+    ClientStalled,
+    /// The response was ended with this error: the backend's body failed
+    /// part-way or named another model, `response_ms` expired, or the lease
+    /// ended under it (operator `off --now`, forced shutdown).
+    Failed(ChatError),
 }
 
 /// One response's way to the client: the chunk in hand while the channel
@@ -114,9 +111,9 @@ impl Outbox<'_> {
     async fn fail(
         &mut self,
         mode: AfterHeaders,
-        error: &ApiError,
+        error: ChatError,
         observer: &mut ResponseObserver,
-    ) {
+    ) -> ForwardEnd {
         self.pending = None;
         match mode {
             AfterHeaders::InBandError => {
@@ -146,12 +143,13 @@ impl Outbox<'_> {
                 let room = tokio::time::timeout(FINAL_SEND_LIMIT, self.tx.reserve()).await;
                 let waited_out = room.is_err();
                 if let Ok(Ok(permit)) = room {
-                    permit.send(Err(std::io::Error::other(error.message.clone())));
+                    permit.send(Err(std::io::Error::other(error.client_message())));
                 } else if waited_out {
                     self.tx.abort();
                 }
             }
         }
+        ForwardEnd::Failed(error)
     }
 }
 
@@ -174,7 +172,7 @@ fn hand_over(
 pub async fn fail_after_headers(
     tx: &BodySender,
     mode: AfterHeaders,
-    error: &ApiError,
+    error: ChatError,
     observer: &mut ResponseObserver,
 ) {
     let mut outbox = Outbox {
@@ -184,41 +182,6 @@ pub async fn fail_after_headers(
         last_progress: Instant::now(),
     };
     outbox.fail(mode, error, observer).await;
-}
-
-/// The error a client sees when its lease ended under its response.
-pub fn lease_end_error(end: LeaseEnd) -> ApiError {
-    use strata_protocol::wire::RevokeReason;
-    match end {
-        LeaseEnd::Revoked(RevokeReason::RoutingOff) => ApiError::new(
-            hyper::StatusCode::SERVICE_UNAVAILABLE,
-            "server_error",
-            "routing_off",
-            "the operator turned routing off and interrupted this request",
-        ),
-        LeaseEnd::Revoked(RevokeReason::Shutdown) => ApiError::new(
-            hyper::StatusCode::SERVICE_UNAVAILABLE,
-            "server_error",
-            "shutting_down",
-            "the router is shutting down and interrupted this request",
-        ),
-        LeaseEnd::LinkLost => ApiError::new(
-            hyper::StatusCode::SERVICE_UNAVAILABLE,
-            "server_error",
-            "supervisor_unavailable",
-            "the router's supervisor went away; try again shortly",
-        ),
-    }
-}
-
-/// The error a client sees when the backend answered as another model.
-pub fn wrong_model_error() -> ApiError {
-    ApiError::new(
-        hyper::StatusCode::BAD_GATEWAY,
-        "server_error",
-        "upstream_error",
-        "the backend answered as a different model than the one this request was routed to",
-    )
 }
 
 /// What else the loop watches besides the two bodies.
@@ -275,8 +238,7 @@ pub async fn forward(
             if clean && !observer.sse_unfinished() {
                 return ForwardEnd::Completed;
             }
-            out.fail(mode, &cut_off_error(), observer).await;
-            return ForwardEnd::UpstreamFailed;
+            return out.fail(mode, ChatError::BackendCutOff, observer).await;
         }
         // The select only says what happened; the handling below runs after
         // its futures (which borrow the outbox) are gone.
@@ -321,8 +283,7 @@ pub async fn forward(
                         tracing::warn!(
                             "the backend answered as a different model than the leased one; response stopped"
                         );
-                        out.fail(mode, &wrong_model_error(), observer).await;
-                        return ForwardEnd::WrongModel;
+                        return out.fail(mode, ChatError::WrongModel, observer).await;
                     }
                 }
             }
@@ -338,18 +299,10 @@ pub async fn forward(
             // the response ends (a supervisor crash takes it down anyway).
             Step::LeaseEnded(LeaseEnd::LinkLost) => lease_watched = false,
             Step::LeaseEnded(end) => {
-                out.fail(mode, &lease_end_error(end), observer).await;
-                return ForwardEnd::Revoked(end);
+                return out.fail(mode, ChatError::from(end), observer).await;
             }
             Step::Deadline => {
-                let error = ApiError::new(
-                    hyper::StatusCode::GATEWAY_TIMEOUT,
-                    "server_error",
-                    "timeout",
-                    "the response exceeded response_ms",
-                );
-                out.fail(mode, &error, observer).await;
-                return ForwardEnd::Timeout;
+                return out.fail(mode, ChatError::StreamTimeout, observer).await;
             }
             Step::StallCheck => {
                 let due = out.last_progress + CLIENT_STALL_LIMIT;
@@ -358,7 +311,7 @@ pub async fn forward(
                         "the client took nothing for {CLIENT_STALL_LIMIT:?}; cutting the response off"
                     );
                     out.tx.abort();
-                    return ForwardEnd::Timeout;
+                    return ForwardEnd::ClientStalled;
                 }
                 stall_sleep.as_mut().reset(due.into());
             }
@@ -389,13 +342,4 @@ enum Step {
     Deadline,
     StallCheck,
     KeepaliveCheck,
-}
-
-fn cut_off_error() -> ApiError {
-    ApiError::new(
-        hyper::StatusCode::BAD_GATEWAY,
-        "server_error",
-        "upstream_error",
-        "the backend connection failed during the response",
-    )
 }

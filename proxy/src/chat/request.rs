@@ -25,7 +25,8 @@ pub struct ChatRequest {
     pub upstream_body: Bytes,
 }
 
-/// Why a request body was rejected; each is a 400.
+/// Why a request body was rejected; the client sees each as a 400 (its
+/// message and code are `ChatError`'s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestError {
     InvalidJson,
@@ -35,32 +36,6 @@ pub enum RequestError {
     StreamNotABool,
     BadServiceTier,
     BadSpeed,
-}
-
-impl RequestError {
-    /// A fixed client-facing message (never echoes the request).
-    pub fn message(self) -> &'static str {
-        match self {
-            RequestError::InvalidJson => "request body is not valid JSON",
-            RequestError::NotAnObject => "request body must be a JSON object",
-            RequestError::ModelMissing => "model is required",
-            RequestError::ModelNotAString => "model must be a string",
-            RequestError::StreamNotABool => "stream must be a boolean",
-            RequestError::BadServiceTier => {
-                "service_tier must be one of priority, fast, default, auto or flex"
-            }
-            RequestError::BadSpeed => "speed must be fast or standard",
-        }
-    }
-
-    pub fn code(self) -> &'static str {
-        match self {
-            RequestError::InvalidJson | RequestError::NotAnObject => "invalid_json",
-            RequestError::BadServiceTier => "invalid_service_tier",
-            RequestError::BadSpeed => "invalid_speed",
-            _ => "invalid_request",
-        }
-    }
 }
 
 /// The top-level members of a JSON object, in order, values unparsed.

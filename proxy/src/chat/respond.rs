@@ -1,30 +1,75 @@
-//! Shaping the response: the backend's own status and headers passed
-//! through, or (wait-first streaming) the router's early SSE headers with
-//! keepalives while the request waits, and the body forwarded after them.
+//! Shaping the response: a router-made error, the backend's own status and
+//! headers passed through, or (wait-first streaming) the router's early SSE
+//! headers with keepalives while the request waits, and the body forwarded
+//! after them. Every response carries the `x-strata-*` headers it has
+//! earned so far.
 
 use std::future::Future;
 use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderValue};
+use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
+use strata_protocol::wire::ServiceTier;
 
 use crate::app::App;
 use crate::body::{BodySender, ProxyBody};
-use crate::errors::ApiError;
 use crate::observe::{BodyKind, ResponseObserver};
 
-use super::admit::{self, Dispatched, Job};
+use super::admit::{Dispatched, Job};
+use super::error::ChatError;
 use super::forward::{
     self, AfterHeaders, ForwardEnd, KEEPALIVE_COMMENT, KEEPALIVE_INTERVAL, Watch,
 };
 use super::upstream::Upstream;
-use super::{Reason, StrataHeaders, Trace};
+use super::{Reason, Trace};
 
-/// How much of a backend error body is read to describe it in an
-/// `event: error` frame.
+const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-strata-request-id");
+const CONCRETE_MODEL_HEADER: HeaderName = HeaderName::from_static("x-strata-concrete-model");
+const SERVICE_TIER_HEADER: HeaderName = HeaderName::from_static("x-strata-service-tier");
+
+/// How much of a backend error body is read to find its error `type` for
+/// an `event: error` frame.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// The `x-strata-*` headers of one response.
+#[derive(Clone, Default)]
+pub struct StrataHeaders {
+    pub request_id: String,
+    pub concrete_model: Option<String>,
+    pub tier: Option<ServiceTier>,
+}
+
+impl StrataHeaders {
+    fn apply(&self, headers: &mut HeaderMap) {
+        if let Ok(value) = HeaderValue::from_str(&self.request_id) {
+            headers.insert(REQUEST_ID_HEADER, value);
+        }
+        if let Some(model) = &self.concrete_model
+            && let Ok(value) = HeaderValue::from_str(model)
+        {
+            headers.insert(CONCRETE_MODEL_HEADER, value);
+        }
+        if let Some(tier) = self.tier {
+            headers.insert(SERVICE_TIER_HEADER, HeaderValue::from_static(tier.as_str()));
+        }
+    }
+}
+
+/// Answers with a router-made error and finishes the trace.
+pub fn reject(mut trace: Trace, headers: &StrataHeaders, error: ChatError) -> Response<ProxyBody> {
+    // A client that went away mid-upload reads no answer (it is sent for
+    // form's sake), so its record keeps status null.
+    if error != ChatError::BodyAbandoned {
+        trace.status = Some(error.status().as_u16());
+        trace.router_body_bytes = error.reply().body().len() as u64;
+    }
+    let mut response = error.into_response();
+    headers.apply(response.headers_mut());
+    trace.finish(error.reason());
+    response
+}
 
 pub fn body_kind(headers: &HeaderMap) -> BodyKind {
     let content_type = headers
@@ -99,12 +144,11 @@ pub fn respond_passthrough(
 fn end_reason(end: ForwardEnd, upstream_ok: bool) -> Reason {
     match end {
         ForwardEnd::Completed if upstream_ok => Reason::Completed,
-        ForwardEnd::Completed | ForwardEnd::UpstreamFailed | ForwardEnd::WrongModel => {
-            Reason::UpstreamError
-        }
+        // The backend's own error response, passed through whole.
+        ForwardEnd::Completed => Reason::UpstreamError,
         ForwardEnd::ClientGone => Reason::ClientDisconnect,
-        ForwardEnd::Timeout => Reason::Timeout,
-        ForwardEnd::Revoked(end) => admit::lease_end_failure(end).reason,
+        ForwardEnd::ClientStalled => Reason::Timeout,
+        ForwardEnd::Failed(error) => error.reason(),
     }
 }
 
@@ -160,15 +204,10 @@ pub fn respond_early(job: Job, mut trace: Trace, headers: StrataHeaders) -> Resp
         let mut finished = None;
         let reason = match outcome {
             None => Reason::ClientDisconnect,
-            Some(Err(failure)) => {
-                forward::fail_after_headers(
-                    &tx,
-                    AfterHeaders::InBandError,
-                    &failure.error,
-                    &mut observer,
-                )
-                .await;
-                failure.reason
+            Some(Err(error)) => {
+                forward::fail_after_headers(&tx, AfterHeaders::InBandError, error, &mut observer)
+                    .await;
+                error.reason()
             }
             Some(Ok(mut dispatched)) => {
                 let status = dispatched.upstream.response.status();
@@ -189,16 +228,16 @@ pub fn respond_early(job: Job, mut trace: Trace, headers: StrataHeaders) -> Resp
                     finished = Some(dispatched);
                     end_reason(end, true)
                 } else {
-                    let error = upstream_error(status, &mut dispatched.upstream).await;
+                    let error = upstream_status(status, &mut dispatched.upstream).await;
                     finished = Some(dispatched);
                     forward::fail_after_headers(
                         &tx,
                         AfterHeaders::InBandError,
-                        &error,
+                        error,
                         &mut observer,
                     )
                     .await;
-                    Reason::UpstreamError
+                    error.reason()
                 }
             }
         };
@@ -209,10 +248,11 @@ pub fn respond_early(job: Job, mut trace: Trace, headers: StrataHeaders) -> Resp
     response
 }
 
-/// Describes a backend error response for an `event: error` frame: the
-/// backend's status, and its error type and message when it sent the
-/// usual `{"error":{...}}` document.
-async fn upstream_error(status: StatusCode, upstream: &mut Upstream) -> ApiError {
+/// A backend error response as an `event: error` frame's error: the
+/// backend's status, and its error `type` when it sent the usual
+/// `{"error":{...}}` document and the type is a known one. Its message is
+/// not passed on (it may quote the request); the frame's is fixed.
+async fn upstream_status(status: StatusCode, upstream: &mut Upstream) -> ChatError {
     let mut body = Vec::new();
     let response_body = upstream.response.body_mut();
     while body.len() < ERROR_BODY_LIMIT {
@@ -226,23 +266,10 @@ async fn upstream_error(status: StatusCode, upstream: &mut Upstream) -> ApiError
         }
     }
     let parsed: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
-    let detail = parsed.as_ref().and_then(|value| value.get("error"));
-    let message = detail
-        .and_then(|error| error.get("message"))
-        .and_then(|message| message.as_str())
-        .unwrap_or("the backend answered with an error");
-    let mut error = ApiError::new(status, "server_error", "upstream_error", message);
-    if let Some(kind) = detail
+    let backend_type = parsed
+        .as_ref()
+        .and_then(|value| value.get("error"))
         .and_then(|error| error.get("type"))
-        .and_then(|kind| kind.as_str())
-    {
-        // Only the backend's known error types are echoed as the type.
-        error.kind = match kind {
-            "invalid_request_error" => "invalid_request_error",
-            "authentication_error" => "authentication_error",
-            "model_busy" => "model_busy",
-            _ => "server_error",
-        };
-    }
-    error
+        .and_then(|kind| kind.as_str());
+    ChatError::upstream_status(status, backend_type)
 }

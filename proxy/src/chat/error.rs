@@ -1,0 +1,712 @@
+//! Every way a chat request fails, and what its client is told.
+//!
+//! A failure is one [`ChatError`] variant, built where it is found. The
+//! variant alone decides the answer: the HTTP status, the OpenAI `type` and
+//! `code`, the message, `Retry-After`, and the accounting [`Reason`] of the
+//! request's record. It reaches the client in one of three forms, depending
+//! on how far the response got: a JSON error response before any response
+//! headers ([`ChatError::into_response`]), one in-band `event: error` frame
+//! after the router's early SSE headers ([`ChatError::sse_frame`]), or the
+//! transport error that ends a passed-through response (its message).
+//!
+//! Two kinds of message, kept apart (dropshot's external and internal
+//! messages): the **client message** is a fixed `&'static str` per variant
+//! and never carries data: no request content, no text from the supervisor
+//! or the backend, no numbers (a cooldown's remaining time goes only into
+//! `Retry-After`; a backend's status only into the frame's `error.status`).
+//! The **log message** is written with `tracing` at the failure site and
+//! may carry bounded, generic detail, such as the supervisor's start error
+//! or the model's status. A backend's own error text goes to neither: it
+//! may quote the prompt.
+
+use bytes::Bytes;
+use hyper::StatusCode;
+use strata_protocol::wire::{LeaseFailure, RevokeReason};
+
+use crate::body::ProxyBody;
+use crate::errors::ErrorReply;
+use crate::link::LeaseEnd;
+
+use super::Reason;
+use super::request::RequestError;
+
+/// A failed chat request: one variant per distinct client-visible failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChatError {
+    // The request itself (`invalid_request`).
+    /// The body is over `max_request_body_bytes`.
+    BodyTooLarge,
+    /// The body's framing is invalid (a bad chunk size line, say).
+    BodyUnreadable,
+    /// The client went away mid-upload; the answer is for form's sake and
+    /// the record keeps status null.
+    BodyAbandoned,
+    InvalidJson,
+    NotAnObject,
+    ModelMissing,
+    ModelNotAString,
+    StreamNotABool,
+    BadServiceTier,
+    BadSpeed,
+    /// Unknown or disabled model, here or on the supervisor's side.
+    ModelNotFound,
+
+    // The supervisor and its engine.
+    /// The supervisor is not connected, or broke the ticket protocol.
+    SupervisorUnavailable,
+    /// The supervisor link was lost while the request waited or held a
+    /// lease that had not been used yet.
+    SupervisorLost,
+    /// Routing is off (operator `off`).
+    RoutingOff,
+    /// Operator `off --now` revoked the request's lease.
+    RevokedRoutingOff,
+    /// The model is not installed, compatible or prepared.
+    NotPrepared,
+    /// The model's start failed.
+    LoadFailed,
+    /// A recent start failed; no new one before the cooldown ends.
+    Cooldown {
+        retry_after_s: u64,
+    },
+    /// Legacy mode: `max_pending` requests already active or waiting.
+    QueueFull,
+    /// Legacy mode: longer than `queue_ms` without a lease.
+    QueueTimeout,
+    /// The supervisor is shutting down.
+    ShuttingDown,
+    /// A forced shutdown revoked the request's lease.
+    RevokedShutdown,
+
+    // The backend.
+    /// `response_ms` passed before the response headers.
+    Timeout,
+    /// `response_ms` passed during the response body.
+    StreamTimeout,
+    /// The backend could not be connected to, or failed before headers.
+    BackendUnreachable,
+    /// The lease's backend instance is no longer the serving one.
+    BackendGone,
+    /// The response named another model than the leased one.
+    WrongModel,
+    /// The backend's body failed or ended early.
+    BackendCutOff,
+    /// The backend answered with an error status after the router's early
+    /// SSE headers; `kind` is one of the known types ([`known_kind`]).
+    UpstreamStatus {
+        status: StatusCode,
+        kind: &'static str,
+    },
+}
+
+impl ChatError {
+    /// A backend's error status, with its error `type` if it sent one.
+    pub fn upstream_status(status: StatusCode, backend_type: Option<&str>) -> ChatError {
+        ChatError::UpstreamStatus {
+            status,
+            kind: known_kind(backend_type),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        use ChatError::*;
+        match self {
+            BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyUnreadable | BodyAbandoned | InvalidJson | NotAnObject | ModelMissing
+            | ModelNotAString | StreamNotABool | BadServiceTier | BadSpeed => {
+                StatusCode::BAD_REQUEST
+            }
+            ModelNotFound => StatusCode::NOT_FOUND,
+            SupervisorUnavailable
+            | SupervisorLost
+            | RoutingOff
+            | RevokedRoutingOff
+            | NotPrepared
+            | LoadFailed
+            | Cooldown { .. }
+            | ShuttingDown
+            | RevokedShutdown => StatusCode::SERVICE_UNAVAILABLE,
+            QueueFull => StatusCode::TOO_MANY_REQUESTS,
+            QueueTimeout | Timeout | StreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            BackendUnreachable | BackendGone | WrongModel | BackendCutOff => {
+                StatusCode::BAD_GATEWAY
+            }
+            UpstreamStatus { status, .. } => *status,
+        }
+    }
+
+    /// The OpenAI error `type`.
+    pub fn kind(&self) -> &'static str {
+        use ChatError::*;
+        match self {
+            BodyTooLarge | BodyUnreadable | BodyAbandoned | InvalidJson | NotAnObject
+            | ModelMissing | ModelNotAString | StreamNotABool | BadServiceTier | BadSpeed
+            | ModelNotFound => "invalid_request_error",
+            SupervisorUnavailable
+            | SupervisorLost
+            | RoutingOff
+            | RevokedRoutingOff
+            | NotPrepared
+            | LoadFailed
+            | Cooldown { .. }
+            | QueueFull
+            | QueueTimeout
+            | ShuttingDown
+            | RevokedShutdown
+            | Timeout
+            | StreamTimeout
+            | BackendUnreachable
+            | BackendGone
+            | WrongModel
+            | BackendCutOff => "server_error",
+            UpstreamStatus { kind, .. } => kind,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        use ChatError::*;
+        match self {
+            BodyTooLarge => "request_too_large",
+            BodyUnreadable | BodyAbandoned => "incomplete_body",
+            InvalidJson | NotAnObject => "invalid_json",
+            ModelMissing | ModelNotAString | StreamNotABool => "invalid_request",
+            BadServiceTier => "invalid_service_tier",
+            BadSpeed => "invalid_speed",
+            ModelNotFound => "model_not_found",
+            SupervisorUnavailable | SupervisorLost => "supervisor_unavailable",
+            RoutingOff | RevokedRoutingOff => "routing_off",
+            NotPrepared => "model_not_prepared",
+            LoadFailed | Cooldown { .. } => "model_load_error",
+            QueueFull => "queue_full",
+            QueueTimeout => "queue_timeout",
+            ShuttingDown | RevokedShutdown => "shutting_down",
+            Timeout | StreamTimeout => "timeout",
+            BackendUnreachable
+            | BackendGone
+            | WrongModel
+            | BackendCutOff
+            | UpstreamStatus { .. } => "upstream_error",
+        }
+    }
+
+    /// The fixed text the client reads.
+    pub fn client_message(&self) -> &'static str {
+        use ChatError::*;
+        match self {
+            BodyTooLarge => "request body exceeds max_request_body_bytes",
+            BodyUnreadable | BodyAbandoned => "the request body could not be read",
+            InvalidJson => "request body is not valid JSON",
+            NotAnObject => "request body must be a JSON object",
+            ModelMissing => "model is required",
+            ModelNotAString => "model must be a string",
+            StreamNotABool => "stream must be a boolean",
+            BadServiceTier => "service_tier must be one of priority, fast, default, auto or flex",
+            BadSpeed => "speed must be fast or standard",
+            ModelNotFound => "the requested model does not exist or is not enabled",
+            SupervisorUnavailable => "the router's supervisor is not reachable; try again shortly",
+            SupervisorLost => "the router's supervisor went away; try again shortly",
+            RoutingOff => "routing is turned off on this router",
+            RevokedRoutingOff => "the operator turned routing off and interrupted this request",
+            NotPrepared => "the model is not prepared to run on this machine",
+            LoadFailed => "the model failed to load",
+            Cooldown { .. } => "a recent model load failed; retry later",
+            QueueFull => "too many pending requests (max_pending)",
+            QueueTimeout => "the request waited longer than queue_ms for its model",
+            ShuttingDown => "the router is shutting down",
+            RevokedShutdown => "the router is shutting down and interrupted this request",
+            Timeout => "the backend did not answer within response_ms",
+            StreamTimeout => "the response exceeded response_ms",
+            BackendUnreachable => "the backend could not be reached",
+            BackendGone => "the backend this request was routed to is gone",
+            WrongModel => {
+                "the backend answered as a different model than the one this request was routed to"
+            }
+            BackendCutOff => "the backend connection failed during the response",
+            UpstreamStatus { .. } => "the backend answered with an error",
+        }
+    }
+
+    /// The accounting `reason` of the request's record.
+    pub fn reason(&self) -> Reason {
+        use ChatError::*;
+        match self {
+            BodyTooLarge | BodyUnreadable | InvalidJson | NotAnObject | ModelMissing
+            | ModelNotAString | StreamNotABool | BadServiceTier | BadSpeed | ModelNotFound => {
+                Reason::InvalidRequest
+            }
+            BodyAbandoned => Reason::ClientDisconnect,
+            RoutingOff | RevokedRoutingOff => Reason::RoutingOff,
+            NotPrepared => Reason::ModelNotPrepared,
+            LoadFailed | Cooldown { .. } => Reason::ModelLoadError,
+            QueueFull => Reason::QueueFull,
+            QueueTimeout => Reason::QueueTimeout,
+            ShuttingDown | RevokedShutdown => Reason::Shutdown,
+            Timeout | StreamTimeout => Reason::Timeout,
+            SupervisorUnavailable
+            | SupervisorLost
+            | BackendUnreachable
+            | BackendGone
+            | WrongModel
+            | BackendCutOff
+            | UpstreamStatus { .. } => Reason::UpstreamError,
+        }
+    }
+
+    /// Seconds for `Retry-After`, when waiting helps.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            ChatError::Cooldown { retry_after_s } => Some(*retry_after_s),
+            _ => None,
+        }
+    }
+
+    /// Everything the client sees.
+    pub fn reply(&self) -> ErrorReply {
+        ErrorReply {
+            status: self.status(),
+            kind: self.kind(),
+            code: self.code(),
+            message: self.client_message(),
+            retry_after: self.retry_after(),
+        }
+    }
+
+    /// The JSON error response (with `Retry-After` when there is one).
+    pub fn into_response(self) -> hyper::Response<ProxyBody> {
+        self.reply().into_response()
+    }
+
+    /// The in-band `event: error` frame; its JSON has `error.status`.
+    pub fn sse_frame(&self) -> Bytes {
+        self.reply().sse_frame()
+    }
+}
+
+/// The backend's error `type` when it is one of the known ones, else
+/// `server_error`.
+pub fn known_kind(backend_type: Option<&str>) -> &'static str {
+    match backend_type {
+        Some("invalid_request_error") => "invalid_request_error",
+        Some("authentication_error") => "authentication_error",
+        Some("model_busy") => "model_busy",
+        _ => "server_error",
+    }
+}
+
+impl From<RequestError> for ChatError {
+    fn from(error: RequestError) -> Self {
+        match error {
+            RequestError::InvalidJson => ChatError::InvalidJson,
+            RequestError::NotAnObject => ChatError::NotAnObject,
+            RequestError::ModelMissing => ChatError::ModelMissing,
+            RequestError::ModelNotAString => ChatError::ModelNotAString,
+            RequestError::StreamNotABool => ChatError::StreamNotABool,
+            RequestError::BadServiceTier => ChatError::BadServiceTier,
+            RequestError::BadSpeed => ChatError::BadSpeed,
+        }
+    }
+}
+
+/// A ticket that ended without a lease. What the supervisor says about
+/// the failure (a start error, the model's status) is for the log only.
+impl From<&LeaseFailure> for ChatError {
+    fn from(failure: &LeaseFailure) -> Self {
+        match failure {
+            LeaseFailure::RoutingOff => ChatError::RoutingOff,
+            LeaseFailure::UnknownModel => ChatError::ModelNotFound,
+            LeaseFailure::NotPrepared { .. } => ChatError::NotPrepared,
+            LeaseFailure::LoadFailed { .. } => ChatError::LoadFailed,
+            LeaseFailure::Cooldown { remaining_ms, .. } => ChatError::Cooldown {
+                retry_after_s: remaining_ms.div_ceil(1000).max(1),
+            },
+            LeaseFailure::QueueFull => ChatError::QueueFull,
+            LeaseFailure::QueueTimeout => ChatError::QueueTimeout,
+            LeaseFailure::ShuttingDown => ChatError::ShuttingDown,
+        }
+    }
+}
+
+/// A lease (or a waiting ticket) that ended before its response did.
+impl From<LeaseEnd> for ChatError {
+    fn from(end: LeaseEnd) -> Self {
+        match end {
+            LeaseEnd::Revoked(RevokeReason::RoutingOff) => ChatError::RevokedRoutingOff,
+            LeaseEnd::Revoked(RevokeReason::Shutdown) => ChatError::RevokedShutdown,
+            LeaseEnd::LinkLost => ChatError::SupervisorLost,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use strata_protocol::config::ModelStatus;
+
+    use super::*;
+
+    /// Every variant (a data-carrying one with data that must not leak),
+    /// with its status, type, code and reason.
+    fn table() -> Vec<(ChatError, u16, &'static str, &'static str, Reason)> {
+        use ChatError::*;
+        let invalid = "invalid_request_error";
+        let server = "server_error";
+        vec![
+            (
+                BodyTooLarge,
+                413,
+                invalid,
+                "request_too_large",
+                Reason::InvalidRequest,
+            ),
+            (
+                BodyUnreadable,
+                400,
+                invalid,
+                "incomplete_body",
+                Reason::InvalidRequest,
+            ),
+            (
+                BodyAbandoned,
+                400,
+                invalid,
+                "incomplete_body",
+                Reason::ClientDisconnect,
+            ),
+            (
+                InvalidJson,
+                400,
+                invalid,
+                "invalid_json",
+                Reason::InvalidRequest,
+            ),
+            (
+                NotAnObject,
+                400,
+                invalid,
+                "invalid_json",
+                Reason::InvalidRequest,
+            ),
+            (
+                ModelMissing,
+                400,
+                invalid,
+                "invalid_request",
+                Reason::InvalidRequest,
+            ),
+            (
+                ModelNotAString,
+                400,
+                invalid,
+                "invalid_request",
+                Reason::InvalidRequest,
+            ),
+            (
+                StreamNotABool,
+                400,
+                invalid,
+                "invalid_request",
+                Reason::InvalidRequest,
+            ),
+            (
+                BadServiceTier,
+                400,
+                invalid,
+                "invalid_service_tier",
+                Reason::InvalidRequest,
+            ),
+            (
+                BadSpeed,
+                400,
+                invalid,
+                "invalid_speed",
+                Reason::InvalidRequest,
+            ),
+            (
+                ModelNotFound,
+                404,
+                invalid,
+                "model_not_found",
+                Reason::InvalidRequest,
+            ),
+            (
+                SupervisorUnavailable,
+                503,
+                server,
+                "supervisor_unavailable",
+                Reason::UpstreamError,
+            ),
+            (
+                SupervisorLost,
+                503,
+                server,
+                "supervisor_unavailable",
+                Reason::UpstreamError,
+            ),
+            (RoutingOff, 503, server, "routing_off", Reason::RoutingOff),
+            (
+                RevokedRoutingOff,
+                503,
+                server,
+                "routing_off",
+                Reason::RoutingOff,
+            ),
+            (
+                NotPrepared,
+                503,
+                server,
+                "model_not_prepared",
+                Reason::ModelNotPrepared,
+            ),
+            (
+                LoadFailed,
+                503,
+                server,
+                "model_load_error",
+                Reason::ModelLoadError,
+            ),
+            (
+                Cooldown { retry_after_s: 37 },
+                503,
+                server,
+                "model_load_error",
+                Reason::ModelLoadError,
+            ),
+            (QueueFull, 429, server, "queue_full", Reason::QueueFull),
+            (
+                QueueTimeout,
+                504,
+                server,
+                "queue_timeout",
+                Reason::QueueTimeout,
+            ),
+            (ShuttingDown, 503, server, "shutting_down", Reason::Shutdown),
+            (
+                RevokedShutdown,
+                503,
+                server,
+                "shutting_down",
+                Reason::Shutdown,
+            ),
+            (Timeout, 504, server, "timeout", Reason::Timeout),
+            (StreamTimeout, 504, server, "timeout", Reason::Timeout),
+            (
+                BackendUnreachable,
+                502,
+                server,
+                "upstream_error",
+                Reason::UpstreamError,
+            ),
+            (
+                BackendGone,
+                502,
+                server,
+                "upstream_error",
+                Reason::UpstreamError,
+            ),
+            (
+                WrongModel,
+                502,
+                server,
+                "upstream_error",
+                Reason::UpstreamError,
+            ),
+            (
+                BackendCutOff,
+                502,
+                server,
+                "upstream_error",
+                Reason::UpstreamError,
+            ),
+            (
+                ChatError::upstream_status(StatusCode::CONFLICT, Some("model_busy")),
+                409,
+                "model_busy",
+                "upstream_error",
+                Reason::UpstreamError,
+            ),
+        ]
+    }
+
+    /// Fails to compile when a variant is added, and [`VARIANTS`] with it,
+    /// so the table must grow too.
+    fn ordinal(error: &ChatError) -> usize {
+        use ChatError::*;
+        match error {
+            BodyTooLarge => 0,
+            BodyUnreadable => 1,
+            BodyAbandoned => 2,
+            InvalidJson => 3,
+            NotAnObject => 4,
+            ModelMissing => 5,
+            ModelNotAString => 6,
+            StreamNotABool => 7,
+            BadServiceTier => 8,
+            BadSpeed => 9,
+            ModelNotFound => 10,
+            SupervisorUnavailable => 11,
+            SupervisorLost => 12,
+            RoutingOff => 13,
+            RevokedRoutingOff => 14,
+            NotPrepared => 15,
+            LoadFailed => 16,
+            Cooldown { .. } => 17,
+            QueueFull => 18,
+            QueueTimeout => 19,
+            ShuttingDown => 20,
+            RevokedShutdown => 21,
+            Timeout => 22,
+            StreamTimeout => 23,
+            BackendUnreachable => 24,
+            BackendGone => 25,
+            WrongModel => 26,
+            BackendCutOff => 27,
+            UpstreamStatus { .. } => 28,
+        }
+    }
+    const VARIANTS: usize = 29;
+
+    #[test]
+    fn every_variant_has_its_status_type_code_reason_and_a_fixed_message() {
+        let table = table();
+        let mut seen: Vec<usize> = table.iter().map(|(error, ..)| ordinal(error)).collect();
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            (0..VARIANTS).collect::<Vec<_>>(),
+            "one row per variant"
+        );
+        for (error, status, kind, code, reason) in table {
+            assert_eq!(error.status().as_u16(), status, "{error:?}");
+            assert_eq!(error.kind(), kind, "{error:?}");
+            assert_eq!(error.code(), code, "{error:?}");
+            assert_eq!(error.reason(), reason, "{error:?}");
+            let message = error.client_message();
+            assert!(!message.is_empty(), "{error:?}");
+            // Fixed text: no numbers (a cooldown's seconds, a status), and
+            // the style of the codebase's messages.
+            assert!(
+                !message.chars().any(|c| c.is_ascii_digit()),
+                "{error:?}: {message}"
+            );
+            assert!(
+                message.starts_with(|c: char| c.is_lowercase()) && !message.ends_with('.'),
+                "{error:?}: {message}"
+            );
+            assert_eq!(
+                error.retry_after().is_some(),
+                matches!(error, ChatError::Cooldown { .. })
+            );
+            let reply = error.reply();
+            assert_eq!(
+                (reply.status, reply.kind, reply.code, reply.message),
+                (error.status(), kind, code, message)
+            );
+        }
+    }
+
+    #[test]
+    fn the_sse_frame_carries_the_status_and_the_fixed_message() {
+        let error = ChatError::upstream_status(StatusCode::INTERNAL_SERVER_ERROR, None);
+        let frame = error.sse_frame();
+        let text = std::str::from_utf8(&frame).unwrap();
+        let data = text
+            .strip_prefix("event: error\ndata: ")
+            .and_then(|rest| rest.strip_suffix("\n\n"))
+            .unwrap_or_else(|| panic!("one error frame: {text:?}"));
+        let value: serde_json::Value = serde_json::from_str(data).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"error": {
+                "message": "the backend answered with an error",
+                "type": "server_error",
+                "code": "upstream_error",
+                "status": 500,
+            }})
+        );
+    }
+
+    #[test]
+    fn a_cooldown_says_when_to_retry_only_in_retry_after() {
+        let failure = LeaseFailure::Cooldown {
+            message: String::from("backend exited during startup (exit code 3)"),
+            remaining_ms: 4001,
+        };
+        let error = ChatError::from(&failure);
+        assert_eq!(error, ChatError::Cooldown { retry_after_s: 5 });
+        let response = error.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()["retry-after"], "5");
+        assert_eq!(response.headers()["content-type"], "application/json");
+        // Under a second left still says one.
+        let soon = LeaseFailure::Cooldown {
+            message: String::new(),
+            remaining_ms: 0,
+        };
+        assert_eq!(ChatError::from(&soon).retry_after(), Some(1));
+        assert!(
+            ChatError::LoadFailed
+                .into_response()
+                .headers()
+                .get("retry-after")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn what_the_supervisor_says_stays_out_of_the_reply() {
+        let failures = [
+            LeaseFailure::LoadFailed {
+                message: String::from("backend exited during startup (exit code 3)"),
+                model_switch: true,
+                load_ms: Some(12),
+            },
+            LeaseFailure::Cooldown {
+                message: String::from("backend exited during startup (exit code 3)"),
+                remaining_ms: 9000,
+            },
+            LeaseFailure::NotPrepared {
+                status: ModelStatus::NotInstalled,
+            },
+        ];
+        for failure in &failures {
+            let body = ChatError::from(failure).reply().body();
+            for leak in ["exit", "startup", "9", "not_installed"] {
+                assert!(!body.contains(leak), "{failure:?}: {body}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_known_backend_types_pass() {
+        for (sent, kind) in [
+            (Some("invalid_request_error"), "invalid_request_error"),
+            (Some("authentication_error"), "authentication_error"),
+            (Some("model_busy"), "model_busy"),
+            (Some("structured_output_failed"), "server_error"),
+            (Some("<script>"), "server_error"),
+            (None, "server_error"),
+        ] {
+            assert_eq!(known_kind(sent), kind, "{sent:?}");
+        }
+    }
+
+    #[test]
+    fn request_and_lease_outcomes_map_to_their_variants() {
+        assert_eq!(ChatError::from(RequestError::BadSpeed), ChatError::BadSpeed);
+        assert_eq!(
+            ChatError::from(LeaseEnd::Revoked(RevokeReason::RoutingOff)),
+            ChatError::RevokedRoutingOff
+        );
+        assert_eq!(
+            ChatError::from(LeaseEnd::Revoked(RevokeReason::Shutdown)),
+            ChatError::RevokedShutdown
+        );
+        assert_eq!(
+            ChatError::from(LeaseEnd::LinkLost),
+            ChatError::SupervisorLost
+        );
+        assert_eq!(
+            ChatError::from(&LeaseFailure::UnknownModel),
+            ChatError::ModelNotFound
+        );
+    }
+}
