@@ -25,10 +25,10 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use serde_json::Value;
+use strata_protocol::page::{MAX_PAGE_LIMIT, RecordsPage};
 
-/// Records asked for per page (the endpoint's maximum).
-const PAGE_LIMIT: u32 = 1000;
+/// Records asked for per page: the endpoint's maximum.
+const PAGE_LIMIT: u32 = MAX_PAGE_LIMIT;
 /// How often `--follow` polls once it has caught up, and retries after an
 /// error.
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -144,7 +144,9 @@ impl Reader {
         let shown = format!("{}{target}", self.base.origin());
         let body = get(&self.base, &target)
             .map_err(|err| Failure::Fetch(format!("GET {shown}: {err}")))?;
-        let page = Page::parse(&body)
+        let page = std::str::from_utf8(&body)
+            .map_err(|_| "the body is not UTF-8".to_owned())
+            .and_then(|text| RecordsPage::from_json(text).map_err(|err| err.to_string()))
             .map_err(|err| Failure::Fetch(format!("GET {shown}: unexpected answer: {err}")))?;
 
         match &self.instance {
@@ -195,166 +197,6 @@ impl Reader {
         }
         self.cursor = page.next_seq;
         Ok(Step::Printed)
-    }
-}
-
-/// A parsed `/requests` document; `records` are the items' exact texts.
-#[derive(Debug)]
-struct Page {
-    records: Vec<String>,
-    next_seq: u64,
-    dropped: u64,
-    oldest_seq: Option<u64>,
-    instance_id: String,
-}
-
-impl Page {
-    fn parse(body: &[u8]) -> Result<Page, String> {
-        let text = std::str::from_utf8(body).map_err(|_| "the body is not UTF-8".to_owned())?;
-        let doc: Value =
-            serde_json::from_str(text).map_err(|err| format!("the body is not JSON: {err}"))?;
-        let number = |key: &str| {
-            doc.get(key)
-                .and_then(Value::as_u64)
-                .ok_or_else(|| format!("no unsigned integer {key:?}"))
-        };
-        let next_seq = number("next_seq")?;
-        let dropped = number("dropped")?;
-        let oldest_seq = match doc.get("oldest_seq") {
-            Some(Value::Null) => None,
-            Some(value) => Some(
-                value
-                    .as_u64()
-                    .ok_or_else(|| "oldest_seq is not an unsigned integer".to_owned())?,
-            ),
-            None => return Err("no \"oldest_seq\"".into()),
-        };
-        let instance_id = doc
-            .get("instance_id")
-            .and_then(Value::as_str)
-            .ok_or_else(|| "no string \"instance_id\"".to_owned())?
-            .to_owned();
-        let parsed = doc
-            .get("records")
-            .and_then(Value::as_array)
-            .ok_or_else(|| "no array \"records\"".to_owned())?;
-        let records = raw_array_items(text, "records")?;
-        if records.len() != parsed.len() || parsed.iter().any(|item| !item.is_object()) {
-            return Err("the records are not all objects".into());
-        }
-        Ok(Page {
-            records: records.into_iter().map(str::to_owned).collect(),
-            next_seq,
-            dropped,
-            oldest_seq,
-            instance_id,
-        })
-    }
-}
-
-/// The exact texts of the items of the top-level array `key` of the JSON
-/// object `text` (already known to be valid JSON).
-fn raw_array_items<'a>(text: &'a str, key: &str) -> Result<Vec<&'a str>, String> {
-    let bytes = text.as_bytes();
-    let mut at = skip_ws(bytes, 0);
-    if bytes.get(at) != Some(&b'{') {
-        return Err("the body is not a JSON object".into());
-    }
-    at = skip_ws(bytes, at + 1);
-    loop {
-        // A member: "name" : value
-        let name_end = skip_value(bytes, at)?;
-        let name: String = serde_json::from_str(&text[at..name_end])
-            .map_err(|_| "malformed member name".to_owned())?;
-        at = skip_ws(bytes, name_end);
-        if bytes.get(at) != Some(&b':') {
-            return Err("malformed object".into());
-        }
-        at = skip_ws(bytes, at + 1);
-        if name == key {
-            if bytes.get(at) != Some(&b'[') {
-                return Err(format!("{key:?} is not an array"));
-            }
-            let mut items = Vec::new();
-            at = skip_ws(bytes, at + 1);
-            if bytes.get(at) == Some(&b']') {
-                return Ok(items);
-            }
-            loop {
-                let end = skip_value(bytes, at)?;
-                items.push(&text[at..end]);
-                at = skip_ws(bytes, end);
-                match bytes.get(at) {
-                    Some(b',') => at = skip_ws(bytes, at + 1),
-                    Some(b']') => return Ok(items),
-                    _ => return Err("malformed array".into()),
-                }
-            }
-        }
-        at = skip_ws(bytes, skip_value(bytes, at)?);
-        match bytes.get(at) {
-            Some(b',') => at = skip_ws(bytes, at + 1),
-            _ => return Err(format!("no {key:?}")),
-        }
-    }
-}
-
-fn skip_ws(bytes: &[u8], mut at: usize) -> usize {
-    while bytes
-        .get(at)
-        .is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-    {
-        at += 1;
-    }
-    at
-}
-
-/// The end (exclusive) of the JSON value starting at `at`: strings are
-/// skipped with their escapes, objects and arrays by nesting depth, and
-/// scalars up to the next delimiter.
-fn skip_value(bytes: &[u8], start: usize) -> Result<usize, String> {
-    let truncated = || "truncated JSON".to_owned();
-    let mut at = start;
-    let mut depth = 0usize;
-    loop {
-        let byte = *bytes.get(at).ok_or_else(truncated)?;
-        match byte {
-            b'"' => {
-                at += 1;
-                loop {
-                    match *bytes.get(at).ok_or_else(truncated)? {
-                        b'\\' => at += 2,
-                        b'"' => break,
-                        _ => at += 1,
-                    }
-                }
-                at += 1;
-            }
-            b'{' | b'[' => {
-                depth += 1;
-                at += 1;
-            }
-            b'}' | b']' => {
-                if depth == 0 {
-                    return Err("malformed JSON".into());
-                }
-                depth -= 1;
-                at += 1;
-            }
-            _ if depth == 0 => {
-                // A scalar: up to the next delimiter.
-                while bytes.get(at).is_some_and(|b| {
-                    !matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
-                }) {
-                    at += 1;
-                }
-                return Ok(at);
-            }
-            _ => at += 1,
-        }
-        if depth == 0 {
-            return Ok(at);
-        }
     }
 }
 
@@ -481,12 +323,21 @@ fn get(base: &BaseUrl, target: &str) -> Result<Vec<u8>, String> {
     Ok(body)
 }
 
+/// The proxy's OpenAI-style error body, as far as a message goes.
+#[derive(serde::Deserialize)]
+struct ErrorBody {
+    error: ErrorMessage,
+}
+
+#[derive(serde::Deserialize)]
+struct ErrorMessage {
+    message: String,
+}
+
 /// `: MESSAGE` from an OpenAI-style error body, if it is one.
 fn error_detail(body: &[u8]) -> String {
-    serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|doc| doc["error"]["message"].as_str().map(str::to_owned))
-        .map(|message| format!(": {message}"))
+    serde_json::from_slice::<ErrorBody>(body)
+        .map(|doc| format!(": {}", doc.error.message))
         .unwrap_or_default()
 }
 
@@ -602,49 +453,6 @@ mod tests {
             "http://[::1",
         ] {
             assert!(BaseUrl::parse(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn pages_keep_the_exact_item_text() {
-        let body = br#"{"records":[{"seq":1,"x":"a]},\"b","f":1.50},{"seq":2,"n":null,"l":[1,{"z":[]}]}],"next_seq":2,"dropped":3,"oldest_seq":1,"instance_id":"i-1"}"#;
-        let page = Page::parse(body).unwrap();
-        assert_eq!(
-            page.records,
-            [
-                r#"{"seq":1,"x":"a]},\"b","f":1.50}"#,
-                r#"{"seq":2,"n":null,"l":[1,{"z":[]}]}"#
-            ]
-        );
-        assert_eq!(
-            (
-                page.next_seq,
-                page.dropped,
-                page.oldest_seq,
-                page.instance_id.as_str()
-            ),
-            (2, 3, Some(1), "i-1")
-        );
-        let page = Page::parse(
-            br#" { "instance_id" : "i" , "records" : [ ] , "next_seq" : 0 , "dropped" : 0 , "oldest_seq" : null } "#,
-        )
-        .unwrap();
-        assert!(page.records.is_empty());
-        assert_eq!(page.oldest_seq, None);
-        for bad in [
-            &br#"{"records":[1],"next_seq":0,"dropped":0,"oldest_seq":null,"instance_id":"i"}"#[..],
-            br#"{"records":[],"next_seq":-1,"dropped":0,"oldest_seq":null,"instance_id":"i"}"#,
-            br#"{"records":[],"next_seq":0,"dropped":0,"instance_id":"i"}"#,
-            br#"{"next_seq":0,"dropped":0,"oldest_seq":null,"instance_id":"i"}"#,
-            br#"{"records":{},"next_seq":0,"dropped":0,"oldest_seq":null,"instance_id":"i"}"#,
-            br#"[]"#,
-            b"not json",
-        ] {
-            assert!(
-                Page::parse(bad).is_err(),
-                "{}",
-                String::from_utf8_lossy(bad)
-            );
         }
     }
 

@@ -3,14 +3,15 @@
 //! This crate alone knows the config schema and every message that crosses
 //! a process boundary. Both daemons read the same config file through
 //! [`config`] and talk through [`wire`]; operators (`strata-ctl`) talk to
-//! the supervisor through [`control`]; accounting records and pages are
-//! [`record`]'s. [`os`] holds the process setup both daemons share (the open-file
+//! the supervisor through [`control`]; an accounting record is
+//! [`record`]'s, a `/requests` page of them [`page`]'s. [`os`] holds the process setup both daemons share (the open-file
 //! limit), so that it is done one way.
 #![forbid(unsafe_code)]
 
 pub mod control;
 pub mod ids;
 pub mod os;
+pub mod page;
 pub mod record;
 pub mod wire;
 

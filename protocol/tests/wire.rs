@@ -2,6 +2,7 @@
 //! framing rejects oversized, truncated and malformed input.
 
 use strata_protocol::config::ModelStatus;
+use strata_protocol::page::RecordsPage;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
     ArrivalInfo, BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure,
@@ -174,7 +175,13 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
         },
         SupervisorMessage::Records {
             query: 1,
-            body: format!("{{\"records\":[{}]}}", sample_record().to_json()),
+            page: RecordsPage {
+                records: vec![sample_record().to_json().into()],
+                next_seq: 1,
+                dropped: 0,
+                oldest_seq: Some(1),
+                instance_id: "inst".into(),
+            },
         },
         SupervisorMessage::Metrics {
             query: 3,

@@ -1,18 +1,17 @@
 //! `GET /requests`: pages of accounting records, read from the supervisor.
 //!
 //! The supervisor holds the ring (so records survive a proxy restart) and
-//! builds the document from the stored record texts, so an item is
-//! byte-for-byte the JSONL line; this endpoint validates the cursor and
-//! passes the answer on.
+//! answers with a [`RecordsPage`] of the stored record texts; this endpoint
+//! validates the cursor and renders the page, so an item is byte-for-byte
+//! the JSONL line.
 
 use hyper::header::{CONTENT_TYPE, HeaderValue};
+
+use strata_protocol::page::{DEFAULT_PAGE_LIMIT, RecordsPage, clamp_page_limit};
 
 use crate::app::App;
 use crate::body::ProxyBody;
 use crate::errors::EndpointError;
-
-const DEFAULT_LIMIT: u64 = 100;
-const MAX_LIMIT: u64 = 1000;
 
 /// A parsed `/requests` query.
 #[derive(Debug, PartialEq, Eq)]
@@ -25,7 +24,7 @@ pub struct RecordsQuery {
 /// Other parameters are ignored.
 pub fn parse_query(query: Option<&str>) -> Result<RecordsQuery, EndpointError> {
     let mut after = None;
-    let mut limit = DEFAULT_LIMIT;
+    let mut limit = u64::from(DEFAULT_PAGE_LIMIT);
     for pair in query
         .unwrap_or("")
         .split('&')
@@ -44,7 +43,7 @@ pub fn parse_query(query: Option<&str>) -> Result<RecordsQuery, EndpointError> {
     }
     Ok(RecordsQuery {
         after,
-        limit: limit.clamp(1, MAX_LIMIT) as u32,
+        limit: clamp_page_limit(limit),
     })
 }
 
@@ -53,10 +52,10 @@ pub async fn requests(app: &App, query: Option<&str>) -> hyper::Response<ProxyBo
         Ok(query) => query,
         Err(error) => return error.into_response(),
     };
-    let Some(body) = app.link.records(query.after, query.limit).await else {
+    let Some(page) = app.link.records(query.after, query.limit).await else {
         return EndpointError::RecordsUnavailable.into_response();
     };
-    let mut response = hyper::Response::new(ProxyBody::full(body));
+    let mut response = hyper::Response::new(ProxyBody::full(RecordsPage::to_json(&page)));
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

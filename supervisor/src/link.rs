@@ -210,9 +210,11 @@ async fn handle_connection(
                 after,
                 limit,
             })) => {
-                let page = identity.accounting.page(after, limit as usize);
-                let body = page.to_json(&identity.instance_id);
-                let _ = events_tx.send(SupervisorMessage::Records { query, body });
+                let page = identity
+                    .accounting
+                    .page(after, limit)
+                    .into_records_page(&identity.instance_id);
+                let _ = events_tx.send(SupervisorMessage::Records { query, page });
                 continue;
             }
             Ok(Some(ProxyMessage::QueryMetrics { query })) => {

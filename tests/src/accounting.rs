@@ -1,7 +1,8 @@
 //! Reading and checking per-request accounting records, for the `accounting_*` tests.
 //!
 //! - [`page`] / [`Page`]: one `GET /requests` answer, raw and parsed, with each record item's
-//!   exact text ([`raw_items`]) so the tests can compare it byte for byte with the JSONL line.
+//!   exact text (read by `protocol::page::RecordsPage`) so the tests can compare it byte for
+//!   byte with the JSONL line.
 //! - [`all_records`] / [`wait_records`]: every retained record (paging with the cursor);
 //!   [`wait_records`] first polls until the ring holds the expected number (records are
 //!   submitted after the response ends, so a client can see its EOF before the record exists).
@@ -17,6 +18,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use strata_protocol::page::RecordsPage;
 pub use strata_protocol::record::CHAT_ENDPOINT;
 
 /// The spec's record fields, in schema order: the pin the records are checked against
@@ -212,15 +214,12 @@ pub fn page(addr: SocketAddr, query: &str) -> Page {
         doc["instance_id"].as_str().is_some_and(|id| !id.is_empty()),
         "{raw}"
     );
-    let records: Vec<Record> = raw_items(&raw, "records")
-        .into_iter()
-        .map(Record::new)
+    let parsed = RecordsPage::from_json(&raw).unwrap_or_else(|err| panic!("{err}: {raw}"));
+    let records: Vec<Record> = parsed
+        .records
+        .iter()
+        .map(|text| Record::new(text))
         .collect();
-    assert_eq!(
-        records.len(),
-        doc["records"].as_array().expect("records array").len(),
-        "{raw}"
-    );
     let seqs: Vec<u64> = records.iter().map(Record::seq).collect();
     assert!(
         seqs.windows(2).all(|w| w[0] < w[1]),
@@ -323,113 +322,30 @@ pub fn chat_request(model: &str, stream: bool, content: &str, fake: Value) -> Va
     body
 }
 
-/// The top-level member names of the JSON object `text`, in order (duplicates kept).
+/// The top-level member names of the JSON object `text`, in order (duplicates kept): what a
+/// parsed `Value` cannot show.
 pub fn raw_keys(text: &str) -> Vec<String> {
-    members(text).into_iter().map(|(name, _)| name).collect()
-}
-
-/// The exact texts of the items of the top-level array member `key` of the object `text`.
-pub fn raw_items<'a>(text: &'a str, key: &str) -> Vec<&'a str> {
-    let (_, value) = members(text)
-        .into_iter()
-        .find(|(name, _)| name == key)
-        .unwrap_or_else(|| panic!("no member {key:?} in {text}"));
-    let bytes = text.as_bytes();
-    let (start, end) = value;
-    assert_eq!(bytes[start], b'[', "{key:?} is not an array: {text}");
-    let mut items = Vec::new();
-    let mut at = skip_ws(bytes, start + 1);
-    if bytes[at] == b']' {
-        return items;
-    }
-    loop {
-        let item_end = skip_value(bytes, at);
-        items.push(&text[at..item_end]);
-        at = skip_ws(bytes, item_end);
-        match bytes[at] {
-            b',' => at = skip_ws(bytes, at + 1),
-            b']' => {
-                assert_eq!(at + 1, end);
-                return items;
+    struct Keys;
+    impl<'de> serde::de::Visitor<'de> for Keys {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Vec<String>, A::Error> {
+            let mut keys = Vec::new();
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                keys.push(key);
             }
-            other => panic!("unexpected {:?} in an array: {text}", other as char),
+            Ok(keys)
         }
     }
-}
-
-/// `(name, (value start, value end))` of each top-level member of the object `text`.
-fn members(text: &str) -> Vec<(String, (usize, usize))> {
-    let bytes = text.as_bytes();
-    let mut at = skip_ws(bytes, 0);
-    assert_eq!(bytes.get(at), Some(&b'{'), "not an object: {text}");
-    at = skip_ws(bytes, at + 1);
-    let mut out = Vec::new();
-    if bytes.get(at) == Some(&b'}') {
-        return out;
-    }
-    loop {
-        let name_end = skip_value(bytes, at);
-        let name: String = serde_json::from_str(&text[at..name_end])
-            .unwrap_or_else(|err| panic!("bad member name ({err}): {text}"));
-        at = skip_ws(bytes, name_end);
-        assert_eq!(bytes[at], b':', "malformed object: {text}");
-        let value_start = skip_ws(bytes, at + 1);
-        let value_end = skip_value(bytes, value_start);
-        out.push((name, (value_start, value_end)));
-        at = skip_ws(bytes, value_end);
-        match bytes[at] {
-            b',' => at = skip_ws(bytes, at + 1),
-            b'}' => return out,
-            other => panic!("unexpected {:?} in an object: {text}", other as char),
-        }
-    }
-}
-
-fn skip_ws(bytes: &[u8], mut at: usize) -> usize {
-    while bytes
-        .get(at)
-        .is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-    {
-        at += 1;
-    }
-    at
-}
-
-/// The end of the JSON value starting at `start` (the text is valid JSON).
-fn skip_value(bytes: &[u8], start: usize) -> usize {
-    let mut at = start;
-    let mut depth = 0usize;
-    loop {
-        match bytes[at] {
-            b'"' => {
-                at += 1;
-                while bytes[at] != b'"' {
-                    at += if bytes[at] == b'\\' { 2 } else { 1 };
-                }
-                at += 1;
-            }
-            b'{' | b'[' => {
-                depth += 1;
-                at += 1;
-            }
-            b'}' | b']' => {
-                depth -= 1;
-                at += 1;
-            }
-            _ if depth == 0 => {
-                while bytes.get(at).is_some_and(|b| {
-                    !matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
-                }) {
-                    at += 1;
-                }
-                return at;
-            }
-            _ => at += 1,
-        }
-        if depth == 0 {
-            return at;
-        }
-    }
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    serde::Deserializer::deserialize_map(&mut deserializer, Keys)
+        .unwrap_or_else(|err| panic!("not a JSON object ({err}): {text}"))
 }
 
 /// Milliseconds since the Unix epoch of a `YYYY-MM-DDTHH:MM:SS.sssZ` timestamp; `None` if the

@@ -37,10 +37,11 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ModelStatus;
+use crate::page::RecordsPage;
 use crate::record::RequestRecord;
 
 /// Bumped whenever a message or field changes shape.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// A ticket's identifier, chosen by the proxy, unique within one
 /// connection.
@@ -183,10 +184,9 @@ pub enum SupervisorMessage {
     ProtocolError { message: String },
     /// Answer to [`ProxyMessage::Arrive`].
     Arrival { token: u64, arrival: ArrivalInfo },
-    /// Answer to [`ProxyMessage::QueryRecords`]: the complete `/requests`
-    /// JSON document, built where the records are stored so each item is
-    /// byte-for-byte the JSONL line.
-    Records { query: u64, body: String },
+    /// Answer to [`ProxyMessage::QueryRecords`]: the `/requests` page, each
+    /// record as its stored text (byte for byte the JSONL line).
+    Records { query: u64, page: RecordsPage },
     /// Answer to [`ProxyMessage::QueryMetrics`].
     Metrics { query: u64, metrics: RouterMetrics },
     /// Score these waiting tickets against the loaded backend's prompt

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
+use strata_protocol::page::RecordsPage;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
     ArrivalInfo, CacheScores, LookupFailure, PROTOCOL_VERSION, ProxyMessage, RouterMetrics,
@@ -250,7 +251,7 @@ struct Session {
     writer: OwnedWriteHalf,
     tickets: HashMap<TicketId, Ticket>,
     arrivals: HashMap<u64, oneshot::Sender<ArrivalInfo>>,
-    pages: HashMap<u64, oneshot::Sender<String>>,
+    pages: HashMap<u64, oneshot::Sender<RecordsPage>>,
     metrics: HashMap<u64, oneshot::Sender<RouterMetrics>>,
     /// Finished cache lookups, to be written to the supervisor.
     lookups: mpsc::UnboundedSender<(u64, Result<CacheScores, LookupFailure>)>,
@@ -390,9 +391,9 @@ impl Session {
                     let _ = reply.send(arrival);
                 }
             }
-            SupervisorMessage::Records { query, body } => {
+            SupervisorMessage::Records { query, page } => {
                 if let Some(reply) = self.pages.remove(&query) {
-                    let _ = reply.send(body);
+                    let _ = reply.send(page);
                 }
             }
             SupervisorMessage::Metrics { query, metrics } => {

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
+use strata_protocol::page::RecordsPage;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
     ArrivalInfo, BackendInstance, Grant, LeaseFailure, LoadPhase, RevokeReason, RouterMetrics,
@@ -105,7 +106,7 @@ pub(crate) enum LinkCommand {
     QueryRecords {
         after: Option<u64>,
         limit: u32,
-        reply: oneshot::Sender<String>,
+        reply: oneshot::Sender<RecordsPage>,
     },
     QueryMetrics {
         reply: oneshot::Sender<RouterMetrics>,
@@ -247,7 +248,7 @@ impl SupervisorLink {
 
     /// The `/requests` document for a page of records; `None` while the
     /// supervisor is unreachable.
-    pub async fn records(&self, after: Option<u64>, limit: u32) -> Option<String> {
+    pub async fn records(&self, after: Option<u64>, limit: u32) -> Option<RecordsPage> {
         let (reply, rx) = oneshot::channel();
         self.shared
             .commands

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-pub use ring::{DEFAULT_PAGE_LIMIT, MAX_CAPACITY, MAX_PAGE_LIMIT, MIN_PAGE_LIMIT, Page, Ring};
+pub use ring::{MAX_CAPACITY, Page, Ring};
 pub use writer::{
     QUEUE_LINES, RequestLogWriter, SHUTDOWN_GRACE, WriterStats, backup_path, retained_files,
 };
@@ -103,7 +103,7 @@ impl Accounting {
     }
 
     /// One `/requests` page; see [`Ring::page`]. `limit` is clamped to 1..=1000.
-    pub fn page(&self, after: Option<u64>, limit: usize) -> Page {
+    pub fn page(&self, after: Option<u64>, limit: u32) -> Page {
         self.lock().ring.page(after, limit)
     }
 

@@ -17,12 +17,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// Smallest accepted page size; smaller requests are clamped up.
-pub const MIN_PAGE_LIMIT: usize = 1;
-/// Largest accepted page size; larger requests are clamped down.
-pub const MAX_PAGE_LIMIT: usize = 1000;
-/// Default page size of `/requests` when `limit` is omitted (applied by the HTTP layer).
-pub const DEFAULT_PAGE_LIMIT: usize = 100;
+use strata_protocol::page::{RecordsPage, clamp_page_limit};
+
 /// Largest configurable ring capacity (`request_log_capacity`).
 pub const MAX_CAPACITY: usize = 100_000;
 
@@ -78,9 +74,9 @@ impl Ring {
     }
 
     /// One page of records; see the module docs for the exact semantics. `limit` is clamped to
-    /// [`MIN_PAGE_LIMIT`]..=[`MAX_PAGE_LIMIT`].
-    pub fn page(&self, after: Option<u64>, limit: usize) -> Page {
-        let limit = limit.clamp(MIN_PAGE_LIMIT, MAX_PAGE_LIMIT);
+    /// the page range ([`clamp_page_limit`]).
+    pub fn page(&self, after: Option<u64>, limit: u32) -> Page {
+        let limit = clamp_page_limit(u64::from(limit)) as usize;
         let len = self.records.len();
         let oldest_seq = self.oldest_seq();
         let Some(after) = after else {
@@ -159,33 +155,15 @@ impl Ring {
 }
 
 impl Page {
-    /// The `/requests` response body: `{"records":[...],"next_seq":..,"dropped":..,
-    /// "oldest_seq":..,"instance_id":".."}`. Each record item is the stored text verbatim, so
-    /// the HTTP item and the JSONL line are the same bytes.
-    pub fn to_json(&self, instance_id: &str) -> String {
-        let records_len: usize = self.records.iter().map(|r| r.len() + 1).sum();
-        let mut out = String::with_capacity(records_len + instance_id.len() + 96);
-        out.push_str("{\"records\":[");
-        for (i, record) in self.records.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push_str(record);
+    /// The page as the link carries it, for the router instance `instance_id`.
+    pub fn into_records_page(self, instance_id: &str) -> RecordsPage {
+        RecordsPage {
+            records: self.records,
+            next_seq: self.next_seq,
+            dropped: self.dropped,
+            oldest_seq: self.oldest_seq,
+            instance_id: instance_id.to_owned(),
         }
-        out.push_str("],\"next_seq\":");
-        out.push_str(&self.next_seq.to_string());
-        out.push_str(",\"dropped\":");
-        out.push_str(&self.dropped.to_string());
-        out.push_str(",\"oldest_seq\":");
-        match self.oldest_seq {
-            Some(seq) => out.push_str(&seq.to_string()),
-            None => out.push_str("null"),
-        }
-        out.push_str(",\"instance_id\":");
-        // Serializing a &str cannot fail.
-        out.push_str(&serde_json::to_string(instance_id).unwrap_or_else(|_| "\"\"".into()));
-        out.push('}');
-        out
     }
 }
 
@@ -221,7 +199,7 @@ mod tests {
         capacity: usize,
         pushes: u64,
         after: Option<u64>,
-        limit: usize,
+        limit: u32,
         /// Expected returned seqs as an inclusive range (`None` = no records).
         records: Option<(u64, u64)>,
         next_seq: u64,
@@ -584,25 +562,5 @@ mod tests {
         let seq = ring.push(|seq| Arc::from(format!("{{\"seq\":{seq},\"x\":1}}")));
         assert_eq!(seq, 1);
         assert_eq!(&*ring.page(None, 1).records[0], "{\"seq\":1,\"x\":1}");
-    }
-
-    #[test]
-    fn page_json_embeds_records_verbatim() {
-        let ring = ring(2, 3);
-        let page = ring.page(Some(0), 100);
-        let body = page.to_json("inst-\"1\"");
-        let value: serde_json::Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(value["next_seq"], 3);
-        assert_eq!(value["dropped"], 1);
-        assert_eq!(value["oldest_seq"], 2);
-        assert_eq!(value["instance_id"], "inst-\"1\"");
-        assert_eq!(value["records"][0]["seq"], 2);
-        assert!(body.contains("[{\"seq\":2},{\"seq\":3}]"));
-
-        let empty = Ring::new(4).page(None, 100).to_json("i");
-        assert_eq!(
-            empty,
-            "{\"records\":[],\"next_seq\":0,\"dropped\":0,\"oldest_seq\":null,\"instance_id\":\"i\"}"
-        );
     }
 }
