@@ -25,6 +25,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use strata_protocol::api::ErrorBody;
 use strata_protocol::page::{MAX_PAGE_LIMIT, RecordsPage};
 
 /// Records asked for per page: the endpoint's maximum.
@@ -323,17 +324,6 @@ fn get(base: &BaseUrl, target: &str) -> Result<Vec<u8>, String> {
     Ok(body)
 }
 
-/// The proxy's OpenAI-style error body, as far as a message goes.
-#[derive(serde::Deserialize)]
-struct ErrorBody {
-    error: ErrorMessage,
-}
-
-#[derive(serde::Deserialize)]
-struct ErrorMessage {
-    message: String,
-}
-
 /// `: MESSAGE` from an OpenAI-style error body, if it is one.
 fn error_detail(body: &[u8]) -> String {
     serde_json::from_slice::<ErrorBody>(body)
@@ -469,7 +459,9 @@ mod tests {
         assert!(parse_response(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nshort").is_err());
         assert!(parse_response(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
         assert_eq!(
-            error_detail(br#"{"error":{"message":"after must be a non-negative integer"}}"#),
+            error_detail(
+                br#"{"error":{"message":"after must be a non-negative integer","type":"invalid_request_error","code":"invalid_cursor"}}"#
+            ),
             ": after must be a non-negative integer"
         );
         assert_eq!(error_detail(b"<html>"), "");

@@ -4,10 +4,12 @@
 //! a process boundary. Both daemons read the same config file through
 //! [`config`] and talk through [`wire`]; operators (`strata-ctl`) talk to
 //! the supervisor through [`control`]; an accounting record is
-//! [`record`]'s, a `/requests` page of them [`page`]'s. [`os`] holds the process setup both daemons share (the open-file
+//! [`record`]'s, a `/requests` page of them [`page`]'s; the other
+//! documents the proxy serves over HTTP are [`api`]'s. [`os`] holds the process setup both daemons share (the open-file
 //! limit), so that it is done one way.
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod control;
 pub mod ids;
 pub mod os;

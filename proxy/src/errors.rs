@@ -14,7 +14,8 @@
 use bytes::Bytes;
 use hyper::StatusCode;
 use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
-use serde_json::json;
+use serde::Serialize;
+use strata_protocol::api::{ErrorBody, ErrorDetail};
 
 use crate::body::ProxyBody;
 
@@ -30,30 +31,33 @@ pub struct ErrorReply {
     pub retry_after: Option<u64>,
 }
 
+/// The text of one of the API's documents. They hold only strings, numbers,
+/// booleans and string-keyed objects, which always serialize.
+fn to_json(value: &impl Serialize) -> String {
+    serde_json::to_string(value).expect("an API document serializes")
+}
+
 impl ErrorReply {
+    fn document(&self, status: Option<u16>) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                message: self.message.into(),
+                kind: self.kind.into(),
+                code: self.code.into(),
+                status,
+            },
+        }
+    }
+
     /// The JSON document's text.
     pub fn body(&self) -> String {
-        json!({
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "code": self.code,
-            }
-        })
-        .to_string()
+        to_json(&self.document(None))
     }
 
     /// The in-band form used after SSE headers went out: one `event: error`
     /// frame whose JSON also carries the HTTP status it stands for.
     pub fn sse_frame(&self) -> Bytes {
-        let value = json!({
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "code": self.code,
-                "status": self.status.as_u16(),
-            }
-        });
+        let value = to_json(&self.document(Some(self.status.as_u16())));
         Bytes::from(format!("event: error\ndata: {value}\n\n"))
     }
 
@@ -138,8 +142,8 @@ impl EndpointError {
 }
 
 /// A plain JSON response (for `/v1/models`, `/health`, `/metrics`).
-pub fn json_response(status: StatusCode, value: &serde_json::Value) -> hyper::Response<ProxyBody> {
-    let mut response = hyper::Response::new(ProxyBody::full(value.to_string()));
+pub fn json_response(status: StatusCode, value: &impl Serialize) -> hyper::Response<ProxyBody> {
+    let mut response = hyper::Response::new(ProxyBody::full(to_json(value)));
     *response.status_mut() = status;
     response
         .headers_mut()

@@ -2,8 +2,9 @@
 
 use hyper::StatusCode;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
-use serde_json::{Value, json};
-
+use strata_protocol::api::{
+    Health, HealthStatus, Metrics, RequestLogMetrics, SupervisorLink, TierCounts,
+};
 use strata_protocol::wire::{RequestLogStats, ServiceTier};
 
 use crate::app::App;
@@ -14,118 +15,125 @@ use crate::errors::json_response;
 pub fn health(app: &App) -> hyper::Response<ProxyBody> {
     let state = app.link.state();
     let router = state.router.as_ref();
-    let body = json!({
-        "status": if state.connected { "ok" } else { "unavailable" },
-        "supervisor": if state.connected { "connected" } else { "disconnected" },
-        "routing": router.map(|r| r.routing),
-        "loaded_model": router.and_then(|r| r.loaded.clone()),
-        "draining": router.map(|r| r.draining),
-    });
-    let status = if state.connected {
-        StatusCode::OK
+    let (status, code, supervisor) = if state.connected {
+        (HealthStatus::Ok, StatusCode::OK, SupervisorLink::Connected)
     } else {
-        StatusCode::SERVICE_UNAVAILABLE
+        (
+            HealthStatus::Unavailable,
+            StatusCode::SERVICE_UNAVAILABLE,
+            SupervisorLink::Disconnected,
+        )
     };
-    json_response(status, &body)
+    let body = Health {
+        status,
+        supervisor,
+        routing: router.map(|r| r.routing),
+        loaded_model: router.and_then(|r| r.loaded.clone()),
+        draining: router.map(|r| r.draining),
+    };
+    json_response(code, &body)
 }
 
 /// The `request_log` object: the config values, and the supervisor's
 /// counters (null while it is unreachable).
-fn request_log(app: &App, stats: Option<&RequestLogStats>) -> Value {
+fn request_log(app: &App, stats: Option<&RequestLogStats>) -> RequestLogMetrics {
     let config = &app.config.request_log;
-    json!({
-        "path": config.path.as_ref().map(|path| path.display().to_string()),
-        "max_bytes": config.max_bytes,
-        "rotate_files": config.rotate_files,
-        "capacity": config.capacity,
-        "write_errors": stats.map(|s| s.write_errors),
-        "write_drops": stats.map(|s| s.write_drops),
-        "evicted": stats.map(|s| s.evicted),
-        "records_in_ring": stats.map(|s| s.records_in_ring),
-        "next_seq": stats.map(|s| s.next_seq),
-        "instance_id": stats.map(|s| s.instance_id.clone()),
-    })
+    RequestLogMetrics {
+        path: config.path.as_ref().map(|path| path.display().to_string()),
+        max_bytes: config.max_bytes,
+        rotate_files: config.rotate_files,
+        capacity: config.capacity as u64,
+        write_errors: stats.map(|s| s.write_errors),
+        write_drops: stats.map(|s| s.write_drops),
+        evicted: stats.map(|s| s.evicted),
+        records_in_ring: stats.map(|s| s.records_in_ring),
+        next_seq: stats.map(|s| s.next_seq),
+        instance_id: stats.map(|s| s.instance_id.clone()),
+    }
 }
 
 /// The metrics document (JSON). Queue and in-flight counts are the
 /// router's totals over every proxy, as the supervisor counts them (null
 /// while it is unreachable).
-pub async fn metrics_json(app: &App) -> Value {
+pub async fn metrics_json(app: &App) -> Metrics {
     let state = app.link.state();
     let router = state.router.as_ref();
     let metrics = app.link.metrics().await;
-    let mut tiers = serde_json::Map::new();
-    for tier in ServiceTier::ALL {
-        let count = metrics
+    let tier = |tier: ServiceTier| {
+        metrics
             .as_ref()
-            .map(|m| m.queue_depth_by_tier[tier.index()]);
-        tiers.insert(tier.as_str().into(), json!(count));
-    }
+            .map(|m| m.queue_depth_by_tier[tier.index()])
+    };
     let last = app.last_stream();
-    json!({
-        "loaded_model": router.and_then(|r| r.loaded.clone()),
-        "loading_model": router.and_then(|r| r.loading.clone()),
-        "routing": router.map(|r| r.routing),
-        "supervisor_connected": state.connected,
-        "in_flight": metrics.as_ref().map(|m| m.in_flight),
-        "queue_depth": metrics.as_ref().map(|m| m.queue_depth),
-        "queue_depth_by_tier": tiers,
-        "max_request_body_bytes": app.config.max_request_body_bytes,
-        "last_stream_ttft_ms": last.ttft_ms,
-        "last_stream_decode_tokens_per_second": last.decode_tokens_per_second,
-        "request_log": request_log(app, metrics.as_ref().map(|m| &m.request_log)),
-    })
+    Metrics {
+        loaded_model: router.and_then(|r| r.loaded.clone()),
+        loading_model: router.and_then(|r| r.loading.clone()),
+        routing: router.map(|r| r.routing),
+        supervisor_connected: state.connected,
+        in_flight: metrics.as_ref().map(|m| m.in_flight),
+        queue_depth: metrics.as_ref().map(|m| m.queue_depth),
+        queue_depth_by_tier: TierCounts {
+            priority: tier(ServiceTier::Priority),
+            default: tier(ServiceTier::Default),
+            flex: tier(ServiceTier::Flex),
+        },
+        max_request_body_bytes: app.config.max_request_body_bytes,
+        last_stream_ttft_ms: last.ttft_ms,
+        last_stream_decode_tokens_per_second: last.decode_tokens_per_second,
+        request_log: request_log(app, metrics.as_ref().map(|m| &m.request_log)),
+    }
 }
 
-/// The same figures in the Prometheus text format.
-fn metrics_prometheus(doc: &Value) -> String {
+/// The same figures in the Prometheus text format. A figure that is null
+/// in the JSON (the supervisor is unreachable) has no sample line.
+fn metrics_prometheus(doc: &Metrics) -> String {
     let mut out = String::new();
-    let mut gauge = |name: &str, help: &str, value: Option<f64>, labels: &str| {
+    let mut gauge = |name: &str, help: &str, value: Option<f64>| {
         out.push_str(&format!(
             "# HELP strata_router_{name} {help}\n# TYPE strata_router_{name} gauge\n"
         ));
         if let Some(value) = value {
-            out.push_str(&format!("strata_router_{name}{labels} {value}\n"));
+            out.push_str(&format!("strata_router_{name} {value}\n"));
         }
     };
-    let number = |key: &str| doc.get(key).and_then(Value::as_f64);
-    gauge("in_flight", "Admitted requests.", number("in_flight"), "");
+    let count = |value: Option<u64>| value.map(|n| n as f64);
+    gauge("in_flight", "Admitted requests.", count(doc.in_flight));
     gauge(
         "queue_depth",
         "Requests waiting for admission.",
-        number("queue_depth"),
-        "",
+        count(doc.queue_depth),
     );
     gauge(
         "max_request_body_bytes",
         "Configured request body limit.",
-        number("max_request_body_bytes"),
-        "",
+        Some(doc.max_request_body_bytes as f64),
     );
     gauge(
         "last_stream_ttft_ms",
         "Time to first token of the last streamed request.",
-        number("last_stream_ttft_ms"),
-        "",
+        count(doc.last_stream_ttft_ms),
     );
     gauge(
         "last_stream_decode_tokens_per_second",
         "Decode rate of the last streamed request.",
-        number("last_stream_decode_tokens_per_second"),
-        "",
+        doc.last_stream_decode_tokens_per_second,
     );
     out.push_str("# HELP strata_router_queue_depth_by_tier Waiting requests by service tier.\n# TYPE strata_router_queue_depth_by_tier gauge\n");
-    for tier in ServiceTier::ALL {
-        let count = doc["queue_depth_by_tier"][tier.as_str()]
-            .as_u64()
-            .unwrap_or(0);
-        out.push_str(&format!(
-            "strata_router_queue_depth_by_tier{{tier=\"{}\"}} {count}\n",
-            tier.as_str()
-        ));
+    let tiers = &doc.queue_depth_by_tier;
+    for (tier, count) in [
+        (ServiceTier::Priority, tiers.priority),
+        (ServiceTier::Default, tiers.default),
+        (ServiceTier::Flex, tiers.flex),
+    ] {
+        if let Some(count) = count {
+            out.push_str(&format!(
+                "strata_router_queue_depth_by_tier{{tier=\"{}\"}} {count}\n",
+                tier.as_str()
+            ));
+        }
     }
     out.push_str("# HELP strata_router_model_loaded The loaded model.\n# TYPE strata_router_model_loaded gauge\n");
-    if let Some(model) = doc["loaded_model"].as_str() {
+    if let Some(model) = &doc.loaded_model {
         out.push_str(&format!(
             "strata_router_model_loaded{{model=\"{model}\"}} 1\n"
         ));

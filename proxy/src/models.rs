@@ -4,38 +4,33 @@
 //! `loaded` show); while the supervisor is unreachable the listing still
 //! works from the config, with each model's static preparation status.
 
-use serde_json::{Map, Value, json};
+use strata_protocol::api::{
+    AliasModel, ConcreteModel, ListObject, ModelItem, ModelList, ModelObject,
+};
 use strata_protocol::config::{ModelEntry, ModelStatus};
 
 use crate::app::App;
 
 const OWNED_BY: &str = "strata-router";
 
-fn concrete(entry: &ModelEntry, status: ModelStatus) -> Value {
-    let mut item = Map::new();
-    item.insert("id".into(), json!(entry.id));
-    item.insert("object".into(), json!("model"));
-    item.insert("owned_by".into(), json!(OWNED_BY));
-    item.insert("kind".into(), json!("concrete"));
-    item.insert("family".into(), json!(entry.family.as_str()));
-    item.insert("fine_tune".into(), json!(entry.fine_tune));
-    item.insert("quantization".into(), json!(entry.quantization));
-    item.insert("status".into(), json!(status.as_str()));
+fn concrete(entry: &ModelEntry, status: ModelStatus) -> ModelItem {
     let metadata = entry.effective_metadata();
-    for (key, value) in [
-        ("meta", metadata.meta),
-        ("architecture", metadata.architecture),
-        ("thinking", metadata.thinking),
-    ] {
-        if let Some(value) = value {
-            item.insert(key.into(), value);
-        }
-    }
-    Value::Object(item)
+    ModelItem::Concrete(ConcreteModel {
+        id: entry.id.clone(),
+        object: ModelObject::Model,
+        owned_by: OWNED_BY.into(),
+        family: entry.family.as_str().into(),
+        fine_tune: entry.fine_tune.clone(),
+        quantization: entry.quantization.clone(),
+        status,
+        meta: metadata.meta,
+        architecture: metadata.architecture,
+        thinking: metadata.thinking,
+    })
 }
 
 /// The listing document.
-pub fn listing(app: &App) -> Value {
+pub fn listing(app: &App) -> ModelList {
     let registry = &app.config.registry;
     let state = app.link.state();
     let live_status = |id: &str| {
@@ -47,20 +42,22 @@ pub fn listing(app: &App) -> Value {
                 .map(|entry| entry.status)
         })
     };
-    let mut data: Vec<Value> = registry
+    let mut data: Vec<ModelItem> = registry
         .enabled_models()
         .map(|entry| concrete(entry, live_status(&entry.id).unwrap_or(entry.prepared)))
         .collect();
     for alias in registry.aliases() {
-        data.push(json!({
-            "id": alias.name,
-            "object": "model",
-            "owned_by": OWNED_BY,
-            "kind": "alias",
-            "family": alias.family.as_str(),
-            "allowed_models": alias.effective,
-            "preferred": alias.effective.first(),
+        data.push(ModelItem::Alias(AliasModel {
+            id: alias.name.clone(),
+            object: ModelObject::Model,
+            owned_by: OWNED_BY.into(),
+            family: alias.family.as_str().into(),
+            allowed_models: alias.effective.clone(),
+            preferred: alias.effective.first().cloned(),
         }));
     }
-    json!({ "object": "list", "data": data })
+    ModelList {
+        object: ListObject::List,
+        data,
+    }
 }

@@ -1,0 +1,161 @@
+//! The JSON documents of the router's own HTTP API (router spec, "HTTP
+//! API"): what `strata-proxy` serves besides the backend's passthrough.
+//!
+//! The proxy builds these and serializes them; Rust clients
+//! (`strata-ctl`, the tests) can read them back with the same types. A
+//! field here is part of the public API: renaming one is a breaking change
+//! for clients, so the black-box contract (names, types, nulls) is pinned
+//! by `protocol/tests/api.rs`.
+//!
+//! `null` has one meaning throughout: the figure lives in the supervisor,
+//! and the supervisor is not reachable right now.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::config::ModelStatus;
+
+/// Every router-made error: `{"error":{"message","type","code"}}`, plus
+/// `status` in the in-band SSE form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// A fixed sentence chosen by the error, never request or backend text.
+    pub message: String,
+    /// The OpenAI error type (`invalid_request_error`, `server_error`, ...).
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub code: String,
+    /// The HTTP status an in-band error frame stands for (only there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+}
+
+/// `GET /health`: 200 with `status: "ok"` while the supervisor is
+/// reachable, 503 with `"unavailable"` otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub status: HealthStatus,
+    pub supervisor: SupervisorLink,
+    pub routing: Option<bool>,
+    pub loaded_model: Option<String>,
+    pub draining: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthStatus {
+    Ok,
+    Unavailable,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SupervisorLink {
+    Connected,
+    Disconnected,
+}
+
+/// `GET /metrics` (JSON). Queue and in-flight counts are the router's
+/// totals over every proxy, as the supervisor counts them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    pub loaded_model: Option<String>,
+    pub loading_model: Option<String>,
+    pub routing: Option<bool>,
+    pub supervisor_connected: bool,
+    pub in_flight: Option<u64>,
+    pub queue_depth: Option<u64>,
+    pub queue_depth_by_tier: TierCounts,
+    pub max_request_body_bytes: u64,
+    pub last_stream_ttft_ms: Option<u64>,
+    pub last_stream_decode_tokens_per_second: Option<f64>,
+    pub request_log: RequestLogMetrics,
+}
+
+/// Waiting requests per service tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierCounts {
+    pub priority: Option<u64>,
+    pub default: Option<u64>,
+    pub flex: Option<u64>,
+}
+
+/// The `request_log` object of `/metrics`: the configured values, and the
+/// supervisor's counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestLogMetrics {
+    pub path: Option<String>,
+    pub max_bytes: u64,
+    pub rotate_files: u32,
+    pub capacity: u64,
+    pub write_errors: Option<u64>,
+    pub write_drops: Option<u64>,
+    pub evicted: Option<u64>,
+    pub records_in_ring: Option<u64>,
+    pub next_seq: Option<u64>,
+    pub instance_id: Option<String>,
+}
+
+/// `GET /v1/models`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelList {
+    pub object: ListObject,
+    pub data: Vec<ModelItem>,
+}
+
+/// The OpenAI `object` of a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListObject {
+    List,
+}
+
+/// The OpenAI `object` of a model entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelObject {
+    Model,
+}
+
+/// One entry of the listing: a concrete model or a family alias.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ModelItem {
+    Concrete(ConcreteModel),
+    Alias(AliasModel),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConcreteModel {
+    pub id: String,
+    pub object: ModelObject,
+    pub owned_by: String,
+    pub family: String,
+    pub fine_tune: Option<String>,
+    pub quantization: String,
+    pub status: ModelStatus,
+    /// Operator metadata from the config, passed through as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AliasModel {
+    pub id: String,
+    pub object: ModelObject,
+    pub owned_by: String,
+    pub family: String,
+    /// The enabled members, in preference order.
+    pub allowed_models: Vec<String>,
+    /// The first of `allowed_models`, if any.
+    pub preferred: Option<String>,
+}

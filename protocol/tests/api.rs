@@ -1,0 +1,151 @@
+//! The HTTP API's documents (router spec, "HTTP API"): the exact member names, types and
+//! nulls each one serializes to, and that a client reads back what the proxy wrote.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use strata_protocol::api::{
+    AliasModel, ConcreteModel, ErrorBody, ErrorDetail, Health, HealthStatus, ListObject, Metrics,
+    ModelItem, ModelList, ModelObject, RequestLogMetrics, SupervisorLink, TierCounts,
+};
+use strata_protocol::config::ModelStatus;
+
+/// `value` serializes to exactly `expected`, and reads back equal.
+fn pins<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: &T, expected: Value) {
+    let text = serde_json::to_string(value).expect("serialize");
+    let written: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(written, expected);
+    let back: T = serde_json::from_str(&text).expect("read back");
+    assert_eq!(&back, value);
+}
+
+#[test]
+fn an_error_is_message_type_code_and_status_only_in_band() {
+    let mut body = ErrorBody {
+        error: ErrorDetail {
+            message: "model not found".into(),
+            kind: "invalid_request_error".into(),
+            code: "model_not_found".into(),
+            status: None,
+        },
+    };
+    pins(
+        &body,
+        json!({"error": {"message": "model not found", "type": "invalid_request_error", "code": "model_not_found"}}),
+    );
+    body.error.status = Some(404);
+    pins(
+        &body,
+        json!({"error": {"message": "model not found", "type": "invalid_request_error", "code": "model_not_found", "status": 404}}),
+    );
+}
+
+#[test]
+fn health_names_the_supervisor_link_and_nulls_what_only_it_knows() {
+    pins(
+        &Health {
+            status: HealthStatus::Ok,
+            supervisor: SupervisorLink::Connected,
+            routing: Some(true),
+            loaded_model: Some("m".into()),
+            draining: Some(false),
+        },
+        json!({"status": "ok", "supervisor": "connected", "routing": true, "loaded_model": "m", "draining": false}),
+    );
+    pins(
+        &Health {
+            status: HealthStatus::Unavailable,
+            supervisor: SupervisorLink::Disconnected,
+            routing: None,
+            loaded_model: None,
+            draining: None,
+        },
+        json!({"status": "unavailable", "supervisor": "disconnected", "routing": null, "loaded_model": null, "draining": null}),
+    );
+}
+
+#[test]
+fn metrics_carry_every_figure_and_the_request_log() {
+    let metrics = Metrics {
+        loaded_model: Some("a".into()),
+        loading_model: None,
+        routing: Some(true),
+        supervisor_connected: true,
+        in_flight: Some(2),
+        queue_depth: Some(3),
+        queue_depth_by_tier: TierCounts {
+            priority: Some(1),
+            default: Some(2),
+            flex: Some(0),
+        },
+        max_request_body_bytes: 1024,
+        last_stream_ttft_ms: Some(12),
+        last_stream_decode_tokens_per_second: Some(40.5),
+        request_log: RequestLogMetrics {
+            path: None,
+            max_bytes: 10,
+            rotate_files: 2,
+            capacity: 100,
+            write_errors: None,
+            write_drops: None,
+            evicted: None,
+            records_in_ring: None,
+            next_seq: None,
+            instance_id: None,
+        },
+    };
+    pins(
+        &metrics,
+        json!({
+            "loaded_model": "a", "loading_model": null, "routing": true,
+            "supervisor_connected": true, "in_flight": 2, "queue_depth": 3,
+            "queue_depth_by_tier": {"priority": 1, "default": 2, "flex": 0},
+            "max_request_body_bytes": 1024, "last_stream_ttft_ms": 12,
+            "last_stream_decode_tokens_per_second": 40.5,
+            "request_log": {
+                "path": null, "max_bytes": 10, "rotate_files": 2, "capacity": 100,
+                "write_errors": null, "write_drops": null, "evicted": null,
+                "records_in_ring": null, "next_seq": null, "instance_id": null
+            }
+        }),
+    );
+}
+
+#[test]
+fn the_model_list_has_concrete_models_and_aliases_by_kind() {
+    let list = ModelList {
+        object: ListObject::List,
+        data: vec![
+            ModelItem::Concrete(ConcreteModel {
+                id: "m-q4".into(),
+                object: ModelObject::Model,
+                owned_by: "strata-router".into(),
+                family: "fam".into(),
+                fine_tune: None,
+                quantization: "q4".into(),
+                status: ModelStatus::Verified,
+                meta: Some(json!({"k": 1})),
+                architecture: None,
+                thinking: None,
+            }),
+            ModelItem::Alias(AliasModel {
+                id: "fam".into(),
+                object: ModelObject::Model,
+                owned_by: "strata-router".into(),
+                family: "fam".into(),
+                allowed_models: vec!["m-q4".into()],
+                preferred: Some("m-q4".into()),
+            }),
+        ],
+    };
+    pins(
+        &list,
+        json!({"object": "list", "data": [
+            {"id": "m-q4", "object": "model", "owned_by": "strata-router", "kind": "concrete",
+             "family": "fam", "fine_tune": null, "quantization": "q4", "status": "verified",
+             "meta": {"k": 1}},
+            {"id": "fam", "object": "model", "owned_by": "strata-router", "kind": "alias",
+             "family": "fam", "allowed_models": ["m-q4"], "preferred": "m-q4"}
+        ]}),
+    );
+}
