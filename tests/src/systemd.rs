@@ -1,6 +1,6 @@
 //! A private systemd for end-to-end tests of the units in `contrib/` (root only).
 //!
-//! [`SdStack::boot`] writes a config, fake profiles and rewritten copies of the three units
+//! [`SdStackBuilder::boot`] (from [`SdStack::builder`]) writes a config, fake profiles and rewritten copies of the three units
 //! into a per-test directory `/var/lib/strata-sd-test-<pid>-<n>/` (mode 0700, removed at the
 //! end), boots `/lib/systemd/systemd` as PID 1 of new PID, mount, UTS and cgroup namespaces,
 //! and waits until it reports `running` with the supervisor started and the socket listening.
