@@ -24,16 +24,16 @@
 //! parent-death SIGTERM, so they also stop if this process is killed.
 
 use std::future::Future;
-use std::io;
 use std::net::SocketAddr;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::{Pid, getpid, getppid};
+use nix::unistd::Pid;
 use strata_protocol::config::Config;
+use strata_protocol::os::die_with_parent;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::signal::unix::{SignalKind, signal};
@@ -292,38 +292,15 @@ struct Child {
 impl Child {
     /// Starts `program CONFIG` with stdin on /dev/null, inherited stdout and
     /// stderr, in its own process group, with a parent-death SIGTERM.
-    // The crate denies `unsafe_code`; this function is the one exception
-    // (the pre_exec hook).
-    #[allow(unsafe_code)]
     fn spawn(name: &'static str, program: &Path, config: &Path) -> Result<Child, ExitCode> {
-        let parent = getpid();
-        let mut command = tokio::process::Command::new(program);
-        command
-            .arg(config)
-            .stdin(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(false);
+        let mut command = std::process::Command::new(program);
+        command.arg(config).stdin(Stdio::null()).process_group(0);
         for key in SCRUBBED_ENV {
             command.env_remove(key);
         }
-        let die_with_parent = move || -> io::Result<()> {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
-            // If this process died between fork() and prctl(), the signal
-            // will never come: leave at once instead of running unowned.
-            if getppid() != parent {
-                // SAFETY: `_exit` is async-signal-safe and ends the forked
-                // child without running the parent's atexit handlers.
-                unsafe { nix::libc::_exit(1) };
-            }
-            Ok(())
-        };
-        // SAFETY: the hook runs in the forked child before exec, where only
-        // async-signal-safe calls are allowed. It calls only prctl(2),
-        // getppid(2) and _exit(2), allocates nothing, and captures only a
-        // `Pid` copied before the fork.
-        unsafe {
-            command.pre_exec(die_with_parent);
-        }
+        die_with_parent(&mut command, Signal::SIGTERM);
+        let mut command = tokio::process::Command::from(command);
+        command.kill_on_drop(false);
         let child = command.spawn().map_err(|err| {
             say!(
                 "strata-ctl: cannot start {}: {}",

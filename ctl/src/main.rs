@@ -7,9 +7,9 @@
 //! independently; `control` is the control-socket client shared by
 //! `status`, `on` and `off`.
 //!
-//! `unsafe` is denied except for the one `pre_exec` hook in
-//! `daemon::Child::spawn` (the children's parent-death signal).
-#![deny(unsafe_code)]
+//! No `unsafe`: the children's parent-death hook is
+//! `protocol::os::die_with_parent`.
+#![forbid(unsafe_code)]
 
 /// `eprintln!` that never panics: a closed or hung-up terminal must not
 /// abort a stop sequence or a clean-up (nor, for `on`/`off`, cancel the

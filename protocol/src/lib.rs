@@ -7,7 +7,8 @@
 //! [`record`]'s, a `/requests` page of them [`page`]'s; the other
 //! documents the proxy serves over HTTP are [`api`]'s. [`os`] holds the process setup both daemons share (the open-file
 //! limit), so that it is done one way.
-#![forbid(unsafe_code)]
+// `unsafe` is denied except for the one `pre_exec` hook in `os::die_with_parent`.
+#![deny(unsafe_code)]
 
 pub mod api;
 pub mod control;

@@ -10,8 +10,8 @@
 //! - [`sockets`]: private directory checks and safe socket binding.
 //! - [`daemon`]: `run`, wiring it all together.
 //!
-//! `unsafe` is allowed only in `backend::spawn` (the `pre_exec` hook).
-#![deny(unsafe_code)]
+//! No `unsafe`: the one `pre_exec` hook is `protocol::os::die_with_parent`.
+#![forbid(unsafe_code)]
 
 pub mod accounting;
 pub mod backend;

@@ -20,7 +20,7 @@
 //! `current_thread` tokio test, whose thread outlives the backend), never from `spawn_blocking`
 //! or a multi-thread runtime; the `spawn` module explains why. A `debug_assert!` guards it.
 //!
-//! Modules: `spawn` (the only `unsafe`), `group` (the owned child, reaping, group liveness),
+//! Modules: `spawn`, `group` (the owned child, reaping, group liveness),
 //! `readiness` (ready file and identity), `health` (HTTP/1.0 `/health` client), `stop`,
 //! `ready_dir`, `progress`, `cancel`, `spec`, `error`.
 

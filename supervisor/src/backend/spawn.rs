@@ -1,8 +1,5 @@
 //! Spawning the Strata child: the backend-port pre-check, the exact argument vector, the
-//! scrubbed environment, and the `pre_exec` hook that sets the parent-death signal.
-//!
-//! This is the only module of the backend with `unsafe` (the `pre_exec` hook and the `_exit` in
-//! it); each block says why it is sound.
+//! scrubbed environment, and the parent-death signal (`protocol::os::die_with_parent`).
 //!
 //! # The parent-death pitfall
 //!
@@ -21,7 +18,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use nix::sys::signal::Signal;
-use nix::unistd::{getpid, getppid};
+use strata_protocol::os::die_with_parent;
 
 use super::error::StartError;
 use super::group::ChildGroup;
@@ -80,8 +77,6 @@ pub(crate) fn backend_args(spec: &LaunchSpec, ready_path: &Path) -> Vec<OsString
 ///
 /// `base_env` is explicit so tests can pass a crafted environment without `std::env::set_var`;
 /// production passes `std::env::vars_os()`.
-// The crate denies `unsafe_code`; this function is the one exception (the pre_exec hook).
-#[allow(unsafe_code)]
 pub(crate) fn spawn_backend(
     spec: &LaunchSpec,
     ready_path: &Path,
@@ -93,8 +88,6 @@ pub(crate) fn spawn_backend(
         "spawn the backend from the current-thread runtime on the main thread: \
          PR_SET_PDEATHSIG fires when the forking thread exits"
     );
-    let parent = getpid();
-
     let mut cmd = Command::new(&spec.python);
     cmd.args(backend_args(spec, ready_path))
         .current_dir(&spec.strata_dir)
@@ -108,25 +101,7 @@ pub(crate) fn spawn_backend(
         cmd.env_remove(key);
     }
 
-    let die_with_parent = move || -> io::Result<()> {
-        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-        // If the parent died between fork() and prctl(), the signal will never come: we have
-        // already been re-parented. Leave at once instead of running unsupervised.
-        if getppid() != parent {
-            // SAFETY: `_exit` is async-signal-safe and ends this forked child immediately,
-            // without running atexit handlers or destructors that belong to the parent's state.
-            unsafe { nix::libc::_exit(1) };
-        }
-        Ok(())
-    };
-    // SAFETY: the hook runs in the forked child before exec, where only async-signal-safe
-    // operations are allowed (the parent may have been multi-threaded, so locks and the
-    // allocator can be in any state). It calls only prctl(2), getppid(2) and _exit(2), which are
-    // raw syscalls; it allocates nothing (an error becomes `io::Error::from_raw_os_error`, no
-    // heap) and captures only a `Pid` copied before the fork.
-    unsafe {
-        cmd.pre_exec(die_with_parent);
-    }
+    die_with_parent(&mut cmd, Signal::SIGKILL);
 
     let child = cmd.spawn().map_err(StartError::Spawn)?;
     // `std::process::Child` neither kills nor waits on drop; ChildGroup owns the pid from here
