@@ -1,8 +1,9 @@
 {
   description = "strata-router: an OpenAI-compatible router in front of one Strata backend";
 
-  # nixpkgs only.  flake.lock pins it; see nix/README-section.md for what is
-  # verified offline (nix/check.sh) and what only on a real Nix host.
+  # nixpkgs only.  flake.lock pins it; see README.md, section "With Nix",
+  # paragraph "What is verified where", for what is verified offline
+  # (nix/check.sh) and what only on a real Nix host.
   inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.11";
 
   outputs =

@@ -127,12 +127,14 @@ fn log_accept_report(report: Report, last_error: Option<&std::io::Error>) {
 }
 
 /// Serves HTTP on `listener` until `signals` counts a shutdown signal and
-/// the drain has finished.
+/// the drain has finished. The listener may be blocking or not (a plain
+/// `bind` gives a blocking one); `run` makes it non-blocking.
 pub async fn run(
     config: Arc<Config>,
     listener: std::net::TcpListener,
     mut signals: watch::Receiver<u32>,
 ) -> Result<(), RunError> {
+    listener.set_nonblocking(true).map_err(RunError::Listener)?;
     let listener = TcpListener::from_std(listener).map_err(RunError::Listener)?;
     let link = SupervisorLink::spawn(config.supervisor_socket.clone(), config.fingerprint());
     let app = App::new(config.clone(), link.clone());
