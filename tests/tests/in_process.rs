@@ -42,7 +42,7 @@ where
 }
 
 fn join_within(handle: thread::JoinHandle<Result<(), String>>, what: &str) {
-    poll_until(DEADLINE, &format!("{what}'s run to return"), || {
+    poll_until(DEADLINE, format!("{what}'s run to return"), || {
         handle.is_finished()
     });
     match handle.join() {
