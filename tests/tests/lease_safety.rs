@@ -20,13 +20,16 @@ use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_until};
 const M1: &str = "flash-one";
 const M2: &str = "flash-two";
 
-/// A stream big enough (10 MB) that a client that does not read fills every buffer on the way.
+/// A stream big enough (100 MB) that a client that does not read fills every buffer on the way:
+/// 10 MB once fit into the kernel's autotuned socket buffers (up to 4 MB sending and 6 MB
+/// receiving per socket), so the fake finished writing and no reader ever looked stalled. The
+/// fake writes only as fast as the buffers drain, so the size costs nothing while stalled.
 fn big_stream(model: &str) -> Value {
     chat_request(
         model,
         true,
         "big",
-        json!({"tokens": 10000, "content_bytes": 1000}),
+        json!({"tokens": 100000, "content_bytes": 1000}),
     )
 }
 
