@@ -34,7 +34,9 @@ fn main() {
         check.observe(c, Instant::now());
     }
     let seen = check.finish();
-    assert!(seen.saw_done && seen.completion_tokens.is_some() && seen.first_token_at.is_some());
+    assert!(
+        seen.saw_done && seen.usage.completion_tokens.is_some() && seen.first_token_at.is_some()
+    );
     assert!(!seen.inband_error && !seen.accounting_unavailable);
 
     let mut sink = Vec::with_capacity(CHUNK);

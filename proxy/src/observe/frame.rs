@@ -38,7 +38,7 @@ pub(super) struct Frame {
 
 /// The counts in `usage`.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub(super) struct Usage {
+pub struct Usage {
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub reasoning_tokens: Option<u64>,
@@ -48,7 +48,7 @@ pub(super) struct Usage {
 
 /// The llama.cpp-style `timings` object.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub(super) struct Timings {
+pub struct Timings {
     pub prompt_n: Option<u64>,
     pub cache_n: Option<u64>,
     pub predicted_n: Option<u64>,

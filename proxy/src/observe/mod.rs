@@ -42,6 +42,7 @@ mod tests;
 use std::fmt;
 use std::time::Instant;
 
+pub use frame::{Timings, Usage};
 pub use model_gate::{ModelGate, ModelMismatch};
 pub use summary::{FinishReason, Observed};
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 pub use strata_protocol::record::FinishReason;
 
-use super::frame::Frame;
+use super::frame::{Frame, Timings, Usage};
 
 /// Everything the observer learned from one response body.
 ///
@@ -24,28 +24,13 @@ pub struct Observed {
     pub first_token_at: Option<Instant>,
     /// When the last generated SSE delta finished arriving.
     pub last_token_at: Option<Instant>,
-    /// `usage.prompt_tokens`.
-    pub prompt_tokens: Option<u64>,
-    /// `usage.completion_tokens`.
-    pub completion_tokens: Option<u64>,
+    /// The last reported `usage` counts; `reasoning_tokens` is
     /// `usage.completion_tokens_details.reasoning_tokens`, else
     /// `usage.reasoning_tokens`.
-    pub reasoning_tokens: Option<u64>,
-    /// `timings.prompt_n`: fresh prompt tokens the engine processed.
-    pub prompt_n: Option<u64>,
-    /// `timings.cache_n`, else `usage.prompt_tokens_details.cached_tokens`
-    /// from the same frame.
-    pub cache_n: Option<u64>,
-    /// `timings.predicted_n`.
-    pub predicted_n: Option<u64>,
-    /// `timings.prompt_ms`, copied as sent.
-    pub prompt_ms: Option<f64>,
-    /// `timings.predicted_ms`, copied as sent.
-    pub predicted_ms: Option<f64>,
-    /// `timings.prompt_per_second`, copied as sent.
-    pub prompt_per_second: Option<f64>,
-    /// `timings.predicted_per_second`, copied as sent.
-    pub predicted_per_second: Option<f64>,
+    pub usage: Usage,
+    /// The last reported `timings`, copied as sent; `cache_n` falls back to
+    /// `usage.prompt_tokens_details.cached_tokens` from the same frame.
+    pub timings: Timings,
     /// The last non-null `choices[].finish_reason` of a stream, or
     /// `choices[0].finish_reason` of a non-stream body.
     pub finish_reason: Option<FinishReason>,
@@ -73,18 +58,21 @@ impl Observed {
             }
         }
         let (u, t) = (&frame.usage, &frame.timings);
-        take(&mut self.prompt_tokens, u.prompt_tokens);
-        take(&mut self.completion_tokens, u.completion_tokens);
-        take(&mut self.reasoning_tokens, u.reasoning_tokens);
+        let usage = &mut self.usage;
+        take(&mut usage.prompt_tokens, u.prompt_tokens);
+        take(&mut usage.completion_tokens, u.completion_tokens);
+        take(&mut usage.reasoning_tokens, u.reasoning_tokens);
+        take(&mut usage.cached_tokens, u.cached_tokens);
+        let timings = &mut self.timings;
         // The engine's own count wins over the OpenAI-style field only
         // within one frame; across frames the later report wins as usual.
-        take(&mut self.cache_n, t.cache_n.or(u.cached_tokens));
-        take(&mut self.prompt_n, t.prompt_n);
-        take(&mut self.predicted_n, t.predicted_n);
-        take(&mut self.prompt_ms, t.prompt_ms);
-        take(&mut self.predicted_ms, t.predicted_ms);
-        take(&mut self.prompt_per_second, t.prompt_per_second);
-        take(&mut self.predicted_per_second, t.predicted_per_second);
+        take(&mut timings.cache_n, t.cache_n.or(u.cached_tokens));
+        take(&mut timings.prompt_n, t.prompt_n);
+        take(&mut timings.predicted_n, t.predicted_n);
+        take(&mut timings.prompt_ms, t.prompt_ms);
+        take(&mut timings.predicted_ms, t.predicted_ms);
+        take(&mut timings.prompt_per_second, t.prompt_per_second);
+        take(&mut timings.predicted_per_second, t.predicted_per_second);
     }
 
     /// The decode rate /metrics shows for a streamed request, in tokens/s:
@@ -95,7 +83,11 @@ impl Observed {
     /// a guess), when fewer than two tokens were generated, or when no time
     /// passed between the first and last delta.
     pub fn decode_rate(&self) -> Option<f64> {
-        let tokens = self.completion_tokens?.checked_sub(1).filter(|&n| n > 0)?;
+        let tokens = self
+            .usage
+            .completion_tokens?
+            .checked_sub(1)
+            .filter(|&n| n > 0)?;
         let (first, last) = (self.first_token_at?, self.last_token_at?);
         let secs = last.checked_duration_since(first)?.as_secs_f64();
         (secs > 0.0).then(|| tokens as f64 / secs)
@@ -129,7 +121,10 @@ mod tests {
     fn decode_rate_needs_completion_usage_and_a_time_span() {
         let t0 = Instant::now();
         let streamed = Observed {
-            completion_tokens: Some(11),
+            usage: Usage {
+                completion_tokens: Some(11),
+                ..Usage::default()
+            },
             first_token_at: Some(t0),
             last_token_at: Some(t0 + Duration::from_millis(500)),
             ..Observed::default()
@@ -137,12 +132,15 @@ mod tests {
         assert_eq!(streamed.decode_rate(), Some(20.0));
         // The stream omitted usage: no rate, however many deltas arrived.
         let no_usage = Observed {
-            completion_tokens: None,
+            usage: Usage::default(),
             ..streamed.clone()
         };
         assert_eq!(no_usage.decode_rate(), None);
         let one_token = Observed {
-            completion_tokens: Some(1),
+            usage: Usage {
+                completion_tokens: Some(1),
+                ..Usage::default()
+            },
             ..streamed.clone()
         };
         assert_eq!(one_token.decode_rate(), None);

@@ -133,16 +133,21 @@ fn strata_expected(f: &Fixture, first: Instant, last: Instant) -> Observed {
         response_bytes: f.body.len() as u64,
         first_token_at: Some(first),
         last_token_at: Some(last),
-        prompt_tokens: Some(1200),
-        completion_tokens: Some(57),
-        reasoning_tokens: None,
-        prompt_n: Some(176),
-        cache_n: Some(1024),
-        predicted_n: Some(57),
-        prompt_ms: Some(123.456),
-        predicted_ms: Some(1140.5),
-        prompt_per_second: Some(1425.61),
-        predicted_per_second: Some(49.978),
+        usage: Usage {
+            prompt_tokens: Some(1200),
+            completion_tokens: Some(57),
+            reasoning_tokens: None,
+            cached_tokens: Some(1024),
+        },
+        timings: Timings {
+            prompt_n: Some(176),
+            cache_n: Some(1024),
+            predicted_n: Some(57),
+            prompt_ms: Some(123.456),
+            predicted_ms: Some(1140.5),
+            prompt_per_second: Some(1425.61),
+            predicted_per_second: Some(49.978),
+        },
         finish_reason: Some(FinishReason::ToolCalls),
         inband_error: false,
         saw_done: true,
@@ -240,7 +245,7 @@ fn heartbeats_role_and_usage_only_frames_are_not_tokens() {
     let got = whole(BodyKind::Sse, body.as_bytes());
     assert_eq!(got.first_token_at, None);
     assert_eq!(got.last_token_at, None);
-    assert_eq!(got.completion_tokens, Some(0));
+    assert_eq!(got.usage.completion_tokens, Some(0));
     assert!(got.saw_done && !got.inband_error);
 }
 
@@ -254,14 +259,14 @@ fn cache_n_precedence() {
     let both = final_frame(
         r#","usage":{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":4}},"timings":{"cache_n":6}"#,
     );
-    assert_eq!(both.cache_n, Some(6));
+    assert_eq!(both.timings.cache_n, Some(6));
     let cached_only =
         final_frame(r#","usage":{"prompt_tokens":10,"prompt_tokens_details":{"cached_tokens":4}}"#);
-    assert_eq!(cached_only.cache_n, Some(4));
+    assert_eq!(cached_only.timings.cache_n, Some(4));
     let timings_only = final_frame(r#","timings":{"cache_n":6,"prompt_n":4}"#);
-    assert_eq!(timings_only.cache_n, Some(6));
+    assert_eq!(timings_only.timings.cache_n, Some(6));
     let neither = final_frame(r#","usage":{"prompt_tokens":10},"timings":{"prompt_n":10}"#);
-    assert_eq!(neither.cache_n, None);
+    assert_eq!(neither.timings.cache_n, None);
     // Across frames the later report wins; a frame without one keeps it.
     let body = [
         chunk("{}", "null", r#","timings":{"cache_n":6}"#),
@@ -273,7 +278,10 @@ fn cache_n_precedence() {
         chunk("{}", r#""stop""#, r#","usage":{"prompt_tokens":10}"#),
     ]
     .concat();
-    assert_eq!(whole(BodyKind::Sse, body.as_bytes()).cache_n, Some(4));
+    assert_eq!(
+        whole(BodyKind::Sse, body.as_bytes()).timings.cache_n,
+        Some(4)
+    );
 }
 
 #[test]
@@ -292,20 +300,22 @@ fn reasoning_tokens_from_a_compatible_backend() {
     ]
     .concat();
     let got = whole(BodyKind::Sse, body.as_bytes());
-    assert_eq!(got.reasoning_tokens, Some(30));
+    assert_eq!(got.usage.reasoning_tokens, Some(30));
     assert_eq!(
-        (got.prompt_tokens, got.completion_tokens),
+        (got.usage.prompt_tokens, got.usage.completion_tokens),
         (Some(20), Some(35))
     );
-    assert_eq!(got.cache_n, None);
-    assert_eq!(got.prompt_n, None);
+    assert_eq!(got.timings.cache_n, None);
+    assert_eq!(got.timings.prompt_n, None);
     assert!(got.first_token_at.is_some());
     // A backend that flattens it into usage.
     let flat = final_frame(r#","usage":{"completion_tokens":9,"reasoning_tokens":7}"#);
-    assert_eq!(flat.reasoning_tokens, Some(7));
+    assert_eq!(flat.usage.reasoning_tokens, Some(7));
     // Strata itself sends none: null, not zero.
     assert_eq!(
-        whole(BodyKind::Sse, &strata_fixture().body).reasoning_tokens,
+        whole(BodyKind::Sse, &strata_fixture().body)
+            .usage
+            .reasoning_tokens,
         None
     );
 }
@@ -334,7 +344,11 @@ fn error_event_data_is_not_a_chunk_and_the_event_ends_with_the_frame() {
     let got = whole(BodyKind::Sse, error_frame.as_bytes());
     assert!(got.inband_error);
     assert_eq!(
-        (got.first_token_at, got.finish_reason, got.completion_tokens),
+        (
+            got.first_token_at,
+            got.finish_reason,
+            got.usage.completion_tokens
+        ),
         (None, None, None)
     );
     // After the blank line, data is a plain chunk again.
@@ -371,7 +385,7 @@ fn strata_mid_stream_error_then_done() {
     let got = whole(BodyKind::Sse, body.as_bytes());
     assert!(got.inband_error && got.saw_done);
     // No usage frame follows an error, so no decode rate either.
-    assert_eq!(got.completion_tokens, None);
+    assert_eq!(got.usage.completion_tokens, None);
     assert_eq!(got.decode_rate(), None);
     assert_eq!(got.finish_reason, None);
 }
@@ -418,9 +432,12 @@ fn missing_usage_leaves_counts_and_decode_rate_null() {
         Instant::now(),
     );
     assert_ne!(got.first_token_at, got.last_token_at);
-    assert_eq!((got.prompt_tokens, got.completion_tokens), (None, None));
+    assert_eq!(
+        (got.usage.prompt_tokens, got.usage.completion_tokens),
+        (None, None)
+    );
     assert_eq!(got.decode_rate(), None);
-    assert_eq!(got.predicted_per_second, None);
+    assert_eq!(got.timings.predicted_per_second, None);
 }
 
 #[test]
@@ -475,7 +492,7 @@ fn oversized_line_is_skipped_and_later_frames_still_count() {
         let (got, at) = run(BodyKind::Sse, b, &cuts, t0);
         assert!(got.accounting_unavailable);
         assert_eq!(got.response_bytes, b.len() as u64);
-        assert_eq!(got.completion_tokens, Some(3));
+        assert_eq!(got.usage.completion_tokens, Some(3));
         assert_eq!(got.finish_reason, Some(FinishReason::Stop));
         assert!(got.saw_done && !got.inband_error);
         let last_nl = body.find(r#""b"}"#).unwrap()
@@ -542,16 +559,21 @@ fn nonstream_json_with_usage_and_timings() {
             got,
             Observed {
                 response_bytes: b.len() as u64,
-                prompt_tokens: Some(100),
-                completion_tokens: Some(20),
-                reasoning_tokens: Some(8),
-                prompt_n: Some(36),
-                cache_n: Some(64),
-                predicted_n: Some(20),
-                prompt_ms: Some(50.25),
-                predicted_ms: Some(400.0),
-                prompt_per_second: Some(716.4),
-                predicted_per_second: Some(50.0),
+                usage: Usage {
+                    prompt_tokens: Some(100),
+                    completion_tokens: Some(20),
+                    reasoning_tokens: Some(8),
+                    cached_tokens: Some(64),
+                },
+                timings: Timings {
+                    prompt_n: Some(36),
+                    cache_n: Some(64),
+                    predicted_n: Some(20),
+                    prompt_ms: Some(50.25),
+                    predicted_ms: Some(400.0),
+                    prompt_per_second: Some(716.4),
+                    predicted_per_second: Some(50.0),
+                },
                 finish_reason: Some(FinishReason::Length),
                 ..Observed::default()
             }
@@ -599,7 +621,7 @@ fn oversized_json_body_counts_bytes_only() {
     exact.extend(std::iter::repeat_n(' ', MAX_INSPECT_BYTES - exact.len()));
     let got = whole(BodyKind::Json, exact.as_bytes());
     assert_eq!(
-        (got.completion_tokens, got.accounting_unavailable),
+        (got.usage.completion_tokens, got.accounting_unavailable),
         (Some(5), false)
     );
 }
