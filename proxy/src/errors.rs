@@ -143,7 +143,12 @@ impl EndpointError {
 
 /// A plain JSON response (for `/v1/models`, `/health`, `/metrics`).
 pub fn json_response(status: StatusCode, value: &impl Serialize) -> hyper::Response<ProxyBody> {
-    let mut response = hyper::Response::new(ProxyBody::full(to_json(value)));
+    json_text_response(status, to_json(value))
+}
+
+/// A JSON response whose text is already written (a `/requests` page).
+pub fn json_text_response(status: StatusCode, text: String) -> hyper::Response<ProxyBody> {
+    let mut response = hyper::Response::new(ProxyBody::full(text));
     *response.status_mut() = status;
     response
         .headers_mut()

@@ -5,13 +5,13 @@
 //! validates the cursor and renders the page, so an item is byte-for-byte
 //! the JSONL line.
 
-use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::StatusCode;
 
-use strata_protocol::page::{DEFAULT_PAGE_LIMIT, RecordsPage, clamp_page_limit};
+use strata_protocol::page::{DEFAULT_PAGE_LIMIT, clamp_page_limit};
 
 use crate::app::App;
 use crate::body::ProxyBody;
-use crate::errors::EndpointError;
+use crate::errors::{EndpointError, json_text_response};
 
 /// A parsed `/requests` query.
 #[derive(Debug, PartialEq, Eq)]
@@ -55,11 +55,7 @@ pub async fn requests(app: &App, query: Option<&str>) -> hyper::Response<ProxyBo
     let Some(page) = app.link.records(query.after, query.limit).await else {
         return EndpointError::RecordsUnavailable.into_response();
     };
-    let mut response = hyper::Response::new(ProxyBody::full(RecordsPage::to_json(&page)));
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
+    json_text_response(StatusCode::OK, page.to_json())
 }
 
 #[cfg(test)]

@@ -105,15 +105,25 @@ fn parse_allowed(
                 entry.family
             )));
         }
-        if let Some(first) = ids.iter().position(|seen| seen == id) {
-            return Err(item_path.error(format!(
-                "{} is listed twice (first at index {first})",
-                quote(id)
-            )));
-        }
-        ids.push(id.to_owned());
+        push_unique(&mut ids, id, &item_path)?;
     }
     Ok(ids)
+}
+
+/// Appends `id` to the list being read at `item_path`, refusing a repeat.
+pub(crate) fn push_unique(
+    ids: &mut Vec<String>,
+    id: &str,
+    item_path: &JsonPath,
+) -> Result<(), ConfigError> {
+    if let Some(first) = ids.iter().position(|seen| seen == id) {
+        return Err(item_path.error(format!(
+            "{} is listed twice (first at index {first})",
+            quote(id)
+        )));
+    }
+    ids.push(id.to_owned());
+    Ok(())
 }
 
 /// The entry with ID `id` in `models`, which is sorted by ID.

@@ -3,7 +3,7 @@
 //! proxy and supervisor route with.
 
 use super::ConfigError;
-use super::alias::{Alias, find, parse_aliases};
+use super::alias::{Alias, find, parse_aliases, push_unique};
 use super::fingerprint;
 use super::json_walk::{JsonPath, Obj, as_array, as_str, quote};
 use super::model::{Family, ModelEntry, parse_models};
@@ -203,13 +203,7 @@ fn parse_enabled(
         if find(models, id).is_none() {
             return Err(item_path.error(format!("{} is not a configured model id", quote(id))));
         }
-        if let Some(first) = ids.iter().position(|seen| seen == id) {
-            return Err(item_path.error(format!(
-                "{} is listed twice (first at index {first})",
-                quote(id)
-            )));
-        }
-        ids.push(id.to_owned());
+        push_unique(&mut ids, id, &item_path)?;
     }
     Ok(ids)
 }

@@ -28,7 +28,6 @@ use crate::errors::ErrorReply;
 use crate::link::LeaseEnd;
 
 use super::Reason;
-use super::request::RequestError;
 
 /// A failed chat request: one variant per distinct client-visible failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,20 +289,6 @@ pub fn known_kind(backend_type: Option<&str>) -> &'static str {
         Some("authentication_error") => "authentication_error",
         Some("model_busy") => "model_busy",
         _ => "server_error",
-    }
-}
-
-impl From<RequestError> for ChatError {
-    fn from(error: RequestError) -> Self {
-        match error {
-            RequestError::InvalidJson => ChatError::InvalidJson,
-            RequestError::NotAnObject => ChatError::NotAnObject,
-            RequestError::ModelMissing => ChatError::ModelMissing,
-            RequestError::ModelNotAString => ChatError::ModelNotAString,
-            RequestError::StreamNotABool => ChatError::StreamNotABool,
-            RequestError::BadServiceTier => ChatError::BadServiceTier,
-            RequestError::BadSpeed => ChatError::BadSpeed,
-        }
     }
 }
 
@@ -691,7 +676,6 @@ mod tests {
 
     #[test]
     fn request_and_lease_outcomes_map_to_their_variants() {
-        assert_eq!(ChatError::from(RequestError::BadSpeed), ChatError::BadSpeed);
         assert_eq!(
             ChatError::from(LeaseEnd::Revoked(RevokeReason::RoutingOff)),
             ChatError::RevokedRoutingOff

@@ -14,6 +14,8 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use strata_protocol::wire::ServiceTier;
 
+use super::error::ChatError;
+
 /// The routing-relevant view of a chat request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
@@ -23,19 +25,6 @@ pub struct ChatRequest {
     pub tier: ServiceTier,
     /// What to send upstream.
     pub upstream_body: Bytes,
-}
-
-/// Why a request body was rejected; the client sees each as a 400 (its
-/// message and code are `ChatError`'s).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestError {
-    InvalidJson,
-    NotAnObject,
-    ModelMissing,
-    ModelNotAString,
-    StreamNotABool,
-    BadServiceTier,
-    BadSpeed,
 }
 
 /// The top-level members of a JSON object, in order, values unparsed.
@@ -70,7 +59,7 @@ fn member<'a>(members: &[(Cow<'a, str>, &'a RawValue)], key: &str) -> Option<&'a
         .map(|(_, value)| *value)
 }
 
-fn parse_tier(raw: Option<&RawValue>) -> Result<ServiceTier, RequestError> {
+fn parse_tier(raw: Option<&RawValue>) -> Result<ServiceTier, ChatError> {
     let Some(raw) = raw else {
         return Ok(ServiceTier::Default);
     };
@@ -81,41 +70,40 @@ fn parse_tier(raw: Option<&RawValue>) -> Result<ServiceTier, RequestError> {
         Ok(Some("priority" | "fast")) => Ok(ServiceTier::Priority),
         Ok(Some("default" | "auto")) => Ok(ServiceTier::Default),
         Ok(Some("flex")) => Ok(ServiceTier::Flex),
-        _ => Err(RequestError::BadServiceTier),
+        _ => Err(ChatError::BadServiceTier),
     }
 }
 
 /// `speed: "fast"` selects priority; `"standard"` leaves the tier alone.
-fn apply_speed(raw: Option<&RawValue>, tier: ServiceTier) -> Result<ServiceTier, RequestError> {
+fn apply_speed(raw: Option<&RawValue>, tier: ServiceTier) -> Result<ServiceTier, ChatError> {
     let Some(raw) = raw else {
         return Ok(tier);
     };
     match serde_json::from_str::<Option<&str>>(raw.get()) {
         Ok(None) | Ok(Some("standard")) => Ok(tier),
         Ok(Some("fast")) => Ok(ServiceTier::Priority),
-        _ => Err(RequestError::BadSpeed),
+        _ => Err(ChatError::BadSpeed),
     }
 }
 
 /// Parses `body`. The `stream` flag of an unparsable body counts as false.
-pub fn parse(body: Bytes) -> Result<ChatRequest, RequestError> {
-    let value: &RawValue = serde_json::from_slice(&body).map_err(|_| RequestError::InvalidJson)?;
+pub fn parse(body: Bytes) -> Result<ChatRequest, ChatError> {
+    let value: &RawValue = serde_json::from_slice(&body).map_err(|_| ChatError::InvalidJson)?;
     if !value.get().starts_with('{') {
-        return Err(RequestError::NotAnObject);
+        return Err(ChatError::NotAnObject);
     }
-    let Members(members) =
-        serde_json::from_str(value.get()).map_err(|_| RequestError::InvalidJson)?;
+    let Members(members) = serde_json::from_str(value.get()).map_err(|_| ChatError::InvalidJson)?;
     let model = match member(&members, "model") {
-        None => return Err(RequestError::ModelMissing),
+        None => return Err(ChatError::ModelMissing),
         Some(raw) => {
-            serde_json::from_str::<String>(raw.get()).map_err(|_| RequestError::ModelNotAString)?
+            serde_json::from_str::<String>(raw.get()).map_err(|_| ChatError::ModelNotAString)?
         }
     };
     let stream = match member(&members, "stream") {
         None => false,
         Some(raw) => match serde_json::from_str::<Option<bool>>(raw.get()) {
             Ok(flag) => flag.unwrap_or(false),
-            Err(_) => return Err(RequestError::StreamNotABool),
+            Err(_) => return Err(ChatError::StreamNotABool),
         },
     };
     let tier = parse_tier(member(&members, "service_tier"))?;
@@ -129,7 +117,7 @@ pub fn parse(body: Bytes) -> Result<ChatRequest, RequestError> {
                 out.push(',');
             }
             out.push_str(
-                &serde_json::to_string(name.as_ref()).map_err(|_| RequestError::InvalidJson)?,
+                &serde_json::to_string(name.as_ref()).map_err(|_| ChatError::InvalidJson)?,
             );
             out.push(':');
             out.push_str(raw.get());
@@ -151,7 +139,7 @@ pub fn parse(body: Bytes) -> Result<ChatRequest, RequestError> {
 mod tests {
     use super::*;
 
-    fn parse_str(text: &str) -> Result<ChatRequest, RequestError> {
+    fn parse_str(text: &str) -> Result<ChatRequest, ChatError> {
         parse(Bytes::copy_from_slice(text.as_bytes()))
     }
 
@@ -182,19 +170,13 @@ mod tests {
         let cases = [
             (r#""service_tier":"priority""#, Ok(ServiceTier::Priority)),
             (r#""service_tier":"fast""#, Ok(ServiceTier::Priority)),
-            (
-                r#""service_tier":"Fast""#,
-                Err(RequestError::BadServiceTier),
-            ),
+            (r#""service_tier":"Fast""#, Err(ChatError::BadServiceTier)),
             (r#""service_tier":"default""#, Ok(ServiceTier::Default)),
             (r#""service_tier":"auto""#, Ok(ServiceTier::Default)),
             (r#""service_tier":"flex""#, Ok(ServiceTier::Flex)),
             (r#""service_tier":null"#, Ok(ServiceTier::Default)),
-            (
-                r#""service_tier":"scale""#,
-                Err(RequestError::BadServiceTier),
-            ),
-            (r#""service_tier":1"#, Err(RequestError::BadServiceTier)),
+            (r#""service_tier":"scale""#, Err(ChatError::BadServiceTier)),
+            (r#""service_tier":1"#, Err(ChatError::BadServiceTier)),
             (r#""speed":"fast""#, Ok(ServiceTier::Priority)),
             (r#""speed":"standard""#, Ok(ServiceTier::Default)),
             (
@@ -205,7 +187,7 @@ mod tests {
                 r#""service_tier":"flex","speed":"fast""#,
                 Ok(ServiceTier::Priority),
             ),
-            (r#""speed":"slow""#, Err(RequestError::BadSpeed)),
+            (r#""speed":"slow""#, Err(ChatError::BadSpeed)),
         ];
         for (fields, expected) in cases {
             let text = format!(r#"{{"model":"m",{fields}}}"#);
@@ -216,16 +198,16 @@ mod tests {
     #[test]
     fn malformed_bodies_are_rejected_with_the_right_error() {
         let cases = [
-            ("", RequestError::InvalidJson),
-            ("{", RequestError::InvalidJson),
-            ("{\"model\":\"m\"} trailing", RequestError::InvalidJson),
-            ("[1]", RequestError::NotAnObject),
-            ("\"model\"", RequestError::NotAnObject),
-            ("{}", RequestError::ModelMissing),
-            ("{\"model\":3}", RequestError::ModelNotAString),
+            ("", ChatError::InvalidJson),
+            ("{", ChatError::InvalidJson),
+            ("{\"model\":\"m\"} trailing", ChatError::InvalidJson),
+            ("[1]", ChatError::NotAnObject),
+            ("\"model\"", ChatError::NotAnObject),
+            ("{}", ChatError::ModelMissing),
+            ("{\"model\":3}", ChatError::ModelNotAString),
             (
                 "{\"model\":\"m\",\"stream\":\"yes\"}",
-                RequestError::StreamNotABool,
+                ChatError::StreamNotABool,
             ),
         ];
         for (text, expected) in cases {
