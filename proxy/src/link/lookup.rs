@@ -1,5 +1,5 @@
 //! One cache lookup: the waiting tickets' bodies against the backend's
-//! prompt cache, `POST /v1/cache/lookup` (interfaces.md section 3).
+//! prompt cache, `POST /v1/cache/lookup` (the backend contract, RESEARCH.md).
 //!
 //! The bodies never leave this proxy except to the backend. They go in
 //! batches of [`BATCH`], one after the other, all within the budget the

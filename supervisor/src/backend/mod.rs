@@ -1,6 +1,6 @@
 //! The Strata backend process: start it, verify it, watch it, stop it.
 //!
-//! This module implements the backend contract of `interfaces.md` §3 for exactly one child:
+//! This module implements the backend contract (RESEARCH.md) for exactly one child:
 //!
 //! - [`start`] checks the backend port is free, makes a fresh private ready-file directory,
 //!   spawns `PYTHON -m serve.server --engine strata --config PROFILE --host 127.0.0.1 --port PORT

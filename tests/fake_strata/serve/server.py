@@ -1,6 +1,6 @@
 """Fake Strata backend for strata-router's tests (a test double, not Strata).
 
-Implements the backend contract of docs interfaces.md section 3: the real
+Implements the backend contract in RESEARCH.md: the real
 server's CLI subset, ready file, /health, /v1/models, OpenAI chat (JSON and SSE
 with keep-alive comments), the /v1/cache/lookup extension, disconnect
 detection and signal handling, all scripted by the profile's `fake` object.
