@@ -247,3 +247,6 @@ async fn handle_connection(
     drop(events_tx);
     writer_task.abort();
 }
+
+#[cfg(test)]
+mod tests;
