@@ -16,6 +16,8 @@
 
 mod connection;
 mod lookup;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 use std::sync::Arc;
