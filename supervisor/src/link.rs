@@ -249,3 +249,6 @@ async fn handle_connection(
     drop(events_tx);
     writer_task.abort();
 }
+
+#[cfg(test)]
+mod tests;

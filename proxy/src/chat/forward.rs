@@ -10,11 +10,19 @@
 //! `off --now` revokes it), the response deadline, how long the client has
 //! taken nothing (see [`CLIENT_STALL_LIMIT`]) and, for waiting SSE clients,
 //! the keepalive clock.
+//!
+//! The loop's own clocks (the stall limit, keepalives) read tokio's
+//! [`TokioInstant`], which is the std clock in a running proxy and the
+//! paused clock in tests; the response deadline arrives as a std `Instant`
+//! from the caller. The loop is generic over the backend body only so tests
+//! can feed it a synthetic one (`tests.rs`); the proxy passes the hyper
+//! body of its [`Upstream`].
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
+use tokio::time::Instant as TokioInstant;
 
 use crate::body::BodySender;
 use crate::link::{LeaseEnd, TicketEvents};
@@ -78,7 +86,7 @@ struct Outbox<'a> {
     /// comment or an error frame may follow.
     at_frame_boundary: bool,
     /// When the client last took a chunk (or the loop started).
-    last_progress: Instant,
+    last_progress: TokioInstant,
 }
 
 impl Outbox<'_> {
@@ -159,10 +167,10 @@ fn hand_over(
     data: Bytes,
     observer: &mut ResponseObserver,
     at_frame_boundary: &mut bool,
-    last_progress: &mut Instant,
+    last_progress: &mut TokioInstant,
 ) {
-    let now = Instant::now();
-    observer.observe(&data, now);
+    let now = TokioInstant::now();
+    observer.observe(&data, now.into_std());
     *at_frame_boundary = data.ends_with(b"\n\n");
     *last_progress = now;
     permit.send(Ok(data));
@@ -179,7 +187,7 @@ pub async fn fail_after_headers(
         tx,
         pending: None,
         at_frame_boundary: true,
-        last_progress: Instant::now(),
+        last_progress: TokioInstant::now(),
     };
     outbox.fail(mode, error, observer).await;
 }
@@ -201,17 +209,33 @@ pub async fn forward(
     mode: AfterHeaders,
     watch: Watch<'_>,
 ) -> ForwardEnd {
+    let body = upstream.response.body_mut();
+    forward_body(body, tx, observer, gate, mode, watch).await
+}
+
+/// [`forward`] for any backend body.
+async fn forward_body<B>(
+    body: &mut B,
+    tx: &BodySender,
+    observer: &mut ResponseObserver,
+    gate: &mut ModelGate,
+    mode: AfterHeaders,
+    watch: Watch<'_>,
+) -> ForwardEnd
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
     let Watch {
         lease,
         deadline,
         keepalive,
     } = watch;
-    let body = upstream.response.body_mut();
     let mut out = Outbox {
         tx,
         pending: None,
         at_frame_boundary: true,
-        last_progress: Instant::now(),
+        last_progress: TokioInstant::now(),
     };
     // The backend's body has ended: `Some(true)` cleanly, `Some(false)` cut
     // off. The loop ends once what is in hand has been handed over.
@@ -306,35 +330,35 @@ pub async fn forward(
             }
             Step::StallCheck => {
                 let due = out.last_progress + CLIENT_STALL_LIMIT;
-                if Instant::now() >= due {
+                if TokioInstant::now() >= due {
                     tracing::info!(
                         "the client took nothing for {CLIENT_STALL_LIMIT:?}; cutting the response off"
                     );
                     out.tx.abort();
                     return ForwardEnd::ClientStalled;
                 }
-                stall_sleep.as_mut().reset(due.into());
+                stall_sleep.as_mut().reset(due);
             }
             Step::KeepaliveCheck => {
                 let due = out.last_progress + KEEPALIVE_INTERVAL;
-                if Instant::now() >= due {
+                if TokioInstant::now() >= due {
                     if !out.offer(Bytes::from_static(KEEPALIVE_COMMENT), observer) {
                         return ForwardEnd::ClientGone;
                     }
                     keepalive_sleep
                         .as_mut()
-                        .reset((Instant::now() + KEEPALIVE_INTERVAL).into());
+                        .reset(TokioInstant::now() + KEEPALIVE_INTERVAL);
                 } else {
-                    keepalive_sleep.as_mut().reset(due.into());
+                    keepalive_sleep.as_mut().reset(due);
                 }
             }
         }
     }
 }
 
-/// What woke the forwarding loop.
-enum Step {
-    Frame(Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>),
+/// What woke the forwarding loop (`E`: the backend body's error).
+enum Step<E> {
+    Frame(Option<Result<hyper::body::Frame<Bytes>, E>>),
     /// The channel has room again (false: the client is gone).
     Room(bool),
     ClientGone,
@@ -343,3 +367,6 @@ enum Step {
     StallCheck,
     KeepaliveCheck,
 }
+
+#[cfg(test)]
+mod tests;

@@ -105,9 +105,8 @@ fn refuse_while_disconnected(
         LinkCommand::Enqueue { events, .. } => {
             let _ = events.send(TicketEvent::LinkLost);
         }
-        // Dropping the reply senders answers `None`.
-        // A flush while disconnected is not answered: the caller's bound
-        // runs out, and records stay in `unsent`.
+        // Dropping the reply senders answers `None`; a flush answers
+        // `false` at once, and records stay in `unsent`.
         LinkCommand::HeadersReceived { .. }
         | LinkCommand::Arrive { .. }
         | LinkCommand::QueryRecords { .. }

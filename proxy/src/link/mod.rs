@@ -16,6 +16,8 @@
 
 mod connection;
 mod lookup;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -378,5 +380,18 @@ impl TicketEvents {
             }
             self.next_event().await;
         }
+    }
+
+    /// Tests: a ticket whose events the test sends itself, with no
+    /// supervisor behind it.
+    #[cfg(test)]
+    pub(crate) fn detached() -> (mpsc::UnboundedSender<TicketEvent>, TicketEvents) {
+        let (tx, events) = mpsc::unbounded_channel();
+        let events = TicketEvents {
+            events,
+            closed: false,
+            end: None,
+        };
+        (tx, events)
     }
 }

@@ -185,6 +185,15 @@ impl EngineHandle {
         }
         rx.await.ok()
     }
+
+    /// Tests: a handle with no engine task behind it; its commands arrive
+    /// on the receiver, so a test can play the engine and see exactly what
+    /// was asked of it.
+    #[cfg(test)]
+    pub(crate) fn detached() -> (EngineHandle, mpsc::UnboundedReceiver<Command>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (EngineHandle { tx }, rx)
+    }
 }
 
 /// Starts the engine task on the current runtime. The task ends after a

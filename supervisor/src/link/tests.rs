@@ -1,0 +1,832 @@
+//! The supervisor's end of the link, driven over an in-memory socket pair.
+//!
+//! The test plays the proxy with the protocol crate's own framing
+//! (`read_frame`/`write_frame`, or raw bytes for broken frames), so every
+//! assertion is about what crosses the socket. The engine is either a
+//! detached handle ([`EngineHandle::detached`]), which shows exactly which
+//! commands the link hands the engine and lets the test answer as the
+//! engine, or the real engine task with a config whose one model is not
+//! installed, which answers tickets without ever starting a backend.
+//!
+//! `UnixStream::pair` gives both ends this process's credentials, so the
+//! `SO_PEERCRED` check passes as it does for a proxy of the same user (the
+//! wrong-user refusal needs a second user and is not covered here). Every
+//! wait is bounded by [`LIMIT`] or runs under tokio's paused clock; nothing
+//! sleeps to synchronise.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use strata_protocol::config::Config;
+use strata_protocol::wire::{
+    ArrivalInfo, BackendInstance, Grant, LeaseFailure, LookupFailure, MAX_FRAME_BYTES,
+    RevokeReason, RouterState, ServiceTier,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::task::JoinHandle;
+
+use super::*;
+
+/// The bound on every wait for a frame, a command or a task's end. Far
+/// above what any step takes; reaching it fails the test.
+const LIMIT: Duration = Duration::from_secs(10);
+const FINGERPRINT: u64 = 0x5eed_f00d;
+const INSTANCE: &str = "4242-1700000000000";
+/// The connection number the tests give `handle_connection`.
+const CONN: u64 = 7;
+const PROXY_PID: u32 = 31337;
+
+fn shared(capacity: usize) -> Arc<LinkShared> {
+    Arc::new(LinkShared {
+        fingerprint: FINGERPRINT,
+        instance_id: INSTANCE.into(),
+        counters: Arc::new(Counters::default()),
+        accounting: Accounting::new(capacity, None),
+    })
+}
+
+/// A complete record, as a proxy would send it.
+fn record(arrival_seq: u64, request_id: &str) -> RequestRecord {
+    serde_json::from_value(serde_json::json!({
+        "schema_version": 1, "seq": 0, "arrival_seq": arrival_seq, "request_id": request_id,
+        "endpoint": "/v1/chat/completions", "stream": false, "model_requested": "m",
+        "model_resolved": "m", "upstream_model": "m",
+        "arrived_at": "2026-01-01T00:00:00.000Z", "completed_at": "2026-01-01T00:00:01.000Z",
+        "lease_at": null, "first_token_at": null, "last_token_at": null,
+        "queue_depth_at_arrival": 0, "in_flight_at_arrival": 0, "queue_wait_ms": null,
+        "model_switch": false, "model_load_ms": null, "upstream_headers_ms": null,
+        "ttft_ms": null, "ttft_after_lease_ms": null, "generation_ms": null, "total_ms": 1000,
+        "prompt_tokens": null, "completion_tokens": null, "reasoning_tokens": null,
+        "prompt_n": null, "cache_n": null, "predicted_n": null, "prompt_ms": null,
+        "predicted_ms": null, "prompt_per_second": null, "predicted_per_second": null,
+        "finish_reason": null, "status": 200, "upstream_status": 200, "success": true,
+        "reason": "completed", "response_bytes": 10, "disconnect_phase": null
+    }))
+    .expect("a valid record")
+}
+
+fn hello(protocol_version: u32, fingerprint: u64) -> ProxyMessage {
+    ProxyMessage::Hello {
+        protocol_version,
+        fingerprint,
+        pid: PROXY_PID,
+    }
+}
+
+/// The test's end of the socket: the proxy.
+struct Proxy {
+    stream: UnixStream,
+}
+
+impl Proxy {
+    async fn send(&mut self, message: &ProxyMessage) {
+        write_frame(&mut self.stream, message)
+            .await
+            .expect("the supervisor end is open");
+    }
+
+    async fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.expect("raw write");
+    }
+
+    async fn recv(&mut self) -> SupervisorMessage {
+        match tokio::time::timeout(LIMIT, read_frame::<_, SupervisorMessage>(&mut self.stream))
+            .await
+        {
+            Ok(Ok(Some(message))) => message,
+            other => panic!("expected a frame from the supervisor, got {other:?}"),
+        }
+    }
+
+    /// The supervisor closed the connection, cleanly between frames.
+    async fn expect_closed(&mut self) {
+        match tokio::time::timeout(LIMIT, read_frame::<_, SupervisorMessage>(&mut self.stream))
+            .await
+        {
+            Ok(Ok(None)) => {}
+            other => panic!("expected the supervisor to close, got {other:?}"),
+        }
+    }
+}
+
+/// Runs `handle_connection` for one socket pair as connection [`CONN`];
+/// returns the proxy's end.
+fn start(engine: EngineHandle, shared: Arc<LinkShared>) -> (Proxy, JoinHandle<()>) {
+    start_conn(CONN, engine, shared)
+}
+
+fn start_conn(conn: u64, engine: EngineHandle, shared: Arc<LinkShared>) -> (Proxy, JoinHandle<()>) {
+    let (proxy, supervisor) = UnixStream::pair().expect("socketpair");
+    let task = tokio::spawn(async move {
+        handle_connection(supervisor, conn, engine, &shared).await;
+    });
+    (Proxy { stream: proxy }, task)
+}
+
+async fn command(commands: &mut mpsc::UnboundedReceiver<Command>) -> Command {
+    tokio::time::timeout(LIMIT, commands.recv())
+        .await
+        .expect("a command within the limit")
+        .expect("the link still holds the engine handle")
+}
+
+async fn ended(task: JoinHandle<()>) {
+    tokio::time::timeout(LIMIT, task)
+        .await
+        .expect("the connection task ended")
+        .expect("the connection task did not panic");
+}
+
+/// Says hello as a matching proxy and returns the channel the link gave
+/// the engine for this proxy.
+async fn handshake(
+    proxy: &mut Proxy,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+) -> mpsc::UnboundedSender<SupervisorMessage> {
+    proxy.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+    assert_eq!(
+        proxy.recv().await,
+        SupervisorMessage::Welcome {
+            protocol_version: PROTOCOL_VERSION,
+            instance_id: INSTANCE.into(),
+            supervisor_pid: std::process::id(),
+        }
+    );
+    match command(commands).await {
+        Command::Connect { conn, pid, events } => {
+            assert_eq!((conn, pid), (CONN, PROXY_PID));
+            events
+        }
+        other => panic!("expected Connect, got {other:?}"),
+    }
+}
+
+/// The engine was never told anything: the link dropped its handle without
+/// sending a single command (no `Connect`, so no `Disconnect` either).
+fn engine_heard_nothing(commands: &mut mpsc::UnboundedReceiver<Command>) {
+    match commands.try_recv() {
+        Err(TryRecvError::Disconnected) => {}
+        other => panic!("the engine was told something: {other:?}"),
+    }
+}
+
+/// Nothing more has reached the engine so far.
+fn no_command_yet(commands: &mut mpsc::UnboundedReceiver<Command>) {
+    match commands.try_recv() {
+        Err(TryRecvError::Empty) => {}
+        other => panic!("unexpected engine command: {other:?}"),
+    }
+}
+
+fn arrival(seq: u64) -> ArrivalInfo {
+    ArrivalInfo {
+        arrival_seq: seq,
+        queue_depth: 0,
+        in_flight: 0,
+    }
+}
+
+// ---- handshake --------------------------------------------------------
+
+/// The accepted hello: `Welcome` with this instance, then the engine learns
+/// of the proxy (with its PID) and gets the channel that reaches it.
+/// Whatever the engine puts there arrives framed, after the `Welcome`.
+#[tokio::test]
+async fn a_matching_hello_is_welcomed_and_the_proxy_handed_to_the_engine() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let (mut proxy, _task) = start(engine, shared(8));
+    let events = handshake(&mut proxy, &mut commands).await;
+    let state = RouterState {
+        routing: true,
+        draining: false,
+        loaded: Some("m".into()),
+        loading: None,
+        backend: Some(BackendInstance { epoch: 1, pid: 99 }),
+        last_startup_error: None,
+        statuses: Vec::new(),
+    };
+    events
+        .send(SupervisorMessage::State(state.clone()))
+        .unwrap();
+    assert_eq!(proxy.recv().await, SupervisorMessage::State(state));
+}
+
+/// A proxy of another build: refused with a message naming both versions
+/// and the fix, the connection closed, and the engine never hears of it.
+#[tokio::test]
+async fn a_different_protocol_version_is_refused_naming_both_versions() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let (mut proxy, task) = start(engine, shared(8));
+    let theirs = PROTOCOL_VERSION + 1;
+    proxy.send(&hello(theirs, FINGERPRINT)).await;
+    let SupervisorMessage::Refused { reason } = proxy.recv().await else {
+        panic!("expected Refused");
+    };
+    assert!(
+        reason.starts_with(&format!(
+            "protocol version {theirs} is not supported (supervisor speaks {PROTOCOL_VERSION})"
+        )),
+        "{reason}"
+    );
+    assert!(reason.contains("matching strata-proxy and strata-supervisor builds"));
+    proxy.expect_closed().await;
+    ended(task).await;
+    engine_heard_nothing(&mut commands);
+}
+
+/// A proxy started with another config: refused (the version check passed,
+/// so it is the fingerprint message), closed, unknown to the engine.
+#[tokio::test]
+async fn a_different_config_fingerprint_is_refused() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let (mut proxy, task) = start(engine, shared(8));
+    proxy.send(&hello(PROTOCOL_VERSION, FINGERPRINT ^ 1)).await;
+    let SupervisorMessage::Refused { reason } = proxy.recv().await else {
+        panic!("expected Refused");
+    };
+    assert!(reason.starts_with("config fingerprint differs"), "{reason}");
+    assert!(reason.contains("restart both with the same config"));
+    proxy.expect_closed().await;
+    ended(task).await;
+    engine_heard_nothing(&mut commands);
+}
+
+/// Anything but a hello first is refused, and is not acted on: an `Arrive`
+/// before the hello numbers nothing.
+#[tokio::test]
+async fn a_first_frame_other_than_hello_is_refused_and_not_acted_on() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let shared = shared(8);
+    let (mut proxy, task) = start(engine, shared.clone());
+    proxy.send(&ProxyMessage::Arrive { token: 1 }).await;
+    assert_eq!(
+        proxy.recv().await,
+        SupervisorMessage::Refused {
+            reason: "expected a hello first".into()
+        }
+    );
+    proxy.expect_closed().await;
+    ended(task).await;
+    engine_heard_nothing(&mut commands);
+    assert_eq!(
+        shared.counters.arrive().arrival_seq,
+        1,
+        "no arrival was used"
+    );
+}
+
+/// A first frame that is not a message, or whose length prefix is over the
+/// limit, is refused as a bad hello with the framing error, and closed.
+#[tokio::test]
+async fn a_broken_first_frame_is_refused_as_a_bad_hello() {
+    let too_large = u32::MAX.to_be_bytes();
+    let undecodable = [0, 0, 0, 3, 0xff, 0xff, 0xff];
+    for (bytes, expected) in [
+        (&undecodable[..], "bad hello: malformed frame: ".to_string()),
+        (
+            &too_large[..],
+            format!("bad hello: frame of {} bytes exceeds", u32::MAX),
+        ),
+    ] {
+        let (engine, mut commands) = EngineHandle::detached();
+        let (mut proxy, task) = start(engine, shared(8));
+        proxy.send_raw(bytes).await;
+        let SupervisorMessage::Refused { reason } = proxy.recv().await else {
+            panic!("expected Refused for {bytes:?}");
+        };
+        assert!(reason.starts_with(&expected), "{reason}");
+        proxy.expect_closed().await;
+        ended(task).await;
+        engine_heard_nothing(&mut commands);
+    }
+}
+
+/// A peer that connects and says nothing holds the task for exactly
+/// `HELLO_TIMEOUT`, then is dropped without an answer. (Paused clock: the
+/// ten seconds pass at once.)
+#[tokio::test(start_paused = true)]
+async fn a_silent_peer_is_dropped_after_the_hello_timeout() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let (mut proxy, task) = start(engine, shared(8));
+    let started = tokio::time::Instant::now();
+    let closed = tokio::time::timeout(
+        Duration::from_secs(60),
+        read_frame::<_, SupervisorMessage>(&mut proxy.stream),
+    )
+    .await;
+    assert!(matches!(closed, Ok(Ok(None))), "{closed:?}");
+    assert_eq!(started.elapsed(), HELLO_TIMEOUT);
+    ended(task).await;
+    engine_heard_nothing(&mut commands);
+}
+
+/// A peer that closes before its hello ends the task quietly.
+#[tokio::test]
+async fn a_peer_that_closes_before_its_hello_is_forgotten() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let (proxy, task) = start(engine, shared(8));
+    drop(proxy);
+    ended(task).await;
+    engine_heard_nothing(&mut commands);
+}
+
+// ---- tickets ------------------------------------------------------------
+
+/// Each ticket message becomes the engine command of this connection, in
+/// the order it was sent, with its fields unchanged.
+#[tokio::test]
+async fn ticket_messages_reach_the_engine_as_commands_of_this_connection() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let (mut proxy, _task) = start(engine, shared(8));
+    let _events = handshake(&mut proxy, &mut commands).await;
+
+    proxy
+        .send(&ProxyMessage::Enqueue {
+            ticket: 11,
+            model: "m".into(),
+            tier: ServiceTier::Priority,
+        })
+        .await;
+    proxy
+        .send(&ProxyMessage::HeadersReceived { ticket: 11 })
+        .await;
+    proxy
+        .send(&ProxyMessage::TicketScores {
+            lookup: 5,
+            scores: Err(LookupFailure::Busy),
+        })
+        .await;
+    proxy
+        .send(&ProxyMessage::SetDraining { draining: true })
+        .await;
+
+    match command(&mut commands).await {
+        Command::Enqueue {
+            conn,
+            ticket,
+            model,
+            tier,
+        } => assert_eq!(
+            (conn, ticket, model.as_str(), tier),
+            (CONN, 11, "m", ServiceTier::Priority)
+        ),
+        other => panic!("expected Enqueue, got {other:?}"),
+    }
+    match command(&mut commands).await {
+        Command::HeadersReceived { conn, ticket } => assert_eq!((conn, ticket), (CONN, 11)),
+        other => panic!("expected HeadersReceived, got {other:?}"),
+    }
+    match command(&mut commands).await {
+        Command::Scores {
+            conn,
+            lookup,
+            scores,
+        } => assert_eq!((conn, lookup, scores), (CONN, 5, Err(LookupFailure::Busy))),
+        other => panic!("expected Scores, got {other:?}"),
+    }
+    match command(&mut commands).await {
+        Command::SetDraining { conn, draining } => assert_eq!((conn, draining), (CONN, true)),
+        other => panic!("expected SetDraining, got {other:?}"),
+    }
+}
+
+/// The engine's answers to a ticket come back as frames, in the order the
+/// engine sent them.
+#[tokio::test]
+async fn engine_answers_come_back_framed_in_order() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let (mut proxy, _task) = start(engine, shared(8));
+    let events = handshake(&mut proxy, &mut commands).await;
+    let grant = Grant {
+        ticket: 3,
+        arrival: arrival(1),
+        backend: "127.0.0.1:9".parse().unwrap(),
+        instance: BackendInstance { epoch: 2, pid: 77 },
+        upstream_model: "up-m".into(),
+        model_switch: true,
+        load_ms: Some(800),
+    };
+    let answers = vec![
+        SupervisorMessage::Queued {
+            ticket: 3,
+            arrival: arrival(1),
+        },
+        SupervisorMessage::Admitted { ticket: 3 },
+        SupervisorMessage::Granted(grant),
+        SupervisorMessage::Revoked {
+            ticket: 3,
+            reason: RevokeReason::RoutingOff,
+        },
+        SupervisorMessage::Failed {
+            ticket: 4,
+            arrival: arrival(2),
+            failure: LeaseFailure::QueueFull,
+        },
+    ];
+    for answer in &answers {
+        events.send(answer.clone()).unwrap();
+    }
+    for answer in answers {
+        assert_eq!(proxy.recv().await, answer);
+    }
+}
+
+/// `Finish` stores the record (with a completion seq) and ends the ticket
+/// in the engine.
+#[tokio::test]
+async fn finish_stores_the_record_and_ends_the_ticket() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let shared = shared(8);
+    let (mut proxy, _task) = start(engine, shared.clone());
+    let _events = handshake(&mut proxy, &mut commands).await;
+    proxy
+        .send(&ProxyMessage::Finish {
+            ticket: 9,
+            record: Box::new(record(5, "x-5")),
+        })
+        .await;
+    match command(&mut commands).await {
+        Command::Finish { conn, ticket } => assert_eq!((conn, ticket), (CONN, 9)),
+        other => panic!("expected Finish, got {other:?}"),
+    }
+    let page = shared.accounting.page(None, 10);
+    assert_eq!(page.records.len(), 1);
+    let stored: serde_json::Value = serde_json::from_str(&page.records[0]).unwrap();
+    assert_eq!(stored["seq"], 1);
+    assert_eq!(stored["arrival_seq"], 5);
+    assert_eq!(stored["request_id"], "x-5");
+}
+
+// ---- connection end -----------------------------------------------------
+
+/// However the connection ends after the hello (a clean close, a close in
+/// the middle of a frame, a length prefix over the limit), the engine is
+/// told once that this proxy is gone (which ends all its tickets and
+/// leases there), and the socket is closed.
+#[tokio::test]
+async fn the_end_of_the_connection_tells_the_engine_once() {
+    #[derive(Debug, Clone, Copy)]
+    enum End {
+        Close,
+        CloseMidFrame,
+        TooLarge,
+    }
+    for end in [End::Close, End::CloseMidFrame, End::TooLarge] {
+        let (engine, mut commands) = EngineHandle::detached();
+        let (mut proxy, task) = start(engine, shared(8));
+        let _events = handshake(&mut proxy, &mut commands).await;
+        proxy
+            .send(&ProxyMessage::Enqueue {
+                ticket: 1,
+                model: "m".into(),
+                tier: ServiceTier::Default,
+            })
+            .await;
+        assert!(matches!(
+            command(&mut commands).await,
+            Command::Enqueue { .. }
+        ));
+        match end {
+            End::Close => drop(proxy),
+            End::CloseMidFrame => {
+                // A prefix announcing 100 bytes, then 10 of them, then EOF.
+                proxy.send_raw(&[0, 0, 0, 100]).await;
+                proxy.send_raw(&[0; 10]).await;
+                proxy.stream.shutdown().await.unwrap();
+                proxy.expect_closed().await;
+            }
+            End::TooLarge => {
+                proxy.send_raw(&(MAX_FRAME_BYTES + 1).to_be_bytes()).await;
+                proxy.expect_closed().await;
+            }
+        }
+        match command(&mut commands).await {
+            Command::Disconnect { conn } => assert_eq!(conn, CONN, "{end:?}"),
+            other => panic!("{end:?}: expected Disconnect, got {other:?}"),
+        }
+        ended(task).await;
+        // Nothing after the Disconnect, and the handle is gone.
+        engine_heard_nothing(&mut commands);
+    }
+}
+
+/// An engine that has stopped cannot serve the proxy: the link closes the
+/// connection at the next command instead of swallowing it.
+#[tokio::test]
+async fn a_stopped_engine_closes_the_connection() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let (mut proxy, task) = start(engine, shared(8));
+    let _events = handshake(&mut proxy, &mut commands).await;
+    drop(commands);
+    proxy
+        .send(&ProxyMessage::Enqueue {
+            ticket: 1,
+            model: "m".into(),
+            tier: ServiceTier::Default,
+        })
+        .await;
+    proxy.expect_closed().await;
+    ended(task).await;
+}
+
+// ---- malformed frames -----------------------------------------------------
+
+/// A whole frame that does not decode, and a second hello, are answered
+/// with `ProtocolError`; the stream is still in sync, so the connection
+/// stays usable and the engine hears nothing of either.
+#[tokio::test]
+async fn malformed_frames_are_answered_and_the_connection_stays_usable() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let (mut proxy, _task) = start(engine, shared(8));
+    let _events = handshake(&mut proxy, &mut commands).await;
+
+    // Variant index 200 does not exist.
+    proxy.send_raw(&[0, 0, 0, 1, 200]).await;
+    let SupervisorMessage::ProtocolError { message } = proxy.recv().await else {
+        panic!("expected ProtocolError");
+    };
+    assert!(message.starts_with("malformed frame: "), "{message}");
+
+    proxy.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+    assert_eq!(
+        proxy.recv().await,
+        SupervisorMessage::ProtocolError {
+            message: "hello was already accepted".into()
+        }
+    );
+
+    proxy.send(&ProxyMessage::Arrive { token: 8 }).await;
+    assert_eq!(
+        proxy.recv().await,
+        SupervisorMessage::Arrival {
+            token: 8,
+            arrival: arrival(1)
+        }
+    );
+    no_command_yet(&mut commands);
+}
+
+// ---- answered by the link itself ------------------------------------------
+
+/// Arrival numbers come from the shared counters, in order, answered by the
+/// link without the engine (an arrival must not wait behind a load).
+#[tokio::test]
+async fn arrivals_are_numbered_by_the_link_without_the_engine() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let shared = shared(8);
+    let (mut proxy, _task) = start(engine, shared.clone());
+    let _events = handshake(&mut proxy, &mut commands).await;
+    for token in [40, 41] {
+        proxy.send(&ProxyMessage::Arrive { token }).await;
+    }
+    assert_eq!(
+        proxy.recv().await,
+        SupervisorMessage::Arrival {
+            token: 40,
+            arrival: arrival(1)
+        }
+    );
+    assert_eq!(
+        proxy.recv().await,
+        SupervisorMessage::Arrival {
+            token: 41,
+            arrival: arrival(2)
+        }
+    );
+    no_command_yet(&mut commands);
+    // The same counter the engine numbers tickets with.
+    assert_eq!(shared.counters.arrive().arrival_seq, 3);
+}
+
+/// A submitted record is stored with a completion seq; one that has no
+/// arrival number or request ID (its request ended before the proxy could
+/// number it) gets both here. `/requests` reads it back, answered by the
+/// link, the engine never involved.
+#[tokio::test]
+async fn submitted_records_are_numbered_stored_and_read_back() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let shared = shared(8);
+    let (mut proxy, _task) = start(engine, shared.clone());
+    let _events = handshake(&mut proxy, &mut commands).await;
+    proxy
+        .send(&ProxyMessage::SubmitRecord {
+            record: Box::new(record(0, "")),
+        })
+        .await;
+    proxy
+        .send(&ProxyMessage::SubmitRecord {
+            record: Box::new(record(9, "other-9")),
+        })
+        .await;
+    proxy
+        .send(&ProxyMessage::QueryRecords {
+            query: 12,
+            after: Some(0),
+            limit: 10,
+        })
+        .await;
+    let SupervisorMessage::Records { query, body } = proxy.recv().await else {
+        panic!("expected Records");
+    };
+    assert_eq!(query, 12);
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(page["instance_id"], INSTANCE);
+    assert_eq!(page["next_seq"], 2);
+    let records = page["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0]["seq"], 1);
+    assert_eq!(records[0]["arrival_seq"], 1);
+    assert_eq!(records[0]["request_id"], format!("{INSTANCE}-1"));
+    assert_eq!(records[1]["seq"], 2);
+    assert_eq!(records[1]["arrival_seq"], 9);
+    assert_eq!(records[1]["request_id"], "other-9");
+    no_command_yet(&mut commands);
+}
+
+/// `/metrics` figures: the engine's published counts and the store's
+/// counters, with this instance, answered by the link.
+#[tokio::test]
+async fn metrics_come_from_the_shared_counters_and_the_store() {
+    let (engine, mut commands) = EngineHandle::detached();
+    // A ring of two, so the third record evicts one.
+    let shared = shared(2);
+    let (mut proxy, _task) = start(engine, shared.clone());
+    let _events = handshake(&mut proxy, &mut commands).await;
+    for n in 1..=3 {
+        proxy
+            .send(&ProxyMessage::SubmitRecord {
+                record: Box::new(record(n, &format!("r-{n}"))),
+            })
+            .await;
+    }
+    proxy.send(&ProxyMessage::QueryMetrics { query: 4 }).await;
+    assert_eq!(
+        proxy.recv().await,
+        SupervisorMessage::Metrics {
+            query: 4,
+            metrics: RouterMetrics {
+                queue_depth: 0,
+                queue_depth_by_tier: [0, 0, 0],
+                in_flight: 0,
+                request_log: RequestLogStats {
+                    write_errors: 0,
+                    write_drops: 0,
+                    evicted: 1,
+                    records_in_ring: 2,
+                    next_seq: 4,
+                    instance_id: INSTANCE.into(),
+                },
+            },
+        }
+    );
+    no_command_yet(&mut commands);
+}
+
+// ---- the accept loop --------------------------------------------------------
+
+/// A private directory (0700) for a socket, removed at the end.
+struct PrivateDir(PathBuf);
+
+impl PrivateDir {
+    fn new(tag: &str) -> PrivateDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir =
+            std::env::temp_dir().join(format!("sup-link-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        PrivateDir(dir)
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `serve` gives every accepted proxy its own connection number, so two
+/// proxies' tickets can never be confused in the engine.
+#[tokio::test]
+async fn serve_gives_each_proxy_its_own_connection() {
+    let dir = PrivateDir::new("serve");
+    let path = dir.0.join("supervisor.sock");
+    let listener = sockets::bind_private(&path).expect("bind");
+    let (engine, mut commands) = EngineHandle::detached();
+    let server = tokio::spawn(serve(listener, engine, shared(8)));
+    let mut conns = Vec::new();
+    let mut proxies = Vec::new();
+    for _ in 0..2 {
+        let mut proxy = Proxy {
+            stream: UnixStream::connect(&path).await.expect("connect"),
+        };
+        proxy.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+        assert!(matches!(
+            proxy.recv().await,
+            SupervisorMessage::Welcome { .. }
+        ));
+        match command(&mut commands).await {
+            Command::Connect { conn, .. } => conns.push(conn),
+            other => panic!("expected Connect, got {other:?}"),
+        }
+        proxies.push(proxy);
+    }
+    assert_eq!(conns, [1, 2]);
+    server.abort();
+}
+
+// ---- with the real engine ---------------------------------------------------
+
+/// A config with one model, `m`, that is not installed: the engine refuses
+/// its tickets at once and never launches anything.
+fn config() -> Arc<Config> {
+    let text = serde_json::json!({
+        "python": "/nonexistent/python3",
+        "strata_dir": "/nonexistent",
+        "backend_port": 1,
+        "control_socket": "/nonexistent/control.sock",
+        "models": {"m": {"family": "qwen3.8-flash-next", "quantization": "q4", "upstream_model": "m"}},
+    })
+    .to_string();
+    Arc::new(Config::from_json_str(&text).expect("a valid config"))
+}
+
+/// With the real engine behind it: `Welcome` comes before the engine's
+/// first `State`, tickets are answered through the link (numbered from the
+/// counters the link shares with the engine), and when a proxy's connection
+/// ends the engine forgets it: its draining flag, which held the router
+/// state `draining` for every proxy, goes with it.
+#[tokio::test]
+async fn the_real_engine_answers_through_the_link_and_forgets_a_closed_proxy() {
+    let shared = shared(8);
+    let (engine, engine_task) =
+        crate::engine::spawn(config(), INSTANCE.into(), shared.counters.clone());
+
+    let (mut a, task_a) = start(engine.clone(), shared.clone());
+    a.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+    assert!(matches!(a.recv().await, SupervisorMessage::Welcome { .. }));
+    let SupervisorMessage::State(state) = a.recv().await else {
+        panic!("expected the first State right after Welcome");
+    };
+    assert!(state.routing && !state.draining);
+    assert_eq!(state.statuses.len(), 1);
+
+    a.send(&ProxyMessage::Enqueue {
+        ticket: 1,
+        model: "nope".into(),
+        tier: ServiceTier::Default,
+    })
+    .await;
+    assert_eq!(
+        a.recv().await,
+        SupervisorMessage::Failed {
+            ticket: 1,
+            arrival: arrival(1),
+            failure: LeaseFailure::UnknownModel,
+        }
+    );
+    a.send(&ProxyMessage::Enqueue {
+        ticket: 2,
+        model: "m".into(),
+        tier: ServiceTier::Default,
+    })
+    .await;
+    match a.recv().await {
+        SupervisorMessage::Failed {
+            ticket: 2,
+            arrival: got,
+            failure: LeaseFailure::NotPrepared { .. },
+        } => assert_eq!(got, arrival(2)),
+        other => panic!("expected Failed NotPrepared, got {other:?}"),
+    }
+    a.send(&ProxyMessage::Arrive { token: 1 }).await;
+    assert_eq!(
+        a.recv().await,
+        SupervisorMessage::Arrival {
+            token: 1,
+            arrival: arrival(3)
+        }
+    );
+
+    // A second proxy; then the first one drains and leaves.
+    let (mut b, _task_b) = start_conn(CONN + 1, engine.clone(), shared.clone());
+    b.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+    assert!(matches!(b.recv().await, SupervisorMessage::Welcome { .. }));
+    assert!(matches!(b.recv().await, SupervisorMessage::State(_)));
+    a.send(&ProxyMessage::SetDraining { draining: true }).await;
+    let SupervisorMessage::State(state) = b.recv().await else {
+        panic!("expected State");
+    };
+    assert!(state.draining, "a's draining is everyone's state");
+    drop(a);
+    ended(task_a).await;
+    let SupervisorMessage::State(state) = b.recv().await else {
+        panic!("expected State");
+    };
+    assert!(!state.draining, "the closed proxy's draining went with it");
+
+    engine_task.abort();
+}
