@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use strata_protocol::config::Config;
+use strata_protocol::page::RecordsPage;
 use strata_protocol::wire::{
     CacheScores, LoadPhase, LookupFailure, PROTOCOL_VERSION, ProxyMessage, RequestLogStats,
     SupervisorMessage, TicketScore, read_frame, write_frame,
@@ -687,9 +688,16 @@ async fn questions_are_matched_to_their_answers_by_token() {
         metrics: metrics.clone(),
     })
     .await;
+    let sent_page = RecordsPage {
+        records: vec![],
+        next_seq: 0,
+        dropped: 0,
+        oldest_seq: None,
+        instance_id: "inst".into(),
+    };
     peer.send(SupervisorMessage::Records {
         query: page,
-        body: "{\"records\":[]}".into(),
+        page: sent_page.clone(),
     })
     .await;
     peer.send(SupervisorMessage::Arrival {
@@ -700,7 +708,7 @@ async fn questions_are_matched_to_their_answers_by_token() {
     let (got_arrival, got_page, got_metrics) =
         tokio::time::timeout(LIMIT, asked).await.unwrap().unwrap();
     assert_eq!(got_arrival, Some(arrival(7)));
-    assert_eq!(got_page.as_deref(), Some("{\"records\":[]}"));
+    assert_eq!(got_page, Some(sent_page));
     assert_eq!(got_metrics, Some(metrics));
 }
 

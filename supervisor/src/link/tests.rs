@@ -626,14 +626,17 @@ async fn submitted_records_are_numbered_stored_and_read_back() {
             limit: 10,
         })
         .await;
-    let SupervisorMessage::Records { query, body } = proxy.recv().await else {
+    let SupervisorMessage::Records { query, page } = proxy.recv().await else {
         panic!("expected Records");
     };
     assert_eq!(query, 12);
-    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(page["instance_id"], INSTANCE);
-    assert_eq!(page["next_seq"], 2);
-    let records = page["records"].as_array().unwrap();
+    assert_eq!(page.instance_id, INSTANCE);
+    assert_eq!(page.next_seq, 2);
+    let records: Vec<serde_json::Value> = page
+        .records
+        .iter()
+        .map(|text| serde_json::from_str(text).unwrap())
+        .collect();
     assert_eq!(records.len(), 2);
     assert_eq!(records[0]["seq"], 1);
     assert_eq!(records[0]["arrival_seq"], 1);
