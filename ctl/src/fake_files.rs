@@ -25,11 +25,7 @@ pub const FILES: &[(&str, &str)] = &[
 #[cfg(test)]
 mod tests {
     use super::FILES;
-    use std::path::Path;
-
-    fn fake_dir() -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake_strata")
-    }
+    use strata_test_support::fake_strata_dir as fake_dir;
 
     #[test]
     fn embedded_list_matches_files_txt() {

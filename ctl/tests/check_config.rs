@@ -1,9 +1,10 @@
 //! `strata-ctl check-config` as an operator runs it: exit status, the
 //! summary on stdout, the error line on stderr.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
+
+use strata_test_support::TempDir;
 
 fn check_config(path: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_strata-ctl"))
@@ -15,35 +16,6 @@ fn check_config(path: &Path) -> Output {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A private directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "strata-ctl-check-config-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-
-    fn write(&self, name: &str, contents: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, contents).expect("write temp file");
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[test]
@@ -77,7 +49,7 @@ fn the_example_config_passes() {
 
 #[test]
 fn a_broken_config_exits_1_naming_the_path() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("check-config");
     let path = dir.write(
         "config.json",
         r#"{"python": "/usr/bin/python3", "strata_dir": "/opt/strata", "backend_port": 8095,
@@ -95,7 +67,7 @@ fn a_broken_config_exits_1_naming_the_path() {
 
 #[test]
 fn a_nested_error_names_the_json_path() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("check-config");
     let path = dir.write(
         "config.json",
         r#"{"python": "/usr/bin/python3", "strata_dir": "/opt/strata", "backend_port": 8095,
@@ -113,8 +85,8 @@ fn a_nested_error_names_the_json_path() {
 
 #[test]
 fn a_missing_file_exits_1() {
-    let dir = TempDir::new();
-    let output = check_config(&dir.0.join("absent.json"));
+    let dir = TempDir::new("check-config");
+    let output = check_config(&dir.join("absent.json"));
     assert_eq!(output.status.code(), Some(1));
     let stderr = text(&output.stderr);
     assert!(
@@ -126,7 +98,7 @@ fn a_missing_file_exits_1() {
 
 #[test]
 fn profile_problems_are_shown_not_fatal_and_never_echoed() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("check-config");
     let lazy = dir.write("lazy.json", r#"{"model_name": "up", "lazy_load": true}"#);
     let keyed = dir.write(
         "keyed.json",
@@ -146,7 +118,7 @@ fn profile_problems_are_shown_not_fatal_and_never_echoed() {
             "a-good": {"family": "qwen3.8-flash-next", "quantization": "q", "upstream_model": "up",
                        "installed": true, "compatible": true, "profile": good},
             "a-missing": {"family": "qwen3.8-flash-next", "quantization": "q", "upstream_model": "up",
-                          "installed": true, "compatible": true, "profile": dir.0.join("none.json")}
+                          "installed": true, "compatible": true, "profile": dir.join("none.json")}
         },
         "enabled_models": ["a-good", "a-lazy", "a-missing"],
         "aliases": {"qwen3.8-flash-next": {"allowed_models": ["a-keyed"]}}

@@ -109,7 +109,7 @@ fn on_status_off_against_a_real_supervisor() {
     assert_eq!(done["child_pid"], json!(pid));
     assert_eq!(done["routing"], true);
     assert_eq!(done["daemon_pid"], json!(sup.process.pid()));
-    assert!(alive(pid));
+    assert!(is_alive(pid));
 
     // on again, with and without the model: already on, no progress.
     for args in [vec!["on", sup.socket(), "up-a"], vec!["on", sup.socket()]] {
@@ -144,7 +144,7 @@ fn on_status_off_against_a_real_supervisor() {
     assert_eq!(done["loaded"], Value::Null);
     assert_eq!(done["child_pid"], Value::Null);
     assert_eq!(done["routing"], false);
-    assert!(!alive(pid), "backend pid {pid} still running after off");
+    assert!(!is_alive(pid), "backend pid {pid} still running after off");
 
     // off --now with nothing loaded.
     let out = ctl(&["off", "--now", sup.socket()]);
@@ -177,7 +177,7 @@ fn off_now_unloads_a_loaded_model() {
         ]
     );
     assert_eq!(last, "off: model unloaded, routing disabled");
-    assert!(!alive(pid));
+    assert!(!is_alive(pid));
     assert_eq!(sup.status()["loaded"], Value::Null);
 }
 
@@ -222,14 +222,11 @@ fn interrupting_on_cancels_the_load() {
         .spawn()
         .unwrap();
     let lines = line_channel(child.stderr.take().unwrap());
-    let mut on = Running {
-        child,
-        name: "strata-ctl on".into(),
-    };
+    let mut on = Running::new("strata-ctl on", child);
     let (pid, _) = wait_line(&lines, LONG, "backend pid N started", |line| {
         progress_message(line).and_then(backend_pid)
     });
-    assert!(alive(pid));
+    assert!(is_alive(pid));
     signal(on.pid(), Signal::SIGINT);
     let status = on.wait(SHORT);
     assert_eq!(
@@ -238,15 +235,15 @@ fn interrupting_on_cancels_the_load() {
         "Ctrl-C ends strata-ctl with the default SIGINT action ({status})"
     );
 
-    let status = wait_for(LONG, "the daemon to cancel the load", || {
+    let status = poll_for(LONG, "the daemon to cancel the load", || {
         let status = sup.status();
         (status["busy"] == false && status["loading"].is_null() && status["child_pid"].is_null())
             .then_some(status)
     });
     assert_eq!(status["loaded"], Value::Null);
     assert_eq!(status["routing"], routing_before);
-    wait_for(SHORT, "the cancelled backend to be gone", || {
-        (!alive(pid)).then_some(())
+    poll_for(SHORT, "the cancelled backend to be gone", || {
+        (!is_alive(pid)).then_some(())
     });
     // The load never finished: the fake never wrote its ready file (it may
     // not even have got as far as logging its start).
@@ -261,7 +258,7 @@ fn interrupting_on_cancels_the_load() {
 
 #[test]
 fn a_missing_socket_is_a_clear_error() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("control");
     let socket = dir.path().join("control.sock");
     let socket = socket.to_str().unwrap();
     for args in [
@@ -302,7 +299,7 @@ fn stand_in(listener: UnixListener, replies: Vec<String>) -> thread::JoinHandle<
 
 #[test]
 fn a_daemon_that_closes_without_a_final_event_is_a_failure() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("control");
     let path = dir.path().join("control.sock");
     let progress = json!({"event":"progress","op":"on","phase":"routing",
                           "message":"routing enabled","elapsed_ms":0});
@@ -331,7 +328,7 @@ fn a_daemon_that_closes_without_a_final_event_is_a_failure() {
 
 #[test]
 fn requests_are_the_spec_lines() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("control");
     let cases: [(&[&str], &str); 4] = [
         (&["on"], "{\"cmd\":\"on\",\"model\":null}\n"),
         (&["on", "M"], "{\"cmd\":\"on\",\"model\":\"M\"}\n"),
@@ -355,7 +352,7 @@ fn requests_are_the_spec_lines() {
 
 #[test]
 fn an_error_answer_is_a_failure_that_suggests_a_restart() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("control");
     let error = r#"{"error":"unknown control command"}"#;
     for (index, command) in ["on", "off", "status"].into_iter().enumerate() {
         let path = dir.path().join(format!("e{index}.sock"));
@@ -376,7 +373,7 @@ fn an_error_answer_is_a_failure_that_suggests_a_restart() {
 
 #[test]
 fn a_failed_done_event_exits_one() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("control");
     let path = dir.path().join("c.sock");
     let done = json!({"event":"done","ok":false,"message":"on: startup failed"});
     let server = stand_in(UnixListener::bind(&path).unwrap(), vec![done.to_string()]);

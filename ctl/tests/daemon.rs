@@ -22,7 +22,7 @@ const MODELS: &[TestModel] = &[TestModel {
 
 #[test]
 fn an_invalid_config_fails_like_check_config() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("daemon");
     let config = dir.path().join("config.json");
     fs::write(&config, r#"{"python": "/usr/bin/python3", "lsiten": 1}"#).unwrap();
     let config = config.to_str().unwrap();
@@ -47,9 +47,9 @@ fn an_invalid_config_fails_like_check_config() {
 
 #[test]
 fn missing_sibling_binaries_are_named() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("daemon");
     let config = write_config(&dir, MODELS);
-    let bin = dir.subdir("bin");
+    let bin = dir.subdir("bin", 0o700);
     let lonely = bin.join("strata-ctl");
     if fs::hard_link(ctl_exe(), &lonely).is_err() {
         fs::copy(ctl_exe(), &lonely).unwrap();
@@ -84,7 +84,7 @@ struct Stack {
 
 impl Stack {
     fn start() -> Stack {
-        let dir = TempDir::new();
+        let dir = TempDir::new("daemon");
         let config = write_config(&dir, MODELS);
         let ctl_path = bin_dir(&dir, ProxyKind::Fake);
         let stderr = dir.path().join("ctl.stderr");
@@ -125,7 +125,7 @@ impl Stack {
 #[test]
 fn daemon_serves_then_stops_proxy_first_on_sigint() {
     let mut stack = Stack::start();
-    assert!(alive(stack.supervisor_pid) && alive(stack.proxy_pid));
+    assert!(is_alive(stack.supervisor_pid) && is_alive(stack.proxy_pid));
     // Both are serving: the control socket answers with the supervisor's
     // PID, and /health answers.
     assert!(daemon_answers(&stack.socket, stack.supervisor_pid));
@@ -162,7 +162,7 @@ fn daemon_serves_then_stops_proxy_first_on_sigint() {
         "the proxy is stopped while the supervisor still runs"
     );
     assert_eq!(stack.proxy_events("exit").len(), 1);
-    assert!(!alive(stack.proxy_pid) && !alive(stack.supervisor_pid));
+    assert!(!is_alive(stack.proxy_pid) && !is_alive(stack.supervisor_pid));
     assert!(!stack.socket.exists(), "the supervisor removed its socket");
     let expected = [
         format!(
@@ -192,7 +192,7 @@ fn sigterm_is_forwarded_too() {
     let status = stack.ctl.wait(LONG);
     assert_eq!(status.code(), Some(0), "{}", stack.stderr_text());
     assert_eq!(stack.proxy_events("signal")[0]["signal"], "SIGTERM");
-    assert!(!alive(stack.supervisor_pid));
+    assert!(!is_alive(stack.supervisor_pid));
 }
 
 #[test]
@@ -214,7 +214,7 @@ fn a_proxy_that_dies_stops_the_supervisor() {
         "strata-ctl: strata-supervisor (pid {}) stopped",
         stack.supervisor_pid
     )));
-    assert!(!alive(stack.supervisor_pid));
+    assert!(!is_alive(stack.supervisor_pid));
     assert!(!stack.socket.exists());
 }
 
@@ -236,13 +236,13 @@ fn a_supervisor_that_dies_stops_the_proxy() {
     let signals = stack.proxy_events("signal");
     assert_eq!(signals.len(), 1);
     assert_eq!(signals[0]["signal"], "SIGTERM");
-    assert!(!alive(stack.proxy_pid));
+    assert!(!is_alive(stack.proxy_pid));
     drop(stack.dir);
 }
 
 #[test]
 fn a_proxy_that_fails_to_start_stops_the_supervisor() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("daemon");
     let config = write_config(&dir, MODELS);
     let ctl_path = bin_dir(&dir, ProxyKind::Fake);
     let stderr_path = dir.path().join("ctl.stderr");
@@ -273,7 +273,7 @@ fn a_proxy_that_fails_to_start_stops_the_supervisor() {
 
 #[test]
 fn a_supervisor_that_fails_to_start_is_reported() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("daemon");
     let config = write_config(&dir, MODELS);
     // The control socket's directory must be private: make it group-readable.
     use std::os::unix::fs::PermissionsExt;
@@ -300,7 +300,7 @@ fn a_supervisor_that_fails_to_start_is_reported() {
 
 #[test]
 fn a_busy_listen_address_is_refused_before_starting() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("daemon");
     let config = write_config(&dir, MODELS);
     let text_config = fs::read_to_string(&config).unwrap();
     let value: Value = serde_json::from_str(&text_config).unwrap();
@@ -326,7 +326,7 @@ fn a_busy_listen_address_is_refused_before_starting() {
 /// The real thing: strata-ctl daemon with the workspace's strata-proxy.
 #[test]
 fn daemon_runs_the_real_proxy() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("daemon");
     let config = write_config(&dir, MODELS);
     let ctl_path = bin_dir(&dir, ProxyKind::Real);
     let stderr_path = dir.path().join("ctl.stderr");
@@ -344,5 +344,5 @@ fn daemon_runs_the_real_proxy() {
     let status = ctl.wait(LONG);
     let stderr = fs::read_to_string(&stderr_path).unwrap();
     assert_eq!(status.code(), Some(0), "{stderr}");
-    assert!(!alive(supervisor_pid) && !alive(proxy_pid));
+    assert!(!is_alive(supervisor_pid) && !is_alive(proxy_pid));
 }

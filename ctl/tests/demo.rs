@@ -29,8 +29,8 @@ fn print_config(tmp: &Path) -> String {
 
 #[test]
 fn print_config_prints_a_config_that_check_config_accepts() {
-    let dir = TempDir::new();
-    let tmp = dir.subdir("tmp");
+    let dir = TempDir::new("demo");
+    let tmp = dir.subdir("tmp", 0o700);
     let config_text = print_config(&tmp);
     let config: Value = serde_json::from_str(&config_text).expect("the config is json");
     let path = dir.path().join("demo.json");
@@ -83,8 +83,8 @@ struct Demo {
 
 impl Demo {
     fn start(proxy: ProxyKind) -> Demo {
-        let dir = TempDir::new();
-        let tmp = dir.subdir("tmp");
+        let dir = TempDir::new("demo");
+        let tmp = dir.subdir("tmp", 0o700);
         let ctl_path = bin_dir(&dir, proxy);
         let stderr = dir.path().join("demo.stderr");
         let mut command = Command::new(&ctl_path);
@@ -204,8 +204,8 @@ fn demo_runs_the_embedded_fake_and_cleans_up() {
 
 #[test]
 fn a_failed_demo_removes_its_directory() {
-    let dir = TempDir::new();
-    let tmp = dir.subdir("tmp");
+    let dir = TempDir::new("demo");
+    let tmp = dir.subdir("tmp", 0o700);
     let ctl_path = bin_dir(&dir, ProxyKind::Fake);
     let stderr_path = dir.path().join("demo.stderr");
     let mut command = Command::new(&ctl_path);
@@ -228,7 +228,7 @@ fn a_failed_demo_removes_its_directory() {
 
 #[test]
 fn a_missing_python_is_a_clear_error() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("demo");
     let out = run(
         {
             let mut command = Command::new(ctl_exe());

@@ -33,7 +33,7 @@ struct Router {
 impl Router {
     /// Writes a config (`edit` may change it) and starts both daemons.
     fn start(edit: impl FnOnce(&mut Value)) -> Router {
-        let dir = TempDir::new();
+        let dir = TempDir::new("requests");
         let config = write_config(&dir, MODELS);
         let mut json: Value = serde_json::from_slice(&fs::read(&config).unwrap()).unwrap();
         edit(&mut json);
@@ -57,7 +57,7 @@ impl Router {
 
     fn spawn(&self, name: &str) -> Running {
         let log = self.dir.path().join(format!("{name}-{}.log", self.starts));
-        let child = Command::new(sibling_exe(name))
+        let child = Command::new(binary(name))
             .arg(&self.config)
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .stdin(Stdio::null())
@@ -65,10 +65,7 @@ impl Router {
             .stderr(fs::File::create(&log).unwrap())
             .spawn()
             .unwrap_or_else(|err| panic!("spawn {name}: {err}"));
-        Running {
-            child,
-            name: name.into(),
-        }
+        Running::new(name, child)
     }
 
     /// Starts the supervisor, then the proxy, and waits until `/health`
@@ -78,16 +75,16 @@ impl Router {
         let mut supervisor = self.spawn("strata-supervisor");
         let socket = self.dir.path().join("run/control.sock");
         let pid = supervisor.pid();
-        wait_for(LONG, "the supervisor's control socket", || {
-            if let Some(status) = supervisor.child.try_wait().unwrap() {
+        poll_for(LONG, "the supervisor's control socket", || {
+            if let Some(status) = supervisor.try_exit() {
                 panic!("strata-supervisor exited with {status}");
             }
             daemon_answers(&socket, pid).then_some(())
         });
         self.supervisor = Some(supervisor);
         let mut proxy = self.spawn("strata-proxy");
-        wait_for(LONG, "the proxy's /health", || {
-            if let Some(status) = proxy.child.try_wait().unwrap() {
+        poll_for(LONG, "the proxy's /health", || {
+            if let Some(status) = proxy.try_exit() {
                 panic!("strata-proxy exited with {status}");
             }
             let ok = TcpStream::connect(&self.listen).is_ok()
@@ -110,7 +107,7 @@ impl Router {
             let mut process = process;
             signal(process.pid(), Signal::SIGTERM);
             let status = process.wait(LONG);
-            assert!(status.success(), "{} exited with {status}", process.name);
+            assert!(status.success(), "{} exited with {status}", process.name());
         }
     }
 
@@ -155,7 +152,7 @@ impl Router {
     /// Waits until the ring has produced `n` records in total (records are
     /// submitted after the response ends).
     fn wait_records(&self, n: u64) {
-        wait_for(LONG, &format!("{n} records"), || {
+        poll_for(LONG, format!("{n} records"), || {
             let page = self.page("limit=1");
             (page["next_seq"].as_u64() == Some(n)).then_some(())
         });
@@ -341,7 +338,7 @@ fn follow_restarts_from_zero_when_the_router_restarts() {
     // The whole router restarts: a new instance. While it is down, the
     // follower notes the failure and keeps retrying.
     router.down();
-    wait_for(LONG, "a retry note", || {
+    poll_for(LONG, "a retry note", || {
         stderr().contains("; retrying every 1s").then_some(())
     });
     router.up();
@@ -378,7 +375,7 @@ fn follow_restarts_from_zero_when_the_router_restarts() {
 
     // Still following; SIGINT ends it.
     let mut follow = follow;
-    assert!(follow.child.try_wait().unwrap().is_none());
+    assert!(follow.try_exit().is_none());
     signal(follow.pid(), Signal::SIGINT);
     follow.wait(SHORT);
 }

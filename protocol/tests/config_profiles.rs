@@ -2,38 +2,9 @@
 //! generic detail it produces, and what is read from a valid profile.
 
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 use strata_protocol::config::{Config, ModelStatus};
-
-/// A private directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "strata-config-profiles-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-
-    fn write(&self, name: &str, contents: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, contents).expect("write temp file");
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use strata_test_support::TempDir;
 
 /// A config with one installed, compatible model `m` whose backend must
 /// report `upstream`, using `profile`.
@@ -61,7 +32,7 @@ fn config_text(profile: Option<&Path>, upstream: &str) -> String {
 /// Checks `profile` (written to a file) for a model whose upstream is
 /// `upstream`; returns status and detail.
 fn check(profile: &str, upstream: &str) -> (ModelStatus, Option<String>) {
-    let dir = TempDir::new();
+    let dir = TempDir::new("profiles");
     let path = dir.write("profile.json", profile);
     let mut config = Config::from_json_str(&config_text(Some(&path), upstream)).unwrap();
     config.check_profiles();
@@ -185,7 +156,7 @@ fn accepted_profiles() {
 
 #[test]
 fn valid_profile_supplies_cache_threshold_and_metadata() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("profiles");
     let path = dir.write(
         "p.json",
         &json!({
@@ -218,9 +189,9 @@ fn valid_profile_supplies_cache_threshold_and_metadata() {
 
 #[test]
 fn missing_profiles() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("profiles");
     let mut config =
-        Config::from_json_str(&config_text(Some(&dir.0.join("absent.json")), "up")).unwrap();
+        Config::from_json_str(&config_text(Some(&dir.join("absent.json")), "up")).unwrap();
     // Provisional until the file is looked at.
     assert_eq!(
         config.registry.models()[0].prepared,
@@ -245,8 +216,8 @@ fn missing_profiles() {
 
 #[test]
 fn a_directory_is_not_a_profile() {
-    let dir = TempDir::new();
-    let mut config = Config::from_json_str(&config_text(Some(&dir.0), "up")).unwrap();
+    let dir = TempDir::new("profiles");
+    let mut config = Config::from_json_str(&config_text(Some(dir.path()), "up")).unwrap();
     config.check_profiles();
     let entry = &config.registry.models()[0];
     assert_eq!(entry.prepared, ModelStatus::InvalidProfile);
@@ -258,7 +229,7 @@ fn a_directory_is_not_a_profile() {
 
 #[test]
 fn profiles_of_unusable_models_are_not_read() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("profiles");
     let bad = dir.write("bad.json", r#"{"lazy_load": true}"#);
     for (installed, compatible, expected) in [
         (false, true, ModelStatus::NotInstalled),
@@ -280,7 +251,7 @@ fn profiles_of_unusable_models_are_not_read() {
 
 #[test]
 fn check_profiles_re_reads_the_files() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("profiles");
     let path = dir.write("p.json", r#"{"model_name": "up", "lazy_load": true}"#);
     let mut config = Config::from_json_str(&config_text(Some(&path), "up")).unwrap();
     config.check_profiles();
@@ -299,7 +270,7 @@ fn check_profiles_re_reads_the_files() {
 
 #[test]
 fn a_bad_profile_does_not_reject_the_config() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("profiles");
     let path = dir.write("p.json", "not json");
     let config_path = dir.write("config.json", &config_text(Some(&path), "up"));
     let config = Config::load(&config_path).expect("config stays valid");
@@ -311,8 +282,8 @@ fn a_bad_profile_does_not_reject_the_config() {
 
 #[test]
 fn load_reports_an_unreadable_config_at_the_root() {
-    let dir = TempDir::new();
-    let err = Config::load(&dir.0.join("nope.json")).unwrap_err();
+    let dir = TempDir::new("profiles");
+    let err = Config::load(&dir.join("nope.json")).unwrap_err();
     assert_eq!(err.path, "$");
     assert!(err.message.starts_with("cannot read config file "), "{err}");
     assert!(err.message.ends_with("nope.json: no such file"), "{err}");

@@ -9,19 +9,20 @@
 //! launcher created (the parent never holds it). Without `STRATA_LISTENER_TEST_ROLE`,
 //! `adopter_child` is a no-op that passes.
 //!
-//! The launcher execs in place, so the spawned `Child` *is* the adopter: it is killed and reaped
+//! The launcher execs in place, so the spawned child *is* the adopter: it is killed and reaped
 //! by a drop guard, and every wait is bounded (the stdout pipe reaching EOF marks its exit; no
 //! sleeps are used for synchronisation).
 //!
-//! Python: `$STRATA_TEST_PYTHON`, else `python3` on `PATH`.
+//! Python: `strata_test_support::python` (`$STRATA_TEST_PYTHON`, else `python3` on `PATH`).
+//!
+//! Ports for `--bind` come from `free_port_outside_ephemeral`: the launcher binds them, not this
+//! process, and a taken one is retried.
 //!
 //! Threads: libtest runs `adopter_child` on a thread of its own, so the child process is not
 //! strictly single-threaded when `take_listener` removes the `LISTEN_*` variables. Its only other
 //! thread is libtest's main thread blocked on a channel, which does not read the environment; the
 //! real daemon calls `take_listener` from `main` before any thread exists.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use strata_proxy::listener::{ListenerError, take_listener};
+use strata_test_support::{Running, free_port_outside_ephemeral, python, repo_root};
 
 const ROLE_ENV: &str = "STRATA_LISTENER_TEST_ROLE";
 const EXPECT_ENV: &str = "STRATA_LISTENER_TEST_EXPECT";
@@ -127,32 +129,8 @@ fn adopter_child() {
 // ---------------------------------------------------------------------------------------------
 // The parent side.
 
-fn python() -> String {
-    std::env::var("STRATA_TEST_PYTHON").unwrap_or_else(|_| "python3".to_owned())
-}
-
 fn launcher() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/launch_with_fd3.py")
-}
-
-/// Random enough for picking ports: every `RandomState` gets distinct, randomly seeded keys.
-fn random_u64() -> u64 {
-    let mut h = RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.finish()
-}
-
-/// A currently free loopback port below the kernel's ephemeral range, so that neither bind(0)
-/// listeners nor client source ports of concurrently running tests take it meanwhile. Whoever
-/// binds it later still checks (the launcher exits [`EXIT_ADDRINUSE`] and the case retries).
-fn free_port() -> u16 {
-    for _ in 0..200 {
-        let port = 20000 + (random_u64() % 12000) as u16;
-        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free loopback port found in 20000..32000");
+    repo_root().join("tests/launch_with_fd3.py")
 }
 
 fn loopback(port: u16) -> SocketAddr {
@@ -162,7 +140,7 @@ fn loopback(port: u16) -> SocketAddr {
 /// A running adopter child (the launcher exec()s into it, so this is one process). Killed and
 /// reaped on drop.
 struct Adopter {
-    child: std::process::Child,
+    child: Running,
     lines: Receiver<String>,
     /// Every stdout line so far (diagnostics).
     transcript: Vec<String>,
@@ -226,7 +204,7 @@ impl Adopter {
             s
         });
         Adopter {
-            child,
+            child: Running::new("adopter", child).kill_on_drop(),
             lines,
             transcript: Vec::new(),
             stderr: Some(stderr),
@@ -247,7 +225,7 @@ impl Adopter {
                 Next::Line(line)
             }
             Err(RecvTimeoutError::Disconnected) => {
-                let status = self.child.wait().expect("wait for the adopter");
+                let status = self.child.wait(DEADLINE);
                 self.status = Some(status);
                 Next::Exited(status)
             }
@@ -300,7 +278,7 @@ impl Adopter {
 
     fn diagnostics(&mut self) -> String {
         // Only when the process is gone is the stderr thread sure to finish.
-        let stderr = if self.status.is_some() || self.child.try_wait().ok().flatten().is_some() {
+        let stderr = if self.status.is_some() || !self.child.is_running() {
             self.stderr
                 .take()
                 .map(|h| h.join().unwrap_or_default())
@@ -309,15 +287,6 @@ impl Adopter {
             "(still running)".to_owned()
         };
         format!("stdout: {:?}\nstderr: {stderr}", self.transcript)
-    }
-}
-
-impl Drop for Adopter {
-    fn drop(&mut self) {
-        if self.status.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 
@@ -332,7 +301,7 @@ enum Outcome {
 
 impl std::fmt::Debug for Adopter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Adopter(pid {})", self.child.id())
+        write!(f, "Adopter(pid {})", self.child.pid())
     }
 }
 
@@ -380,7 +349,7 @@ fn activate_on_free_port(
     expect: impl Fn(u16) -> SocketAddr,
 ) -> (u16, Outcome) {
     for _ in 0..5 {
-        let port = free_port();
+        let port = free_port_outside_ephemeral();
         if let Ok(outcome) = try_activate(args, Some(port), expect(port), env) {
             return (port, outcome);
         }
@@ -523,7 +492,7 @@ fn activation_refuses_two_fds() {
 
 #[test]
 fn activation_refuses_zero_fds() {
-    let outcome = activate(&["--fds", "0"], loopback(free_port()));
+    let outcome = activate(&["--fds", "0"], loopback(free_port_outside_ephemeral()));
     assert_refused(outcome, "WrongFdCount", "passed 0 sockets");
 }
 
@@ -549,7 +518,7 @@ fn activation_refuses_a_bound_but_not_listening_socket() {
 
 #[test]
 fn activation_refuses_the_wrong_port() {
-    let other = free_port();
+    let other = free_port_outside_ephemeral();
     let (port, outcome) = activate_on_free_port(&[], &[], |_| loopback(other));
     if port == other {
         return; // vanishingly unlikely; nothing to test then
@@ -586,7 +555,7 @@ fn activation_refuses_non_tcp_descriptors() {
         ("file", "fd 3 is not a socket"),
         ("none", "not a listening TCP socket"),
     ] {
-        let outcome = activate(&["--kind", kind], loopback(free_port()));
+        let outcome = activate(&["--kind", kind], loopback(free_port_outside_ephemeral()));
         let (variant, message) = refused(outcome);
         assert_eq!(variant, "NotAListeningTcpSocket", "{kind}: {message}");
         assert!(message.contains(why), "{kind}: {message}");
@@ -597,7 +566,7 @@ fn activation_refuses_non_tcp_descriptors() {
 #[test]
 fn activation_required_but_missing_is_an_error() {
     // No launcher at all: no LISTEN_* variables. Never falls back to binding.
-    let adopter = Adopter::spawn(None, loopback(free_port()), &[]);
+    let adopter = Adopter::spawn(None, loopback(free_port_outside_ephemeral()), &[]);
     let outcome = finish(adopter, Instant::now() + DEADLINE);
     assert_refused(outcome, "NotActivated", "LISTEN_PID and LISTEN_FDS missing");
 }

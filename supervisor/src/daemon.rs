@@ -163,18 +163,9 @@ async fn run_with(
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
+    use strata_test_support::TempDir;
 
     use super::*;
-
-    /// A private directory for the sockets, removed at the end.
-    struct Dir(std::path::PathBuf);
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 
     fn config(dir: &std::path::Path) -> Arc<Config> {
         let text = serde_json::json!({
@@ -193,10 +184,9 @@ mod tests {
     /// no longer serve.
     #[tokio::test(flavor = "current_thread")]
     async fn a_failed_engine_task_ends_the_supervisor_with_an_error() {
-        let dir = Dir(std::env::temp_dir().join(format!("sup-run-{}", std::process::id())));
-        std::fs::create_dir_all(&dir.0).unwrap();
-        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let config = config(&dir.0);
+        // A private directory for the sockets, removed at the end.
+        let dir = TempDir::new("sup-run");
+        let config = config(dir.path());
         let (_signals_tx, signals) = watch::channel(0u32);
         let outcome = tokio::time::timeout(
             std::time::Duration::from_secs(20),
@@ -217,10 +207,9 @@ mod tests {
     /// And the clean path: one signal, a clean stop.
     #[tokio::test(flavor = "current_thread")]
     async fn a_signal_stops_the_supervisor_cleanly() {
-        let dir = Dir(std::env::temp_dir().join(format!("sup-run2-{}", std::process::id())));
-        std::fs::create_dir_all(&dir.0).unwrap();
-        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let config = config(&dir.0);
+        // A private directory for the sockets, removed at the end.
+        let dir = TempDir::new("sup-run2");
+        let config = config(dir.path());
         let (signals_tx, signals) = watch::channel(0u32);
         let outcome = tokio::time::timeout(
             std::time::Duration::from_secs(20),

@@ -20,10 +20,11 @@ use std::io::{self, Write};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use common::{TempDir, file_seqs, padded, wait_until};
+use common::{DEADLINE, file_seqs, padded};
 use nix::sys::resource::{Resource, getrlimit, rlim_t, setrlimit};
 use nix::sys::signal::{SigSet, Signal};
 use strata_supervisor::accounting::RequestLogWriter;
+use strata_test_support::{TempDir, poll_until};
 
 /// The simulated disk size: the log file cannot grow past this many bytes.
 const FILE_SIZE_LIMIT: u64 = 1 << 20;
@@ -110,7 +111,7 @@ fn a_full_disk_warns_a_bounded_number_of_times_and_the_file_recovers() {
         writer.enqueue(Arc::from(padded(seq, LINE_BYTES as usize - 1)));
     }
     // Each record fails once (its write); each open after the first discards a partial line.
-    wait_until("every record to fail", || {
+    poll_until(DEADLINE, "every record to fail", || {
         writer.stats().write_errors == FAILING_RECORDS
     });
     drop(disk_full);
@@ -130,7 +131,7 @@ fn a_full_disk_warns_a_bounded_number_of_times_and_the_file_recovers() {
 
     // Space again: the next record is appended after the last complete line.
     writer.enqueue(Arc::from(padded(5000, LINE_BYTES as usize - 1)));
-    wait_until("the record after recovery", || {
+    poll_until(DEADLINE, "the record after recovery", || {
         writer.stats().lines_written == 1
     });
     writer.shutdown(Duration::from_secs(60));

@@ -16,11 +16,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{DEADLINE, TempDir, file_seqs, padded, wait_until};
+use common::{DEADLINE, file_seqs, padded};
 use serde_json::Value;
 use strata_supervisor::accounting::{
     Accounting, RequestLogWriter, SHUTDOWN_GRACE, WriterStats, backup_path, retained_files,
 };
+use strata_test_support::{TempDir, poll_until};
 
 const MAX_BYTES: u64 = 4096;
 /// Bytes per test line including its '\n'; 13 fit in 4096 bytes (13 * 300 = 3900).
@@ -160,7 +161,7 @@ mod accounting {
                 line(4),
             ],
         );
-        wait_until("lines around the oversized one", || {
+        poll_until(DEADLINE, "lines around the oversized one", || {
             writer.stats().lines_written == 3
         });
         assert_eq!(file_seqs(&path), vec![1, 2, 4]);
@@ -175,7 +176,9 @@ mod accounting {
 
         // Exactly max_bytes with its '\n': rotates, then fills a file on its own.
         enqueue_all(&writer, [Arc::from(padded(5, MAX_BYTES as usize - 1))]);
-        wait_until("exact-fit line", || writer.stats().lines_written == 4);
+        poll_until(DEADLINE, "exact-fit line", || {
+            writer.stats().lines_written == 4
+        });
         assert_eq!(file_seqs(&backup_path(&path, 1)), vec![1, 2, 4]);
         assert_eq!(file_seqs(&path), vec![5]);
         assert_eq!(fs::metadata(&path).unwrap().len(), MAX_BYTES);
@@ -201,7 +204,7 @@ mod accounting {
         let new = padded(10, 60);
         enqueue_all(&writer, [Arc::from(new.as_str())]);
         let expected = format!("{old}{new}\n");
-        wait_until("the recovered file", || {
+        poll_until(DEADLINE, "the recovered file", || {
             fs::read_to_string(&path).unwrap_or_default() == expected
         });
         assert_eq!(file_seqs(&path), vec![1, 2, 10]);
@@ -251,13 +254,17 @@ mod accounting {
         let writer = RequestLogWriter::start(path.clone(), MAX_BYTES, 1);
         // The open at start fails once; every line retries the open and fails.
         enqueue_all(&writer, (1..=5).map(line));
-        wait_until("6 write errors", || writer.stats().write_errors == 6);
+        poll_until(DEADLINE, "6 write errors", || {
+            writer.stats().write_errors == 6
+        });
         assert_eq!(writer.stats().lines_written, 0);
         assert_eq!(writer.stats().write_drops, 0);
 
         fs::remove_dir(&path).unwrap();
         enqueue_all(&writer, [line(6), line(7)]);
-        wait_until("lines after the fix", || writer.stats().lines_written == 2);
+        poll_until(DEADLINE, "lines after the fix", || {
+            writer.stats().lines_written == 2
+        });
         assert_eq!(file_seqs(&path), vec![6, 7]);
         assert_eq!(mode(&path), 0o600);
         assert_eq!(writer.stats().write_errors, 6);
@@ -273,19 +280,21 @@ mod accounting {
         let writer = RequestLogWriter::start(path.clone(), MAX_BYTES, 1);
 
         enqueue_all(&writer, [line(1)]);
-        wait_until("first line", || file_seqs(&path) == vec![1]);
+        poll_until(DEADLINE, "first line", || file_seqs(&path) == vec![1]);
 
         // The directory disappears (with the open file): the writer notices the path no longer
         // names its file and fails to reopen. It never creates the parent directory.
         fs::remove_dir_all(&logs).unwrap();
         enqueue_all(&writer, [line(2)]);
-        wait_until("error after removal", || writer.stats().write_errors == 1);
+        poll_until(DEADLINE, "error after removal", || {
+            writer.stats().write_errors == 1
+        });
         assert!(!logs.exists());
 
         // The directory is replaced by a regular file: ENOTDIR.
         fs::write(&logs, "not a directory").unwrap();
         enqueue_all(&writer, (3..=4).map(line));
-        wait_until("errors after replacement", || {
+        poll_until(DEADLINE, "errors after replacement", || {
             writer.stats().write_errors == 3
         });
 
@@ -294,7 +303,7 @@ mod accounting {
         fs::DirBuilder::new().mode(0o700).create(&logs).unwrap();
         enqueue_all(&writer, [line(5), line(6)]);
         // A line counts as written after its sync, which may come a moment after it appears.
-        wait_until("lines after recovery", || {
+        poll_until(DEADLINE, "lines after recovery", || {
             file_seqs(&path) == vec![5, 6] && writer.stats().lines_written == 3
         });
         assert_eq!(mode(&path), 0o600);
@@ -319,7 +328,7 @@ mod accounting {
         }
         let writer = RequestLogWriter::start(dev.to_path_buf(), MAX_BYTES, 0);
         enqueue_all(&writer, (1..=3).map(line));
-        wait_until("errors", || writer.stats().write_errors == 4);
+        poll_until(DEADLINE, "errors", || writer.stats().write_errors == 4);
         assert_eq!(writer.stats().lines_written, 0);
         writer.shutdown(DRAIN);
     }
@@ -330,7 +339,7 @@ mod accounting {
         let path = dir.path().join("missing-dir").join("requests.jsonl");
         let writer = RequestLogWriter::start(path, MAX_BYTES, 1);
         enqueue_all(&writer, (1..=5000).map(line));
-        wait_until("errors or drops for every line", || {
+        poll_until(DEADLINE, "errors or drops for every line", || {
             let s = writer.stats();
             // One error at start, then each line is an error (open failed) or a drop (queue full).
             s.write_errors + s.write_drops == 5001
@@ -349,7 +358,7 @@ mod accounting {
         const N: u64 = 10_000;
         // Far faster than the writer syncs lines: the queue fills and the rest is dropped.
         enqueue_all(&writer, (1..=N).map(|seq| Arc::from(padded(seq, 60))));
-        wait_until("every line written or dropped", || {
+        poll_until(DEADLINE, "every line written or dropped", || {
             let s = writer.stats();
             s.lines_written + s.write_drops == N
         });

@@ -10,17 +10,15 @@
 //! ESRCH), but an orphaned grandchild becomes a zombie of PID 1, which some container inits never
 //! reap; a zombie holds no memory.
 //!
-//! Python: `STRATA_TEST_PYTHON`, else `python3` from `PATH`, resolved to the real interpreter via
-//! `sys.executable` (so a pyenv shim does not sit between the supervisor and the server).
+//! Python: `strata_test_support::python` (`STRATA_TEST_PYTHON`, else `python3` from `PATH`,
+//! resolved to the real interpreter so a pyenv shim does not sit between the supervisor and the
+//! server).
 
 use std::ffi::OsString;
 use std::fs;
 use std::net::{Ipv4Addr, TcpListener};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -30,82 +28,15 @@ use serde_json::{Value, json};
 use strata_supervisor::backend::{
     self, Backend, ExitInfo, LaunchSpec, SCRUBBED_ENV, StartError, StartProgress,
 };
+use strata_test_support::{
+    TempDir, fake_profile, fake_strata_dir, free_port, poll_until_async, procs, python,
+};
 use tokio::sync::watch;
 
 const UPSTREAM: &str = "fake-upstream-model";
 const MODEL_ID: &str = "router-model-id";
 
 // ---- helpers ------------------------------------------------------------------------------
-
-/// A private (0700) temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        static SEQ: AtomicUsize = AtomicUsize::new(0);
-        let name = format!(
-            "strata-backend-test-{}-{}-{tag}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        let path = std::env::temp_dir().join(name);
-        fs::DirBuilder::new().mode(0o700).create(&path).unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).unwrap();
-        Self(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The real Python interpreter (absolute path).
-fn python() -> &'static PathBuf {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let wanted = std::env::var_os("STRATA_TEST_PYTHON").unwrap_or_else(|| "python3".into());
-        let wanted = PathBuf::from(wanted);
-        let found = if wanted.components().count() > 1 {
-            wanted
-        } else {
-            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-                .map(|dir| dir.join(&wanted))
-                .find(|candidate| candidate.is_file())
-                .unwrap_or_else(|| panic!("{} not found on PATH", wanted.display()))
-        };
-        let out = Command::new(&found)
-            .args(["-c", "import sys; print(sys.executable)"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run python");
-        assert!(out.status.success(), "python -c failed");
-        let exe = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-        assert!(exe.is_absolute(), "sys.executable is not absolute: {exe:?}");
-        exe
-    })
-}
-
-fn strata_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fake_strata");
-    let dir = dir.canonicalize().expect("tests/fake_strata exists");
-    assert!(dir.join("serve/server.py").is_file());
-    dir
-}
-
-/// A loopback port that was free a moment ago.
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// One backend's files: the profile, the fake's event log and the ready-dir parent.
 struct Fixture {
@@ -116,27 +47,22 @@ struct Fixture {
 }
 
 impl Fixture {
-    /// A profile for `UPSTREAM` with the fake's scripting keys `fake` (plus `log`).
+    /// A profile for `UPSTREAM` with the fake's scripting keys `fake` (an object; plus `log`).
     fn new(tag: &str, fake: Value) -> Self {
         let dir = TempDir::new(tag);
-        let log = dir.path().join("events.jsonl");
-        let ready_parent = dir.path().join("run");
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&ready_parent)
-            .unwrap();
-        let mut fake = fake;
-        fake["log"] = json!(log);
-        let profile = dir.path().join("profile.json");
-        fs::write(
-            &profile,
-            serde_json::to_vec(&json!({"model_name": UPSTREAM, "fake": fake})).unwrap(),
-        )
-        .unwrap();
+        let log = dir.join("events.jsonl");
+        let ready_parent = dir.subdir("run", 0o700);
+        let Value::Object(fake) = fake else {
+            panic!("the fake's keys are an object");
+        };
+        let profile = dir.write(
+            "profile.json",
+            &fake_profile(UPSTREAM, fake, &log).to_string(),
+        );
         let spec = LaunchSpec {
             model_id: MODEL_ID.into(),
-            python: python().clone(),
-            strata_dir: strata_dir(),
+            python: python().to_path_buf(),
+            strata_dir: fake_strata_dir(),
             profile,
             upstream_model: UPSTREAM.into(),
             backend_port: free_port(),
@@ -208,32 +134,6 @@ fn nix_pid(pid: u32) -> Pid {
     Pid::from_raw(i32::try_from(pid).unwrap())
 }
 
-/// `(state, pgrp)` of a process from /proc, or None when it does not exist.
-fn proc_stat(pid: i32) -> Option<(char, i32)> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
-    Some((state, fields.next()?.parse().ok()?))
-}
-
-/// Alive = exists and is not a zombie.
-fn alive(pid: i32) -> bool {
-    proc_stat(pid).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X'))
-}
-
-/// Any live (non-zombie) process in group `pgid`?
-fn group_has_live_member(pgid: i32) -> bool {
-    fs::read_dir("/proc").unwrap().any(|entry| {
-        let name = entry.unwrap().file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            return false;
-        };
-        proc_stat(pid).is_some_and(|(state, pgrp)| pgrp == pgid && !matches!(state, 'Z' | 'X'))
-    })
-}
-
 /// The leader was reaped (no zombie) and its whole group is gone.
 fn assert_group_gone_and_reaped(pid: u32) {
     assert_eq!(
@@ -246,15 +146,6 @@ fn assert_group_gone_and_reaped(pid: u32) {
         Err(Errno::ESRCH),
         "process group {pid} still has members"
     );
-}
-
-/// Poll `cond` every 20 ms until it holds; panic with `what` after `limit`.
-async fn eventually(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Expect the start to fail; check the error, then that nothing is left.
@@ -314,10 +205,7 @@ async fn start_verifies_identity_and_stop_leaves_nothing() {
         .unwrap();
     assert_eq!(health.model, UPSTREAM);
     assert!(health.loaded);
-    assert_eq!(
-        proc_stat(pid as i32).map(|(_, pgrp)| pgrp),
-        Some(pid as i32)
-    );
+    assert_eq!(procs::stat(pid).map(|(_, pgrp)| pgrp), Some(pid as i32));
 
     // The exact invocation: `-m serve.server` makes argv[0] the module's file.
     let argv: Vec<String> = serde_json::from_value(start_event["argv"].clone()).unwrap();
@@ -506,7 +394,7 @@ async fn cancel_during_load_stops_the_backend() {
     let log = fixture.log.clone();
     // Cancel once the fake is up and loading.
     tokio::spawn(async move {
-        eventually(Duration::from_secs(10), "fake start event", || log.exists()).await;
+        poll_until_async(Duration::from_secs(10), "fake start event", || log.exists()).await;
         tx.send(true).unwrap();
         // Keep the sender alive until the start has seen it.
         tokio::time::sleep(Duration::from_secs(30)).await;
@@ -541,11 +429,14 @@ async fn failed_start_kills_grandchildren_too() {
     let (result, progress) = start(&fixture.spec).await;
     assert!(matches!(result, Err(StartError::WrongPid { .. })));
     let grandchild = fixture.event("grandchild").expect("grandchild event")["child_pid"]
-        .as_i64()
-        .unwrap() as i32;
+        .as_u64()
+        .unwrap() as u32;
     let pid = spawned_pid(&progress);
-    assert!(!alive(grandchild), "grandchild {grandchild} survived");
-    assert!(!group_has_live_member(pid as i32));
+    assert!(
+        !procs::is_alive(grandchild),
+        "grandchild {grandchild} survived"
+    );
+    assert!(!procs::group_alive(pid));
     assert_eq!(kill(nix_pid(pid), None), Err(Errno::ESRCH), "leader reaped");
 }
 
@@ -590,18 +481,21 @@ async fn grandchild_dies_with_the_group_on_stop() {
     let backend = result.expect("start succeeds");
     let pid = backend.pid();
     let grandchild = fixture.event("grandchild").expect("grandchild event")["child_pid"]
-        .as_i64()
-        .unwrap() as i32;
+        .as_u64()
+        .unwrap() as u32;
     assert_eq!(
-        proc_stat(grandchild).map(|(_, pgrp)| pgrp),
+        procs::stat(grandchild).map(|(_, pgrp)| pgrp),
         Some(pid as i32),
         "grandchild runs in the backend's group"
     );
-    assert!(alive(grandchild));
+    assert!(procs::is_alive(grandchild));
     let report = backend.stop(Duration::from_secs(3)).await;
     assert!(report.group_gone);
-    assert!(!alive(grandchild), "grandchild {grandchild} survived stop");
-    assert!(!group_has_live_member(pid as i32));
+    assert!(
+        !procs::is_alive(grandchild),
+        "grandchild {grandchild} survived stop"
+    );
+    assert!(!procs::group_alive(pid));
     assert_eq!(kill(nix_pid(pid), None), Err(Errno::ESRCH), "leader reaped");
 }
 
@@ -643,7 +537,7 @@ async fn dropping_a_backend_kills_its_group() {
     let pid = backend.pid();
     drop(backend);
     // Killed, then reaped by the background reaper: the pid disappears entirely.
-    eventually(Duration::from_secs(10), "dropped backend reaped", || {
+    poll_until_async(Duration::from_secs(10), "dropped backend reaped", || {
         kill(nix_pid(pid), None) == Err(Errno::ESRCH)
     })
     .await;
@@ -735,12 +629,12 @@ async fn backend_dies_with_its_parent() {
         .unwrap();
 
     let pid_file = dir.path().join("backend.pid");
-    eventually(Duration::from_secs(20), "helper started a backend", || {
+    poll_until_async(Duration::from_secs(20), "helper started a backend", || {
         pid_file.exists()
     })
     .await;
-    let pid: i32 = fs::read_to_string(&pid_file).unwrap().parse().unwrap();
-    assert!(alive(pid));
+    let pid: u32 = fs::read_to_string(&pid_file).unwrap().parse().unwrap();
+    assert!(procs::is_alive(pid));
 
     kill(nix_pid(helper.id()), Signal::SIGKILL).unwrap();
     helper.wait().unwrap();
@@ -748,9 +642,9 @@ async fn backend_dies_with_its_parent() {
     // The parent-death signal is SIGKILL and needs no cooperation from the backend. It is now
     // an orphan, so it may linger as a zombie of PID 1.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while alive(pid) {
+    while procs::is_alive(pid) {
         if Instant::now() >= deadline {
-            let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
+            procs::signal_group(pid, Signal::SIGKILL);
             panic!("backend {pid} outlived its parent");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -1,5 +1,9 @@
 //! The shared end-to-end test harness: real binaries against the fake Strata backend.
 //!
+//! The generic helpers (temp dirs, ports, polling, processes, the config builder) come from
+//! `strata-test-support`, shared with the other crates' tests, and are re-exported here; this
+//! crate adds what needs the product's types or talks to its daemons.
+//!
 //! Every test builds its own world and tears it down:
 //!
 //! - [`TempDir`]: a private 0700 directory (short path: Unix socket paths must stay under
@@ -29,34 +33,31 @@
 #![forbid(unsafe_code)]
 
 pub mod accounting;
-pub mod binaries;
 pub mod config;
 pub mod control;
-pub mod daemon;
 pub mod fake_log;
 pub mod holder;
 pub mod http;
-pub mod net;
-pub mod poll;
-pub mod procs;
 pub mod proxy;
-pub mod python;
 pub mod stack;
 pub mod supervisor;
 pub mod systemd;
-pub mod tempdir;
 
-pub use binaries::{binary, daemon_command, with_ulimit, wrap_command};
+// The helpers every crate's tests share live in strata-test-support; their modules are
+// re-exported under their old names, so `strata_e2e::procs::...` and `crate::poll::...` keep
+// working.
+// (`python` names both the module and its function.)
+pub use strata_test_support::{binaries, daemon, net, poll, procs, python, tempdir};
+
 pub use config::{A3B, ConfigBuilder, FLASH, ModelSpec, TestConfig};
 pub use control::{ControlClient, ControlSession, OpReply, off_line, on_line};
-pub use daemon::Daemon;
 pub use fake_log::{FakeLog, StartEvent};
-pub use net::free_port;
-pub use poll::{DEADLINE, POLL_INTERVAL, poll_for, poll_for_async, poll_until, poll_until_async};
 pub use proxy::{FakeProxy, LeaseId, LinkError, TicketPhase, Welcome};
-pub use python::{fake_strata_dir, python};
+pub use strata_test_support::{
+    DEADLINE, Daemon, POLL_INTERVAL, TempDir, binary, daemon_command, fake_strata_dir, free_port,
+    poll_for, poll_for_async, poll_until, poll_until_async, with_ulimit, wrap_command,
+};
 pub use supervisor::{Supervisor, spawn_supervisor, supervisor_command, wait_supervisor_serving};
-pub use tempdir::TempDir;
 
 /// Whether the tests run inside a Nix build sandbox (`STRATA_TEST_IN_NIX_SANDBOX` is set).
 /// Tests that cannot work there (none of the supervisor tests so far) skip themselves.

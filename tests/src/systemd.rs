@@ -45,7 +45,6 @@
 //! a live process of this namespace (so a recycled PID is never mistaken for one).
 
 use std::fs;
-use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -183,55 +182,7 @@ fn hard_nofile() -> Option<u64> {
     procs::open_file_limits(std::process::id()).map(|(_, hard)| hard)
 }
 
-/// Runs `command` (stdin from /dev/null, output captured) and waits at most `timeout`; on
-/// timeout it SIGKILLs the process by PID and returns an error.
-pub fn output_within(mut command: Command, timeout: Duration) -> Result<Output, String> {
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|err| format!("spawn {command:?}: {err}"))?;
-    let readers = [
-        child.stdout.take().map(|mut pipe| {
-            std::thread::spawn(move || {
-                let mut bytes = Vec::new();
-                let _ = pipe.read_to_end(&mut bytes);
-                bytes
-            })
-        }),
-        child.stderr.take().map(|mut pipe| {
-            std::thread::spawn(move || {
-                let mut bytes = Vec::new();
-                let _ = pipe.read_to_end(&mut bytes);
-                bytes
-            })
-        }),
-    ];
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline => {
-                procs::signal(child.id(), Signal::SIGKILL);
-                let _ = child.wait();
-                return Err(format!("{command:?} did not finish within {timeout:?}"));
-            }
-            Ok(None) => std::thread::sleep(POLL_INTERVAL),
-            Err(err) => return Err(format!("wait for {command:?}: {err}")),
-        }
-    };
-    let [stdout, stderr] = readers.map(|reader| {
-        reader
-            .map(|handle| handle.join().unwrap_or_default())
-            .unwrap_or_default()
-    });
-    Ok(Output {
-        status,
-        stdout,
-        stderr,
-    })
-}
+pub use strata_test_support::output_within;
 
 /// The per-test directory `/var/lib/strata-sd-test-<pid>-<n>/` (mode 0700), removed on drop.
 /// `STRATA_TEST_KEEP_TMP=1` keeps the directory of a failing test.

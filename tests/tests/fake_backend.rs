@@ -1,22 +1,17 @@
 //! Runs the fake Strata backend's own Python test suite, so `cargo test` covers the test
-//! double the end-to-end tests rely on. The interpreter is `python3`, or `$STRATA_TEST_PYTHON`.
+//! double the end-to-end tests rely on. The interpreter is `$STRATA_TEST_PYTHON`, or `python3`
+//! (see `strata_test_support::python`).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn fake_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fake_strata")
-}
-
-fn python() -> String {
-    std::env::var("STRATA_TEST_PYTHON").unwrap_or_else(|_| "python3".to_owned())
-}
+use strata_e2e::{fake_strata_dir as fake_dir, python};
 
 #[test]
 fn fake_strata_unittests_pass() {
-    let python = python();
-    let output = Command::new(&python)
+    let interpreter = python();
+    let python = interpreter.display();
+    let output = Command::new(interpreter)
         .args(["-m", "unittest", "-v", "test_server"])
         .current_dir(fake_dir())
         // Keep __pycache__ out of the source tree (the fake is also embedded as files).

@@ -1,214 +1,47 @@
-//! Helpers shared by the strata-ctl integration tests: private temporary
-//! directories, the Python interpreter, free ports, the sibling binaries, a
-//! real `strata-supervisor` on the fake Strata backend, and processes that
-//! are run with a deadline and stopped by PID.
+//! Helpers shared by the strata-ctl integration tests: the sibling binaries,
+//! a real `strata-supervisor` on the fake Strata backend, the launcher's
+//! output lines, and a private bin directory for `daemon` and `demo`. The
+//! generic helpers (temporary directories, the Python interpreter, free
+//! ports, polling, processes stopped by PID, commands run with a deadline)
+//! come from strata-test-support and are re-exported here.
 //!
 //! Binaries: `strata-ctl` is `CARGO_BIN_EXE_strata-ctl`; `strata-supervisor`
-//! (and `strata-proxy`) are looked up beside it (`target/<profile>/` or
-//! `target/<triple>/<profile>/`). `cargo test` on the workspace builds them;
-//! with `cargo test -p strata-ctl`, run `cargo build --bins` first.
-#![allow(dead_code)]
+//! (and `strata-proxy`) are found by [`binary`] beside the test executable
+//! (`target/<profile>/` or `target/<triple>/<profile>/`). `cargo test` on the
+//! workspace builds them; with `cargo test -p strata-ctl`, run
+//! `cargo build --bins` first.
+// Every test binary includes this module and uses a different part of it.
+#![allow(dead_code, unused_imports)]
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
-use std::net::{Ipv4Addr, TcpListener};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use serde_json::{Value, json};
+pub use strata_test_support::procs::{is_alive, signal};
+pub use strata_test_support::{
+    ConfigBuilder, ModelSpec, Running, TempDir, TestConfig, binary, fake_strata_dir, free_port,
+    poll_for, python, run,
+};
 
 /// Generous bound for anything that should take well under a second.
 pub const SHORT: Duration = Duration::from_secs(30);
 /// Bound for a whole command (a load, a stop).
 pub const LONG: Duration = Duration::from_secs(90);
 
-// ---- directories, interpreter, ports, binaries ---------------------------
-
-/// A private (0700) temporary directory with a short name, removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new() -> TempDir {
-        static SEQ: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "sctl-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::DirBuilder::new().mode(0o700).create(&path).unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).unwrap();
-        TempDir(path)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-
-    /// A new 0700 subdirectory.
-    pub fn subdir(&self, name: &str) -> PathBuf {
-        let path = self.0.join(name);
-        fs::DirBuilder::new().mode(0o700).create(&path).unwrap();
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The real Python interpreter (absolute): `STRATA_TEST_PYTHON`, else
-/// `python3` from PATH, resolved through `sys.executable`.
-pub fn python() -> &'static PathBuf {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let wanted =
-            PathBuf::from(std::env::var_os("STRATA_TEST_PYTHON").unwrap_or("python3".into()));
-        let found = if wanted.components().count() > 1 {
-            wanted
-        } else {
-            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-                .map(|dir| dir.join(&wanted))
-                .find(|candidate| candidate.is_file())
-                .unwrap_or_else(|| panic!("{} not found on PATH", wanted.display()))
-        };
-        let out = Command::new(&found)
-            .args(["-c", "import sys; print(sys.executable)"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run python");
-        assert!(out.status.success(), "python -c failed");
-        let exe = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-        assert!(exe.is_absolute(), "sys.executable is not absolute: {exe:?}");
-        exe
-    })
-}
-
-/// `tests/fake_strata` (the fake backend's `strata_dir`).
-pub fn fake_strata_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fake_strata")
-        .canonicalize()
-        .expect("tests/fake_strata exists")
-}
-
-/// A loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Two distinct free loopback ports.
-pub fn free_ports() -> (u16, u16) {
-    let a = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let b = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    (
-        a.local_addr().unwrap().port(),
-        b.local_addr().unwrap().port(),
-    )
-}
+// ---- binaries -------------------------------------------------------------
 
 pub fn ctl_exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_strata-ctl"))
 }
 
-/// A workspace binary beside strata-ctl.
-pub fn sibling_exe(name: &str) -> PathBuf {
-    let path = ctl_exe().parent().unwrap().join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: build every binary first (cargo build --bins), or run the \
-         whole workspace's tests",
-        path.display()
-    );
-    path
-}
-
 // ---- processes ----------------------------------------------------------
 
-/// Polls `check` until it returns `Some`, at most `limit`.
-pub fn wait_for<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// True while `pid` exists and is not a zombie.
-pub fn alive(pid: u32) -> bool {
-    match kill(Pid::from_raw(pid as i32), None) {
-        Err(Errno::ESRCH) => false,
-        _ => !fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|stat| {
-                stat.rsplit_once(')')
-                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-            })
-            .unwrap_or(true),
-    }
-}
-
-pub fn signal(pid: u32, signal: Signal) {
-    let _ = kill(Pid::from_raw(pid as i32), signal);
-}
-
-/// Waits for `child` at most `limit`; on timeout kills it and panics.
-pub fn wait_child(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Runs `command` to completion (at most `limit`), capturing its output.
-pub fn run(mut command: Command, limit: Duration) -> Output {
-    command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command.spawn().expect("spawn");
-    let stdout = read_all(child.stdout.take().unwrap());
-    let stderr = read_all(child.stderr.take().unwrap());
-    let status = wait_child(&mut child, limit, &format!("{command:?}"));
-    Output {
-        status,
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
-    }
-}
-
-fn read_all(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        bytes
-    })
-}
-
-/// Runs `strata-ctl ARGS`.
+/// Runs `strata-ctl ARGS` to completion (at most [`LONG`]), capturing its output.
 pub fn ctl(args: &[&str]) -> Output {
     let mut command = Command::new(ctl_exe());
     command.args(args);
@@ -258,40 +91,6 @@ pub fn wait_line<T>(
     }
 }
 
-/// A spawned process that is killed (by PID) and reaped if the test ends
-/// early.
-pub struct Running {
-    pub child: Child,
-    pub name: String,
-}
-
-impl Running {
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
-        wait_child(&mut self.child, limit, &self.name)
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            signal(self.child.id(), Signal::SIGTERM);
-            let deadline = Instant::now() + SHORT;
-            while Instant::now() < deadline {
-                if self.child.try_wait().ok().flatten().is_some() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 // ---- a real supervisor on the fake backend -----------------------------
 
 /// One model of a test config: ID (= upstream name), its fake `load_ms`,
@@ -304,47 +103,30 @@ pub struct TestModel {
 
 /// Writes a config (and profiles) into `dir` and returns its path. The
 /// control socket is `dir/run/control.sock`, the fake's log `dir/fake.log`.
+/// The timers are the ctl tests' own (a slow, loaded machine must pass a
+/// whole load and stop); `cooldown_ms` and `model_grace_ms` keep the
+/// product defaults.
 pub fn write_config(dir: &TempDir, models: &[TestModel]) -> PathBuf {
-    let run = dir.subdir("run");
-    let (listen, backend) = free_ports();
-    let log = dir.path().join("fake.log");
-    let mut entries = serde_json::Map::new();
+    let mut builder = ConfigBuilder::new("ctl")
+        .unset("cooldown_ms")
+        .unset("model_grace_ms")
+        .wait_when_busy(true)
+        .startup_ms(30000)
+        .idle_ms(600000)
+        .shutdown_ms(5000)
+        .drain_ms(5000);
     for model in models {
-        let profile = dir.path().join(format!("{}.json", model.id));
-        fs::write(
-            &profile,
-            json!({"model_name": model.id, "fake": {"load_ms": model.load_ms, "log": log}})
-                .to_string(),
-        )
-        .unwrap();
-        entries.insert(
-            model.id.into(),
-            json!({
-                "family": "qwen3.8-flash-next",
-                "quantization": "q4_k_m",
-                "profile": profile,
-                "upstream_model": model.id,
-                "installed": model.installed,
-                "compatible": true,
-            }),
-        );
+        let spec = ModelSpec::new(model.id)
+            .upstream_model(model.id)
+            .load_ms(model.load_ms);
+        builder = builder.model(if model.installed {
+            spec
+        } else {
+            spec.not_installed()
+        });
     }
-    let config = json!({
-        "python": python(),
-        "strata_dir": fake_strata_dir(),
-        "listen": format!("127.0.0.1:{listen}"),
-        "backend_port": backend,
-        "control_socket": run.join("control.sock"),
-        "wait_when_busy": true,
-        "startup_ms": 30000,
-        "idle_ms": 600000,
-        "shutdown_ms": 5000,
-        "drain_ms": 5000,
-        "models": entries,
-    });
-    let path = dir.path().join("config.json");
-    fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
-    path
+    let config: TestConfig = builder.build_in(dir);
+    config.path.clone()
 }
 
 /// A `status` answer from `socket` with `pid` as the daemon, if any.
@@ -367,24 +149,21 @@ pub struct Supervisor {
 
 impl Supervisor {
     pub fn start(models: &[TestModel]) -> Supervisor {
-        let dir = TempDir::new();
+        let dir = TempDir::new("ctl-sup");
         let config = write_config(&dir, models);
-        let log = dir.path().join("supervisor.log");
-        let child = Command::new(sibling_exe("strata-supervisor"))
+        let log = dir.join("supervisor.log");
+        let child = Command::new(binary("strata-supervisor"))
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log).unwrap())
             .spawn()
             .expect("spawn strata-supervisor");
-        let mut process = Running {
-            child,
-            name: "strata-supervisor".into(),
-        };
-        let socket = dir.path().join("run/control.sock");
+        let mut process = Running::new("strata-supervisor", child);
+        let socket = dir.join("run/control.sock");
         let pid = process.pid();
-        wait_for(SHORT, "the supervisor's control socket", || {
-            if let Some(status) = process.child.try_wait().unwrap() {
+        poll_for(SHORT, "the supervisor's control socket", || {
+            if let Some(status) = process.try_exit() {
                 panic!(
                     "strata-supervisor exited with {status}: {}",
                     fs::read_to_string(&log).unwrap_or_default()
@@ -396,7 +175,7 @@ impl Supervisor {
             process,
             socket,
             log,
-            fake_log: dir.path().join("fake.log"),
+            fake_log: dir.join("fake.log"),
             dir,
         }
     }
@@ -449,16 +228,12 @@ pub enum ProxyKind {
 /// resolve here), strata-supervisor (symlink) and a strata-proxy. Returns
 /// the strata-ctl path.
 pub fn bin_dir(dir: &TempDir, proxy: ProxyKind) -> PathBuf {
-    let bin = dir.subdir("bin");
+    let bin = dir.subdir("bin", 0o700);
     let ctl = bin.join("strata-ctl");
     if fs::hard_link(ctl_exe(), &ctl).is_err() {
         fs::copy(ctl_exe(), &ctl).unwrap();
     }
-    std::os::unix::fs::symlink(
-        sibling_exe("strata-supervisor"),
-        bin.join("strata-supervisor"),
-    )
-    .unwrap();
+    std::os::unix::fs::symlink(binary("strata-supervisor"), bin.join("strata-supervisor")).unwrap();
     let proxy_path = bin.join("strata-proxy");
     match proxy {
         ProxyKind::Fake => {
@@ -466,9 +241,7 @@ pub fn bin_dir(dir: &TempDir, proxy: ProxyKind) -> PathBuf {
             fs::write(&proxy_path, script).unwrap();
             fs::set_permissions(&proxy_path, fs::Permissions::from_mode(0o755)).unwrap();
         }
-        ProxyKind::Real => {
-            std::os::unix::fs::symlink(sibling_exe("strata-proxy"), &proxy_path).unwrap()
-        }
+        ProxyKind::Real => std::os::unix::fs::symlink(binary("strata-proxy"), &proxy_path).unwrap(),
     }
     ctl
 }
@@ -485,25 +258,17 @@ pub fn spawn_with_lines(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(fs::File::create(stderr_file).unwrap());
-    let deadline = Instant::now() + SHORT;
-    let mut child = loop {
-        match command.spawn() {
-            Ok(child) => break child,
-            Err(err) if err.raw_os_error() == Some(nix::libc::ETXTBSY) => {
-                assert!(Instant::now() < deadline, "{name}: {err}");
-                std::thread::sleep(Duration::from_millis(20));
-            }
+    let mut child = poll_for(
+        SHORT,
+        format!("{name} to spawn (ETXTBSY)"),
+        || match command.spawn() {
+            Ok(child) => Some(child),
+            Err(err) if err.raw_os_error() == Some(nix::libc::ETXTBSY) => None,
             Err(err) => panic!("spawn {name}: {err}"),
-        }
-    };
-    let lines = line_channel(child.stdout.take().unwrap());
-    (
-        Running {
-            child,
-            name: name.into(),
         },
-        lines,
-    )
+    );
+    let lines = line_channel(child.stdout.take().unwrap());
+    (Running::new(name, child), lines)
 }
 
 /// `(listen, supervisor pid, proxy pid)` from the serving line.

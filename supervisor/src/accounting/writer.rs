@@ -597,29 +597,7 @@ fn sync_parent_dir(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::DirBuilderExt;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(tag: &str) -> Self {
-            static SEQ: AtomicUsize = AtomicUsize::new(0);
-            let path = std::env::temp_dir().join(format!(
-                "strata-acct-unit-{}-{}-{tag}",
-                std::process::id(),
-                SEQ.fetch_add(1, Ordering::Relaxed)
-            ));
-            fs::DirBuilder::new().mode(0o700).create(&path).unwrap();
-            Self(path)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
+    use strata_test_support::TempDir;
 
     fn lines(path: &Path) -> Vec<String> {
         fs::read_to_string(path)
@@ -632,7 +610,7 @@ mod tests {
     #[test]
     fn full_queue_drops_exactly_the_overflow_then_drains() {
         let dir = TempDir::new("overflow");
-        let path = dir.0.join("requests.jsonl");
+        let path = dir.join("requests.jsonl");
         let (gate_tx, gate_rx) = mpsc::channel();
         let writer = RequestLogWriter::start_inner(path.clone(), 1 << 20, 0, Some(gate_rx));
         let started = Instant::now();
@@ -657,7 +635,7 @@ mod tests {
     #[test]
     fn shutdown_gives_up_after_the_grace_and_counts_unwritten_lines() {
         let dir = TempDir::new("stuck");
-        let path = dir.0.join("requests.jsonl");
+        let path = dir.join("requests.jsonl");
         let (gate_tx, gate_rx) = mpsc::channel::<()>();
         let writer = RequestLogWriter::start_inner(path.clone(), 1 << 20, 0, Some(gate_rx));
         for i in 0..100 {
@@ -689,7 +667,7 @@ mod tests {
     #[test]
     fn torn_tail_without_any_newline_is_discarded_entirely() {
         let dir = TempDir::new("torn-all");
-        let path = dir.0.join("requests.jsonl");
+        let path = dir.join("requests.jsonl");
         fs::write(&path, b"{\"partial\":").unwrap();
         let writer = RequestLogWriter::start(path.clone(), 1 << 20, 1);
         writer.enqueue(Arc::from("{\"a\":1}"));
@@ -700,7 +678,7 @@ mod tests {
     #[test]
     fn torn_tail_is_found_across_read_chunks() {
         let dir = TempDir::new("torn-chunks");
-        let path = dir.0.join("requests.jsonl");
+        let path = dir.join("requests.jsonl");
         let mut content = b"{\"ok\":1}\n".to_vec();
         // A partial line longer than one 64 KiB read chunk.
         content.extend(std::iter::repeat_n(b'x', 200 * 1024));
@@ -717,7 +695,7 @@ mod tests {
     #[test]
     fn line_with_newline_is_dropped() {
         let dir = TempDir::new("newline");
-        let path = dir.0.join("requests.jsonl");
+        let path = dir.join("requests.jsonl");
         let writer = RequestLogWriter::start(path.clone(), 1 << 20, 1);
         writer.enqueue(Arc::from("{\"a\":\n1}"));
         writer.enqueue(Arc::from("{\"b\":2}"));
@@ -774,7 +752,7 @@ mod tests {
             Path::new("/var/lib/strata-router/requests.jsonl.3")
         );
         let dir = TempDir::new("retained");
-        let path = dir.0.join("r.jsonl");
+        let path = dir.join("r.jsonl");
         assert!(retained_files(&path, 3).is_empty());
         fs::write(&path, "").unwrap();
         fs::write(backup_path(&path, 1), "").unwrap();

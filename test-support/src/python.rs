@@ -1,4 +1,5 @@
-//! The Python interpreter and the fake backend's directory.
+//! The Python interpreter the tests run (the fake backend, the launch helpers) and where the
+//! fake backend and the other repository files are.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -62,7 +63,15 @@ fn real_executable(python: &Path) -> Option<PathBuf> {
     (path.is_absolute() && path.is_file()).then_some(path)
 }
 
+/// The repository's root directory, found from this crate's own location (`test-support/` is a
+/// top-level member), so the tests of every crate find the same files.
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("test-support sits in the repository root")
+}
+
 /// `tests/fake_strata`: the fake backend (used as `strata_dir`).
 pub fn fake_strata_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fake_strata")
+    repo_root().join("tests").join("fake_strata")
 }

@@ -1,6 +1,17 @@
-//! Loopback ports for tests.
+//! Loopback ports for tests, and what the kernel says about a test's TCP connections.
+//!
+//! Two ways to pick a port, for two kinds of binder:
+//! - [`free_port`]: bind port 0 and take what the kernel gave. The port comes from the
+//!   ephemeral range, so another socket may get it before whoever the test gives it to binds
+//!   it; within one test process it is never handed out twice, which is enough for daemons
+//!   that bind at once.
+//! - [`free_port_outside_ephemeral`]: for a test that retries when the bind fails (the
+//!   socket-activation launcher exits with `EADDRINUSE`): a random port below the ephemeral
+//!   range, which no bind(0) listener or client source port of a parallel test takes.
 
 use std::collections::HashSet;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
 use std::net::{Ipv4Addr, TcpListener};
 use std::sync::Mutex;
 
@@ -26,6 +37,25 @@ pub fn free_port() -> u16 {
         }
     }
     panic!("no fresh loopback port after 100 attempts");
+}
+
+/// A loopback port in 20000..32000 (below the kernel's ephemeral range) that was free a moment
+/// ago. Whoever binds it must still handle `EADDRINUSE` and retry with another.
+pub fn free_port_outside_ephemeral() -> u16 {
+    for _ in 0..200 {
+        let port = 20000 + (random_u64() % 12000) as u16;
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port found in 20000..32000");
+}
+
+/// Random enough for picking ports: every `RandomState` gets distinct, randomly seeded keys.
+fn random_u64() -> u64 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 /// The receive queues (bytes received by the kernel and not yet read by the application) of

@@ -1,4 +1,4 @@
-//! Locating the workspace binaries the tests run.
+//! Locating the workspace binaries the tests run, and the commands that run them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,26 +1,23 @@
-//! [`Daemon`]: a spawned binary, guarded.
+//! [`Daemon`]: a spawned binary, guarded, with its output in files.
 //!
 //! stdout and stderr go to files in the test directory (`NAME.stdout`, `NAME.stderr`), so
 //! nothing blocks on a full pipe and the output is there to read. When a test fails, the guard
 //! prints the daemon's stderr as it is dropped. Dropping a still-running daemon SIGKILLs it
-//! by PID and reaps it.
+//! by PID and reaps it (a [`Running`] with [`Running::kill_on_drop`]).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::poll::POLL_INTERVAL;
-use crate::procs;
+use crate::running::Running;
 
 /// A running (or exited) child process of the test.
 #[derive(Debug)]
 pub struct Daemon {
-    name: String,
-    child: Child,
-    status: Option<ExitStatus>,
+    process: Running,
     stdout_path: PathBuf,
     stderr_path: PathBuf,
 }
@@ -42,9 +39,7 @@ impl Daemon {
             .spawn()
             .unwrap_or_else(|err| panic!("spawn {name} ({command:?}): {err}"));
         Daemon {
-            name: name.to_owned(),
-            child,
-            status: None,
+            process: Running::new(name, child).kill_on_drop(),
             stdout_path,
             stderr_path,
         }
@@ -52,54 +47,40 @@ impl Daemon {
 
     /// The process ID.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     /// The name given at spawn.
     pub fn name(&self) -> &str {
-        &self.name
+        self.process.name()
     }
 
     /// Sends `signal` to the process (by PID; nothing if it has exited and been reaped).
     pub fn kill(&mut self, signal: Signal) {
-        if self.try_exit().is_none() {
-            procs::signal(self.pid(), signal);
-        }
+        self.process.signal(signal);
     }
 
     /// The exit status if the process has exited (reaping it).
     pub fn try_exit(&mut self) -> Option<ExitStatus> {
-        if self.status.is_none() {
-            self.status = self
-                .child
-                .try_wait()
-                .unwrap_or_else(|err| panic!("wait for {}: {err}", self.name));
-        }
-        self.status
+        self.process.try_exit()
     }
 
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
-        self.try_exit().is_none()
+        self.process.is_running()
     }
 
     /// Waits (bounded) for the process to exit; panics with its stderr on timeout.
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.try_exit() {
-                return status;
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "{} (pid {}) did not exit within {timeout:?}\n{}",
-                    self.name,
-                    self.pid(),
-                    self.stderr_report()
-                );
-            }
-            std::thread::sleep(POLL_INTERVAL);
+        if let Some(status) = self.process.wait_exit_within(timeout) {
+            return status;
         }
+        panic!(
+            "{} (pid {}) did not exit within {timeout:?}\n{}",
+            self.name(),
+            self.pid(),
+            self.stderr_report()
+        );
     }
 
     /// Everything written to stderr so far.
@@ -121,7 +102,7 @@ impl Daemon {
     pub fn stderr_report(&self) -> String {
         format!(
             "--- {} stderr ({}) ---\n{}",
-            self.name,
+            self.name(),
             self.stderr_path.display(),
             self.stderr()
         )
@@ -129,15 +110,13 @@ impl Daemon {
 
     /// SIGKILLs the process if it is still running, and reaps it.
     pub fn kill_and_reap(&mut self) {
-        if self.try_exit().is_none() {
-            procs::signal(self.pid(), Signal::SIGKILL);
-            self.status = self.child.wait().ok();
-        }
+        self.process.kill_and_reap();
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        // Killed first, so the report holds everything the process wrote.
         self.kill_and_reap();
         if std::thread::panicking() {
             eprintln!("{}", self.stderr_report());

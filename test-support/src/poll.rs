@@ -23,13 +23,10 @@ pub fn poll_for<T>(
     what: impl Display,
     mut probe: impl FnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + timeout;
+    let deadline = Deadline::after(timeout, what);
     loop {
-        if let Some(value) = probe() {
+        if let Some(value) = deadline.probe(&mut probe) {
             return value;
-        }
-        if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
         }
         std::thread::sleep(POLL_INTERVAL);
     }
@@ -50,14 +47,41 @@ pub async fn poll_for_async<T>(
     what: impl Display,
     mut probe: impl FnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + timeout;
+    let deadline = Deadline::after(timeout, what);
     loop {
-        if let Some(value) = probe() {
+        if let Some(value) = deadline.probe(&mut probe) {
             return value;
         }
-        if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
         tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// One poll's deadline and what it waits for, shared by the blocking and the async loop.
+struct Deadline<W> {
+    what: W,
+    timeout: Duration,
+    at: Instant,
+}
+
+impl<W: Display> Deadline<W> {
+    fn after(timeout: Duration, what: W) -> Deadline<W> {
+        Deadline {
+            what,
+            timeout,
+            at: Instant::now() + timeout,
+        }
+    }
+
+    /// Runs `probe` once; `None` means poll again. Panics naming what was awaited once the
+    /// deadline has passed (after a last look, so a condition that holds just then counts).
+    fn probe<T>(&self, probe: &mut impl FnMut() -> Option<T>) -> Option<T> {
+        let value = probe();
+        if value.is_none() && Instant::now() >= self.at {
+            panic!(
+                "timed out after {:?} waiting for {}",
+                self.timeout, self.what
+            );
+        }
+        value
     }
 }
