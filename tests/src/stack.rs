@@ -107,6 +107,29 @@ impl Stack {
         stack
     }
 
+    /// Like [`Stack::start`], with both daemons logging at `level` (`STRATA_LOG`).
+    pub fn start_logging(config: TestConfig, level: &str) -> Stack {
+        let mut stack = Stack {
+            proxy: None,
+            extra: Vec::new(),
+            retired: Vec::new(),
+            spawned: 0,
+            supervisor: Some(Supervisor::start_with(config, |command| {
+                command.env("STRATA_LOG", level);
+            })),
+        };
+        stack.start_proxy_with(|mut command| {
+            command.env("STRATA_LOG", level);
+            command
+        });
+        stack
+    }
+
+    /// Everything the supervisor wrote to stderr so far.
+    pub fn supervisor_stderr(&mut self) -> String {
+        self.supervisor().daemon().stderr()
+    }
+
     /// Starts only the supervisor (start a proxy with [`Stack::start_proxy`] or
     /// [`Stack::start_proxy_with`]).
     pub fn supervisor_only(config: TestConfig) -> Stack {

@@ -198,7 +198,8 @@ fn success_queued_cancellation_and_rejection_match_the_schema_in_both_places() {
 
 /// Records carry only identifiers, fixed strings, timestamps and numbers: no prompt, no
 /// generated text or tool call, no header (Authorization, User-Agent), no client address, no
-/// error body and no unrecognised model string, in `/requests` or in the file.
+/// error body and no unrecognised model string, in `/requests` or in the file; and none of the
+/// request's content, headers, key or the backend's error text in either daemon's log.
 #[test]
 fn records_never_contain_content() {
     let mut config = ConfigBuilder::new("acct-content")
@@ -206,7 +207,8 @@ fn records_never_contain_content() {
         .wait_when_busy(true)
         .build();
     let log = with_request_log(&mut config, json!({}));
-    let stack = Stack::start(config);
+    // Debug logging: the most the daemons ever say.
+    let mut stack = Stack::start_logging(config, "debug");
     let addr = stack.addr();
 
     const PROMPT: &str = "zebra-quartz-prompt-7731";
@@ -281,6 +283,27 @@ fn records_never_contain_content() {
         }
     }
     assert_eq!(lines.len(), records.len());
+    // Nor do the daemons' logs, at their most verbose.
+    let logs = format!("{}\n{}", stack.proxy_stderr(), stack.supervisor_stderr());
+    for needle in [
+        PROMPT,
+        "zebra",
+        SECRET,
+        "Bearer",
+        AGENT,
+        ERROR,
+        "get_weather",
+        "Paris",
+    ] {
+        assert!(
+            !logs.contains(needle),
+            "{needle:?} leaked into the logs: {logs}"
+        );
+    }
+    assert!(
+        logs.contains("DEBUG"),
+        "the daemons did not log at debug: {logs}"
+    );
     stack.stop();
 }
 

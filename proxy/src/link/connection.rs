@@ -150,10 +150,9 @@ async fn serve(
             supervisor_pid,
         }))) if protocol_version == PROTOCOL_VERSION => {
             tracing::info!(instance_id, supervisor_pid, "connected to the supervisor");
-            state.send_modify(|state| {
-                state.connected = true;
-                state.instance_id = Some(instance_id);
-            });
+            // `connected` waits for the first `State` (it follows the welcome at once): a
+            // proxy that says it is connected always knows routing and the serving backend.
+            state.send_modify(|state| state.instance_id = Some(instance_id));
         }
         Ok(Ok(Some(SupervisorMessage::Refused { reason }))) => {
             tracing::error!(reason, "the supervisor refused this proxy");
@@ -347,7 +346,10 @@ impl Session {
     fn dispatch(&mut self, message: SupervisorMessage, state: &watch::Sender<LinkState>) {
         match message {
             SupervisorMessage::State(router) => {
-                state.send_modify(|state| state.router = Some(router));
+                state.send_modify(|state| {
+                    state.router = Some(router);
+                    state.connected = true;
+                });
             }
             SupervisorMessage::Queued { ticket, arrival } => {
                 self.to_ticket(ticket, TicketEvent::Queued(arrival));

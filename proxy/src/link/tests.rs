@@ -275,6 +275,36 @@ async fn the_welcome_connects_and_the_state_names_the_serving_backend() {
     }));
 }
 
+/// The welcome alone does not make the link connected: the first `State`
+/// does, so a proxy that reports itself connected (`/health` 200) always
+/// knows routing and the serving backend.
+#[tokio::test]
+async fn the_link_is_connected_only_once_the_first_state_arrives() {
+    let fake = FakeSupervisor::new();
+    let link = fake.link();
+    let mut peer = fake.accept().await;
+    assert_eq!(
+        peer.recv().await,
+        ProxyMessage::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            fingerprint: FINGERPRINT,
+            pid: std::process::id(),
+        }
+    );
+    peer.send(SupervisorMessage::Welcome {
+        protocol_version: PROTOCOL_VERSION,
+        instance_id: "inst-1".into(),
+        supervisor_pid: 1,
+    })
+    .await;
+    wait_state(&link, |state| state.instance_id.is_some()).await;
+    assert!(!link.state().connected, "connected before any State");
+    peer.send(SupervisorMessage::State(router_state(Some(SERVING))))
+        .await;
+    wait_state(&link, |state| state.connected).await;
+    assert!(link.state().router.is_some());
+}
+
 /// A later `State` replaces the snapshot: a replaced backend instance is no
 /// longer served, even at the same address.
 #[tokio::test]
