@@ -3,51 +3,7 @@
 
 use serde_json::Value;
 use strata_protocol::record::{FinishReason, Phase, Reason, RequestRecord, SCHEMA_VERSION};
-
-/// The spec's record fields in schema order: what the type must serialize, exactly.
-const FIELDS: [&str; 41] = [
-    "schema_version",
-    "seq",
-    "arrival_seq",
-    "request_id",
-    "endpoint",
-    "stream",
-    "model_requested",
-    "model_resolved",
-    "upstream_model",
-    "arrived_at",
-    "completed_at",
-    "lease_at",
-    "first_token_at",
-    "last_token_at",
-    "queue_depth_at_arrival",
-    "in_flight_at_arrival",
-    "queue_wait_ms",
-    "model_switch",
-    "model_load_ms",
-    "upstream_headers_ms",
-    "ttft_ms",
-    "ttft_after_lease_ms",
-    "generation_ms",
-    "total_ms",
-    "prompt_tokens",
-    "completion_tokens",
-    "reasoning_tokens",
-    "prompt_n",
-    "cache_n",
-    "predicted_n",
-    "prompt_ms",
-    "predicted_ms",
-    "prompt_per_second",
-    "predicted_per_second",
-    "finish_reason",
-    "status",
-    "upstream_status",
-    "success",
-    "reason",
-    "response_bytes",
-    "disconnect_phase",
-];
+use strata_test_support::RECORD_FIELDS as FIELDS;
 
 fn record() -> RequestRecord {
     RequestRecord {

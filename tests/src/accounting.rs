@@ -23,49 +23,7 @@ pub use strata_protocol::record::CHAT_ENDPOINT;
 
 /// The spec's record fields, in schema order: the pin the records are checked against
 /// (independent of the product's type, which must serialize exactly these).
-pub const FIELDS: [&str; 41] = [
-    "schema_version",
-    "seq",
-    "arrival_seq",
-    "request_id",
-    "endpoint",
-    "stream",
-    "model_requested",
-    "model_resolved",
-    "upstream_model",
-    "arrived_at",
-    "completed_at",
-    "lease_at",
-    "first_token_at",
-    "last_token_at",
-    "queue_depth_at_arrival",
-    "in_flight_at_arrival",
-    "queue_wait_ms",
-    "model_switch",
-    "model_load_ms",
-    "upstream_headers_ms",
-    "ttft_ms",
-    "ttft_after_lease_ms",
-    "generation_ms",
-    "total_ms",
-    "prompt_tokens",
-    "completion_tokens",
-    "reasoning_tokens",
-    "prompt_n",
-    "cache_n",
-    "predicted_n",
-    "prompt_ms",
-    "predicted_ms",
-    "prompt_per_second",
-    "predicted_per_second",
-    "finish_reason",
-    "status",
-    "upstream_status",
-    "success",
-    "reason",
-    "response_bytes",
-    "disconnect_phase",
-];
+pub use strata_test_support::RECORD_FIELDS as FIELDS;
 
 /// The spec's `reason` enum.
 pub const REASONS: [&str; 11] = [

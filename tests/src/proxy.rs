@@ -15,7 +15,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use strata_protocol::record::{CHAT_ENDPOINT, RequestRecord, SCHEMA_VERSION};
+use serde_json::Value;
+use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
     Grant, LeaseFailure, LoadPhase, MAX_FRAME_BYTES, PROTOCOL_VERSION, ProxyMessage, RouterState,
     ServiceTier, SupervisorMessage, TicketId, decode_payload, encode_frame,
@@ -478,47 +479,18 @@ fn ticket_phase(message: &SupervisorMessage, lease: LeaseId) -> Option<TicketPha
 
 /// A schema-valid record for a fake request (nothing in it is real).
 pub fn placeholder_record(lease: LeaseId) -> RequestRecord {
-    RequestRecord {
-        schema_version: SCHEMA_VERSION,
-        seq: 0,
-        arrival_seq: 0,
-        request_id: format!("fake-proxy-{lease}"),
-        endpoint: CHAT_ENDPOINT.to_owned(),
-        stream: false,
-        model_requested: None,
-        model_resolved: None,
-        upstream_model: None,
-        arrived_at: "2026-01-01T00:00:00.000Z".to_owned(),
-        completed_at: "2026-01-01T00:00:00.000Z".to_owned(),
-        lease_at: None,
-        first_token_at: None,
-        last_token_at: None,
-        queue_depth_at_arrival: 0,
-        in_flight_at_arrival: 0,
-        queue_wait_ms: None,
-        model_switch: false,
-        model_load_ms: None,
-        upstream_headers_ms: None,
-        ttft_ms: None,
-        ttft_after_lease_ms: None,
-        generation_ms: None,
-        total_ms: 0,
-        prompt_tokens: None,
-        completion_tokens: None,
-        reasoning_tokens: None,
-        prompt_n: None,
-        cache_n: None,
-        predicted_n: None,
-        prompt_ms: None,
-        predicted_ms: None,
-        prompt_per_second: None,
-        predicted_per_second: None,
-        finish_reason: None,
-        status: None,
-        upstream_status: None,
-        success: false,
-        reason: strata_protocol::record::Reason::ClientDisconnect,
-        response_bytes: 0,
-        disconnect_phase: None,
+    let mut record = strata_test_support::record_json(&format!("fake-proxy-{lease}"));
+    for (key, value) in [
+        ("model_requested", Value::Null),
+        ("model_resolved", Value::Null),
+        ("upstream_model", Value::Null),
+        ("status", Value::Null),
+        ("upstream_status", Value::Null),
+        ("success", false.into()),
+        ("reason", "client_disconnect".into()),
+        ("response_bytes", 0.into()),
+    ] {
+        record[key] = value;
     }
+    serde_json::from_value(record).expect("a valid record")
 }

@@ -24,6 +24,7 @@ use strata_protocol::wire::{
     CacheScores, LoadPhase, LookupFailure, PROTOCOL_VERSION, ProxyMessage, RequestLogStats,
     SupervisorMessage, TicketScore, read_frame, write_frame,
 };
+use strata_test_support::record_json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
@@ -223,22 +224,7 @@ fn grant(ticket: TicketId, backend: std::net::SocketAddr) -> Grant {
 
 /// A complete record, as a trace would build it.
 fn record(request_id: &str) -> RequestRecord {
-    serde_json::from_value(serde_json::json!({
-        "schema_version": 1, "seq": 0, "arrival_seq": 1, "request_id": request_id,
-        "endpoint": "/v1/chat/completions", "stream": false, "model_requested": "m",
-        "model_resolved": "m", "upstream_model": "m",
-        "arrived_at": "2026-01-01T00:00:00.000Z", "completed_at": "2026-01-01T00:00:01.000Z",
-        "lease_at": null, "first_token_at": null, "last_token_at": null,
-        "queue_depth_at_arrival": 0, "in_flight_at_arrival": 0, "queue_wait_ms": null,
-        "model_switch": false, "model_load_ms": null, "upstream_headers_ms": null,
-        "ttft_ms": null, "ttft_after_lease_ms": null, "generation_ms": null, "total_ms": 1000,
-        "prompt_tokens": null, "completion_tokens": null, "reasoning_tokens": null,
-        "prompt_n": null, "cache_n": null, "predicted_n": null, "prompt_ms": null,
-        "predicted_ms": null, "prompt_per_second": null, "predicted_per_second": null,
-        "finish_reason": null, "status": 200, "upstream_status": 200, "success": true,
-        "reason": "completed", "response_bytes": 10, "disconnect_phase": null
-    }))
-    .expect("a valid record")
+    serde_json::from_value(record_json(request_id)).expect("a valid record")
 }
 
 fn submitted(message: ProxyMessage) -> String {
