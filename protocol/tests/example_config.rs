@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use strata_protocol::config::{Config, Family, ModelStatus};
+use strata_protocol::config::{Config, Family, ModelStatus, TOP_LEVEL_KEYS};
 
 fn example_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../config.example.json")
@@ -122,35 +122,7 @@ fn sets_every_top_level_key_explicitly() {
         .keys()
         .map(String::as_str)
         .collect();
-    for key in [
-        "python",
-        "strata_dir",
-        "listen",
-        "backend_port",
-        "control_socket",
-        "supervisor_socket",
-        "max_request_body_bytes",
-        "require_socket_activation",
-        "request_log_path",
-        "request_log_max_bytes",
-        "request_log_rotate_files",
-        "request_log_capacity",
-        "wait_when_busy",
-        "max_pending",
-        "queue_ms",
-        "response_ms",
-        "startup_ms",
-        "cooldown_ms",
-        "idle_ms",
-        "shutdown_ms",
-        "drain_ms",
-        "model_grace_ms",
-        "cache_lookup_ms",
-        "cache_max_active",
-        "models",
-        "aliases",
-        "enabled_models",
-    ] {
+    for key in TOP_LEVEL_KEYS {
         assert!(keys.contains(key), "config.example.json lacks {key}");
     }
     assert_eq!(keys.len(), 27);

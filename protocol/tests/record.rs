@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 use strata_protocol::record::{FinishReason, Phase, Reason, RequestRecord, SCHEMA_VERSION};
-use strata_test_support::RECORD_FIELDS as FIELDS;
+use strata_test_support::{RECORD_FIELDS as FIELDS, RECORD_REASONS};
 
 fn record() -> RequestRecord {
     RequestRecord {
@@ -94,22 +94,7 @@ fn nulls_are_null_and_numbers_have_their_types() {
 fn the_enums_serialize_as_the_schema_spells_them() {
     let spelled = |value: &dyn erased::Json| value.json();
     let reasons: Vec<String> = Reason::ALL.iter().map(|r| spelled(r)).collect();
-    assert_eq!(
-        reasons,
-        [
-            "completed",
-            "client_disconnect",
-            "upstream_error",
-            "timeout",
-            "queue_timeout",
-            "routing_off",
-            "shutdown",
-            "model_load_error",
-            "model_not_prepared",
-            "invalid_request",
-            "queue_full",
-        ]
-    );
+    assert_eq!(reasons, RECORD_REASONS);
     for reason in Reason::ALL {
         assert_eq!(spelled(&reason), reason.as_str());
     }

@@ -15,7 +15,8 @@
 //!   workspace binaries and the commands that run them.
 //! - [`ConfigBuilder`] / [`ModelSpec`] → [`TestConfig`] ([`config`]): a config for the fake
 //!   Strata backend with one profile per model, as plain JSON.
-//! - [`RECORD_FIELDS`], [`record_json`] ([`record`]): the record schema's field pin and a
+//! - [`RECORD_FIELDS`], [`RECORD_REASONS`], [`record_json`] ([`record`]): the record schema's
+//!   field and reason pins and a
 //!   schema-valid record fixture.
 //!
 //! It depends on neither strata-protocol nor any other workspace crate, so every crate can
@@ -40,7 +41,7 @@ pub use daemon::Daemon;
 pub use net::{free_port, free_port_outside_ephemeral};
 pub use poll::{DEADLINE, POLL_INTERVAL, poll_for, poll_for_async, poll_until, poll_until_async};
 pub use python::{fake_strata_dir, python, repo_root};
-pub use record::{RECORD_FIELDS, record_json};
+pub use record::{RECORD_FIELDS, RECORD_REASONS, record_json};
 pub use run::{output_within, run};
 pub use running::Running;
 pub use tempdir::TempDir;

@@ -49,6 +49,21 @@ pub const RECORD_FIELDS: [&str; 41] = [
     "disconnect_phase",
 ];
 
+/// The schema's `reason` enum, in the spec's order.
+pub const RECORD_REASONS: [&str; 11] = [
+    "completed",
+    "client_disconnect",
+    "upstream_error",
+    "timeout",
+    "queue_timeout",
+    "routing_off",
+    "shutdown",
+    "model_load_error",
+    "model_not_prepared",
+    "invalid_request",
+    "queue_full",
+];
+
 /// A complete, schema-valid record of a finished non-streaming request `request_id` for model
 /// `m` (200, `completed`, everything the backend would report null), as a proxy sends it (`seq`
 /// 0). Fixtures change the members they care about: `record["status"] = json!(503)`.

@@ -26,19 +26,7 @@ pub use strata_protocol::record::CHAT_ENDPOINT;
 pub use strata_test_support::RECORD_FIELDS as FIELDS;
 
 /// The spec's `reason` enum.
-pub const REASONS: [&str; 11] = [
-    "completed",
-    "client_disconnect",
-    "upstream_error",
-    "timeout",
-    "queue_timeout",
-    "routing_off",
-    "shutdown",
-    "model_load_error",
-    "model_not_prepared",
-    "invalid_request",
-    "queue_full",
-];
+pub use strata_test_support::RECORD_REASONS as REASONS;
 
 use crate::http;
 use crate::poll::{DEADLINE, poll_for};

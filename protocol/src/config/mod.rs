@@ -118,7 +118,7 @@ pub const DEFAULT_MAX_REQUEST_BODY_BYTES: u64 = 268_435_456;
 pub const MAX_MAX_REQUEST_BODY_BYTES: u64 = 1_073_741_824;
 
 /// Every key the top-level object may carry.
-const TOP_LEVEL_KEYS: [&str; 27] = [
+pub const TOP_LEVEL_KEYS: [&str; 27] = [
     "python",
     "strata_dir",
     "listen",
