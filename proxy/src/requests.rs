@@ -1,7 +1,7 @@
 //! `GET /requests`: pages of accounting records, read from the supervisor.
 //!
 //! The supervisor holds the ring (so records survive a proxy restart) and
-//! answers with a [`RecordsPage`] of the stored record texts; this endpoint
+//! answers with a [`RecordsPage`](strata_protocol::page::RecordsPage) of the stored record texts; this endpoint
 //! validates the cursor and renders the page, so an item is byte-for-byte
 //! the JSONL line.
 
