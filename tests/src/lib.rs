@@ -27,12 +27,14 @@
 //!   root only) running test copies of the units in `contrib/`.
 //! - `e2e-unix-client` (a binary of this crate, `env!("CARGO_BIN_EXE_e2e-unix-client")`): a
 //!   raw Unix-socket client for acting as another process or user.
+//! - [`mod@bench`] and the `bench-upstream` binary: the router benchmark (`tests/benches/router.rs`).
 //!
 //! Conventions: loopback only, ports from [`free_port`], every process stopped by PID (never by
 //! name), and every wait bounded by a deadline that panics with what was awaited.
 #![forbid(unsafe_code)]
 
 pub mod accounting;
+pub mod bench;
 pub mod config;
 pub mod control;
 pub mod fake_log;

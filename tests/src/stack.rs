@@ -190,6 +190,11 @@ impl Stack {
         self.proxy.as_mut().expect("no proxy is running")
     }
 
+    /// The supervisor's PID.
+    pub fn supervisor_pid(&self) -> u32 {
+        self.sup().pid()
+    }
+
     /// The current proxy's PID; panics if there is none.
     pub fn proxy_pid(&self) -> u32 {
         self.proxy.as_ref().expect("no proxy is running").pid()
