@@ -30,7 +30,8 @@
 //! Flags (defaults for the full run; `--quick` in brackets): `--quick`, `--markdown`,
 //! `--rounds N` (5 [1]), `--phase-ms N` (length of each timed phase: 2000 [250]), `--waiting
 //! N` (waiting streaming clients: 10000 [100], at most the open-file limit minus 1000),
-//! `--switches N` (10 [2]), `--no-nginx`.
+//! `--switches N` (10 [2]), `--phases LIST` (a comma-separated subset of `c=1`, `c=16`,
+//! `c=64`, `sse`, `paced`, `bulk`, `16 streams`), `--no-nginx`.
 //!
 //! What each figure is:
 //!
@@ -60,10 +61,8 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use strata_e2e::bench::load::{self, Conn, Error, StreamTiming};
+use strata_e2e::bench::load::{Conn, Error, StreamTiming};
 use strata_e2e::bench::nginx::{self, Nginx};
 use strata_e2e::bench::procstat::{self, Probe};
 use strata_e2e::bench::report::{Table, Unit, format_ratio, format_value, median, percentile};
@@ -88,6 +87,8 @@ struct Options {
     waiting: usize,
     switches: usize,
     nginx: bool,
+    /// The phases to run (all by default; `--phases c=1,sse` for a focused look).
+    phases: Vec<&'static str>,
 }
 
 impl Options {
@@ -100,6 +101,7 @@ impl Options {
         let mut waiting = None;
         let mut switches = None;
         let mut nginx = true;
+        let mut phases: Vec<&'static str> = PHASES.to_vec();
         let number = |flag: &str, value: Option<String>| -> Result<usize, String> {
             value
                 .and_then(|v| v.parse().ok())
@@ -117,10 +119,23 @@ impl Options {
                 "--phase-ms" => phase_ms = Some(number("--phase-ms", args.next())?),
                 "--waiting" => waiting = Some(number("--waiting", args.next())?),
                 "--switches" => switches = Some(number("--switches", args.next())?),
+                "--phases" => {
+                    let list = args.next().unwrap_or_default();
+                    phases = list
+                        .split(',')
+                        .map(|name| {
+                            PHASES
+                                .iter()
+                                .find(|p| **p == name)
+                                .copied()
+                                .ok_or_else(|| format!("unknown phase {name:?}: {PHASES:?}"))
+                        })
+                        .collect::<Result<_, _>>()?;
+                }
                 "-h" | "--help" => {
                     return Err(
                         "usage: router [--quick] [--markdown] [--rounds N] [--phase-ms N] \
-                         [--waiting N] [--switches N] [--no-nginx]"
+                         [--waiting N] [--switches N] [--phases LIST] [--no-nginx]"
                             .into(),
                     );
                 }
@@ -135,6 +150,7 @@ impl Options {
             waiting: waiting.unwrap_or(if quick { 100 } else { 10_000 }),
             switches: switches.unwrap_or(if quick { 2 } else { 10 }),
             nginx,
+            phases,
         })
     }
 
@@ -225,8 +241,8 @@ struct Endpoint {
 }
 
 impl Endpoint {
-    fn request(&self, stream: bool, shape: Shape) -> Bytes {
-        Bytes::from(wire::chat_request(self.kind.model(), stream, shape))
+    fn request(&self, stream: bool, shape: Shape) -> Arc<[u8]> {
+        wire::chat_request(self.kind.model(), stream, shape).into()
     }
 
     fn up(&self) -> String {
@@ -345,9 +361,8 @@ async fn nonstream(
         workers.spawn(async move {
             let mut conn = Conn::new(addr);
             // One request to open the connection (and warm it) before the clock starts.
-            let warm = conn.post(body.clone()).await;
-            let warm = match warm {
-                Ok(response) => load::read_json(response, expect).await,
+            let warm = match conn.post(&body).await {
+                Ok(head) => conn.read_json(&head, expect).await,
                 Err(err) => Err(err),
             };
             barrier.wait().await;
@@ -356,8 +371,8 @@ async fn nonstream(
             let mut latencies = Vec::with_capacity(4096);
             while Instant::now() < deadline {
                 let sent = Instant::now();
-                let response = conn.post(body.clone()).await?;
-                load::read_json(response, expect).await?;
+                let head = conn.post(&body).await?;
+                conn.read_json(&head, expect).await?;
                 latencies.push(sent.elapsed().as_nanos() as u64);
             }
             Ok::<_, Error>(latencies)
@@ -408,8 +423,9 @@ async fn sequential_streams(
     let expect = shape.sse_len(&ep.up());
     let mut conn = Conn::new(ep.addr);
     // Warm the connection (and check the stream) before the clock starts.
-    let response = conn.post(body.clone()).await?;
-    load::read_sse(response, Instant::now(), expect, count_events).await?;
+    let head = conn.post(&body).await?;
+    conn.read_sse(&head, Instant::now(), expect, count_events)
+        .await?;
     let cpu = measure_start(&ep.probe);
     let deadline = Instant::now() + duration;
     let mut timings = Vec::new();
@@ -422,8 +438,8 @@ async fn sequential_streams(
             break;
         }
         let sent = Instant::now();
-        let response = conn.post(body.clone()).await?;
-        let timing = load::read_sse(response, sent, expect, count_events).await?;
+        let head = conn.post(&body).await?;
+        let timing = conn.read_sse(&head, sent, expect, count_events).await?;
         if count_events && timing.events != shape.sse_events() {
             return Err(format!(
                 "{} frames in a stream, expected {}",
@@ -535,8 +551,9 @@ async fn streams16(
         workers.spawn(async move {
             let mut conn = Conn::new(addr);
             // One short stream to open the connection before the clock starts.
-            let warm = match conn.post(warm_body).await {
-                Ok(response) => load::read_sse(response, Instant::now(), warm_len, true)
+            let warm = match conn.post(&warm_body).await {
+                Ok(head) => conn
+                    .read_sse(&head, Instant::now(), warm_len, true)
                     .await
                     .map(|_| ()),
                 Err(err) => Err(err),
@@ -544,8 +561,8 @@ async fn streams16(
             barrier.wait().await;
             warm?;
             let sent = Instant::now();
-            let response = conn.post(body).await?;
-            load::read_sse(response, sent, expect, true).await
+            let head = conn.post(&body).await?;
+            conn.read_sse(&head, sent, expect, true).await
         });
     }
     barrier.wait().await;
@@ -580,8 +597,8 @@ async fn check_and_warm(ep: &Endpoint) -> Result<(), Error> {
     let up = ep.up();
     let mut conn = Conn::new(ep.addr);
     for _ in 0..20 {
-        let response = conn.post(ep.request(false, JSON_SHAPE)).await?;
-        let body = load::read_all(response).await?;
+        let head = conn.post(&ep.request(false, JSON_SHAPE)).await?;
+        let body = conn.read_all(&head).await?;
         if body[..] != wire::json_response(&up, &JSON_SHAPE)[..] {
             return Err(format!(
                 "{}: unexpected JSON answer: {}",
@@ -590,8 +607,8 @@ async fn check_and_warm(ep: &Endpoint) -> Result<(), Error> {
             ));
         }
         let shape = Shape::new(4, 5);
-        let response = conn.post(ep.request(true, shape)).await?;
-        let body = load::read_all(response).await?;
+        let head = conn.post(&ep.request(true, shape)).await?;
+        let body = conn.read_all(&head).await?;
         let mut expect = Vec::new();
         for _ in 0..shape.chunks {
             expect.extend(wire::sse_chunk(&up, shape.bytes as usize));
@@ -613,23 +630,12 @@ async fn check_and_warm(ep: &Endpoint) -> Result<(), Error> {
 
 /// `GET /metrics` of a proxy.
 async fn metrics(addr: SocketAddr) -> Result<Value, Error> {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|err| format!("connect {addr}: {err}"))?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|err| format!("handshake: {err}"))?;
-    tokio::spawn(connection);
-    let request = hyper::Request::get("/metrics")
-        .header(hyper::header::HOST, addr.to_string())
-        .body(http_body_util::Full::new(Bytes::new()))
-        .expect("a valid request");
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|err| format!("/metrics: {err}"))?;
-    let body = load::read_all(response).await?;
+    let mut conn = Conn::new(addr);
+    let head = conn.send("GET", "/metrics", b"").await?;
+    let body = conn.read_all(&head).await?;
+    if head.status != 200 {
+        return Err(format!("/metrics answered {}", head.status));
+    }
     serde_json::from_slice(&body).map_err(|err| format!("/metrics is not JSON: {err}"))
 }
 
@@ -671,29 +677,23 @@ async fn waiting(
     // The busy stream: effectively endless, read by a task until we drop it.
     let busy_shape = Shape::new(1_000_000, 8).paced(100);
     let mut conn = Conn::new(addr);
-    let response = conn
-        .post(Bytes::from(wire::chat_request("sw-a", true, busy_shape)))
+    let head = conn
+        .post(&wire::chat_request("sw-a", true, busy_shape))
         .await?;
-    let mut body = response.into_body();
-    match body.frame().await {
-        Some(Ok(_)) => {}
-        other => return Err(format!("the busy stream did not start: {other:?}")),
-    }
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let reader = tokio::spawn(async move {
         tokio::select! {
             _ = stopped => {}
-            _ = async { while let Some(Ok(_)) = body.frame().await {} } => {}
+            _ = conn.read_body(&head, |_, _| {}) => {}
         }
-        drop(body);
-        drop(conn);
+        // Dropping the connection here is the client going away.
     });
     wait_metric(addr, "in_flight", 1, Duration::from_secs(20)).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let proxy_before_kib = procstat::rss_kib(proxy).unwrap_or(0);
     let supervisor_before_kib = procstat::rss_kib(supervisor).unwrap_or(0);
 
-    let body = Bytes::from(wire::chat_request("sw-a", true, Shape::new(1, 8)));
+    let body: Arc<[u8]> = wire::chat_request("sw-a", true, Shape::new(1, 8)).into();
     let connecting = Arc::new(tokio::sync::Semaphore::new(256));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..n {
@@ -702,9 +702,12 @@ async fn waiting(
             let permit = connecting.acquire_owned().await.expect("semaphore open");
             let mut conn = Conn::new(addr);
             // Wait-first: 200 and the SSE headers come as soon as the request is queued.
-            let response = conn.post(body).await?;
+            let head = conn.post(&body).await?;
             drop(permit);
-            Ok::<_, Error>((conn, response))
+            if !head.content_type.starts_with("text/event-stream") {
+                return Err(format!("a waiting client got {head:?}"));
+            }
+            Ok::<_, Error>(conn)
         });
     }
     let mut held = Vec::with_capacity(n);
@@ -754,24 +757,16 @@ async fn switches(addr: SocketAddr, log: &Path, n: usize) -> Result<Vec<Switch>,
         let model = if i % 2 == 0 { "sw-b" } else { "sw-a" };
         let up = format!("up-{model}");
         let sent_ns = realtime_ns();
-        let response = conn
-            .post(Bytes::from(wire::chat_request(
-                model,
-                true,
-                Shape::new(1, 8),
-            )))
+        let head = conn
+            .post(&wire::chat_request(model, true, Shape::new(1, 8)))
             .await?;
-        let mut body = response.into_body();
         let mut first_ns = None;
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|err| format!("switch stream: {err}"))?;
-            if let Ok(data) = frame.into_data()
-                && first_ns.is_none()
-                && data.windows(5).any(|w| w == b"data:")
-            {
+        conn.read_body(&head, |data, _| {
+            if first_ns.is_none() && data.windows(5).any(|w| w == b"data:") {
                 first_ns = Some(realtime_ns());
             }
-        }
+        })
+        .await?;
         let first_ns = first_ns.ok_or("the switch stream had no data frame")?;
         let ready_ns = last_ready_ns(log, &up)
             .filter(|ready| *ready > sent_ns)
@@ -1164,7 +1159,7 @@ fn run(
     }
     for round in 1..=opts.rounds {
         let started = Instant::now();
-        for phase in PHASES {
+        for phase in &opts.phases {
             for (kind, target, ep) in &endpoints {
                 runtime
                     .block_on(run_phase(phase, ep, *target, opts, &mut res))
@@ -1198,10 +1193,11 @@ fn run(
     let extras = runtime.block_on(async {
         // Load sw-a first.
         let mut conn = Conn::new(sw.addr());
-        let response = conn
-            .post(Bytes::from(wire::chat_request("sw-a", false, JSON_SHAPE)))
+        let head = conn
+            .post(&wire::chat_request("sw-a", false, JSON_SHAPE))
             .await?;
-        load::read_json(response, JSON_SHAPE.json_len("up-sw-a")).await?;
+        conn.read_json(&head, JSON_SHAPE.json_len("up-sw-a"))
+            .await?;
         tokio::time::sleep(Duration::from_millis(200)).await;
         let switch_idle_proxy_kib = procstat::rss_kib(proxy).unwrap_or(0);
         let waiting = waiting(sw.addr(), proxy, supervisor, opts.waiting).await?;
