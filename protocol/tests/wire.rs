@@ -5,10 +5,11 @@ use strata_protocol::config::ModelStatus;
 use strata_protocol::page::RecordsPage;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    ArrivalInfo, BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure,
-    MAX_FRAME_BYTES, ModelStatusEntry, PROTOCOL_VERSION, ProxyMessage, RequestLogStats,
-    RevokeReason, RouterMetrics, RouterState, ServiceTier, SupervisorMessage, TicketScore,
-    WireError, decode_payload, encode_frame, read_frame, write_frame,
+    ArrivalInfo, BackendInstance, CacheScores, FrameReader, Grant, LeaseFailure, LoadPhase,
+    LookupFailure, MAX_FRAME_BYTES, ModelStatusEntry, PROTOCOL_VERSION, ProxyMessage,
+    RequestLogStats, RevokeReason, RouterMetrics, RouterState, ServiceTier, SupervisorMessage,
+    TicketScore, WireError, decode_payload, encode_frame, encode_frame_into, read_frame,
+    write_frame,
 };
 
 fn sample_record() -> RequestRecord {
@@ -335,4 +336,78 @@ fn garbage_and_trailing_bytes_are_decode_errors() {
         decode_payload::<ProxyMessage>(&payload),
         Err(WireError::Decode(_))
     ));
+}
+
+/// A `FrameReader` takes every frame out of one read, whatever the split of the bytes, and
+/// its `next` can be cancelled mid-frame without losing or corrupting anything.
+#[tokio::test]
+async fn the_frame_reader_reads_any_split_and_survives_cancellation() {
+    let messages = proxy_messages();
+    let mut bytes = Vec::new();
+    for message in &messages {
+        encode_frame_into(&mut bytes, message).unwrap();
+    }
+    // All at once: one read holds every frame.
+    let mut reader = FrameReader::new(&bytes[..]);
+    for message in &messages {
+        assert_eq!(
+            reader.next::<ProxyMessage>().await.unwrap().as_ref(),
+            Some(message)
+        );
+    }
+    assert!(reader.next::<ProxyMessage>().await.unwrap().is_none());
+
+    // A byte at a time, with a `next` cancelled while a frame is half there.
+    let (mut client, server) = tokio::io::duplex(64);
+    let mut reader = FrameReader::new(server);
+    let mut got = Vec::new();
+    for (i, byte) in bytes.iter().enumerate() {
+        tokio::io::AsyncWriteExt::write_all(&mut client, &[*byte])
+            .await
+            .unwrap();
+        if i % 7 == 3 {
+            // Nothing complete may be due yet, or it is; either way the bytes stay.
+            let polled =
+                tokio::time::timeout(std::time::Duration::ZERO, reader.next::<ProxyMessage>())
+                    .await;
+            if let Ok(frame) = polled {
+                got.push(frame.unwrap().unwrap());
+            }
+        }
+    }
+    drop(client);
+    while let Some(message) = reader.next::<ProxyMessage>().await.unwrap() {
+        got.push(message);
+    }
+    assert_eq!(got, messages);
+}
+
+#[tokio::test]
+async fn the_frame_reader_refuses_what_read_frame_refuses() {
+    // An oversized prefix, before any payload.
+    let prefix = (MAX_FRAME_BYTES + 1).to_be_bytes();
+    let mut reader = FrameReader::new(&prefix[..]);
+    assert!(matches!(
+        reader.next::<ProxyMessage>().await,
+        Err(WireError::TooLarge { .. })
+    ));
+    // A close inside a frame.
+    let frame = encode_frame(&ProxyMessage::QueryMetrics { query: 1 }).unwrap();
+    let mut reader = FrameReader::new(&frame[..frame.len() - 1]);
+    assert!(matches!(
+        reader.next::<ProxyMessage>().await,
+        Err(WireError::Io(_))
+    ));
+    // A frame that does not decode is consumed whole: the next one reads.
+    let mut bytes = vec![0, 0, 0, 3, 0xff, 0xff, 0xff];
+    bytes.extend_from_slice(&frame);
+    let mut reader = FrameReader::new(&bytes[..]);
+    assert!(matches!(
+        reader.next::<ProxyMessage>().await,
+        Err(WireError::Decode(_))
+    ));
+    assert_eq!(
+        reader.next::<ProxyMessage>().await.unwrap(),
+        Some(ProxyMessage::QueryMetrics { query: 1 })
+    );
 }

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    PROTOCOL_VERSION, ProxyMessage, RequestLogStats, RouterMetrics, SupervisorMessage, WireError,
-    read_frame, write_frame,
+    FrameReader, PROTOCOL_VERSION, ProxyMessage, RequestLogStats, RouterMetrics, SupervisorMessage,
+    WireError, encode_frame_into, write_frame,
 };
+use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
@@ -23,6 +24,9 @@ use crate::sockets;
 
 /// A proxy that connects but says nothing is dropped after this long.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// At most this many events to one proxy are written together.
+const EVENTS_PER_WRITE: usize = 64;
 
 /// What every proxy connection shares: the identity checks a hello must
 /// pass, and the instance-wide state that must stay unique and survive
@@ -102,13 +106,14 @@ async fn handle_connection(
     engine: EngineHandle,
     identity: &LinkShared,
 ) {
-    let (mut reader, mut writer) = stream.into_split();
+    let (reader, mut writer) = stream.into_split();
     let refuse = |reason: String| SupervisorMessage::Refused { reason };
     if !sockets::peer_is_allowed(reader.as_ref()) {
         let _ = write_frame(&mut writer, &refuse("permission denied: wrong user".into())).await;
         return;
     }
-    let hello = tokio::time::timeout(HELLO_TIMEOUT, read_frame::<_, ProxyMessage>(&mut reader));
+    let mut reader = FrameReader::new(reader);
+    let hello = tokio::time::timeout(HELLO_TIMEOUT, reader.next::<ProxyMessage>());
     let pid = match hello.await {
         Ok(Ok(Some(ProxyMessage::Hello {
             protocol_version,
@@ -158,14 +163,23 @@ async fn handle_connection(
         return;
     }
     let writer_task = tokio::spawn(async move {
-        while let Some(message) = events_rx.recv().await {
-            if write_frame(&mut writer, &message).await.is_err() {
+        // Every event already waiting goes out in one write.
+        let mut batch = Vec::new();
+        let mut out = Vec::new();
+        while events_rx.recv_many(&mut batch, EVENTS_PER_WRITE).await > 0 {
+            out.clear();
+            for message in batch.drain(..) {
+                if let Err(err) = encode_frame_into(&mut out, &message) {
+                    tracing::warn!(conn, error = %err, "an event for a proxy could not be encoded");
+                }
+            }
+            if writer.write_all(&out).await.is_err() {
                 break;
             }
         }
     });
     loop {
-        let command = match read_frame::<_, ProxyMessage>(&mut reader).await {
+        let command = match reader.next::<ProxyMessage>().await {
             Ok(Some(ProxyMessage::Enqueue {
                 ticket,
                 model,

@@ -3,10 +3,18 @@
 //! The limit is checked twice: on the length prefix before any payload byte
 //! is read (so a garbage prefix cannot make us allocate gigabytes), and by
 //! bincode itself while decoding (so a lying payload cannot either).
+//!
+//! The long-lived ends read through a [`FrameReader`]: one `read` fills its
+//! buffer with as many frames as have arrived (instead of a read for each
+//! prefix and each payload), and it is cancel-safe, so a connection can wait
+//! for frames in one branch of a `select!`. Writers that have several
+//! messages at once encode them into one buffer ([`encode_frame_into`]) and
+//! write it with one call.
 
 use std::fmt;
 
 use bincode::Options;
+use bytes::BytesMut;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -61,19 +69,28 @@ fn options() -> impl Options {
 
 /// Serializes `msg` into a complete frame (length prefix included).
 pub fn encode_frame<T: Serialize>(msg: &T) -> Result<Vec<u8>, WireError> {
-    let payload = options()
-        .serialize(msg)
-        .map_err(|err| WireError::Encode(err.to_string()))?;
-    let len = u32::try_from(payload.len())
-        .ok()
-        .filter(|len| *len <= MAX_FRAME_BYTES)
-        .ok_or(WireError::TooLarge {
-            len: payload.len() as u64,
-        })?;
-    let mut frame = Vec::with_capacity(4 + payload.len());
-    frame.extend_from_slice(&len.to_be_bytes());
-    frame.extend_from_slice(&payload);
+    let mut frame = Vec::new();
+    encode_frame_into(&mut frame, msg)?;
     Ok(frame)
+}
+
+/// Appends the complete frame of `msg` to `out`. On error `out` is as it was.
+pub fn encode_frame_into<T: Serialize>(out: &mut Vec<u8>, msg: &T) -> Result<(), WireError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    // The limit makes bincode stop at MAX_FRAME_BYTES instead of growing `out` without end.
+    if let Err(err) = options().serialize_into(&mut *out, msg) {
+        out.truncate(start);
+        return Err(match *err {
+            bincode::ErrorKind::SizeLimit => WireError::TooLarge {
+                len: u64::from(MAX_FRAME_BYTES) + 1,
+            },
+            _ => WireError::Encode(err.to_string()),
+        });
+    }
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+    Ok(())
 }
 
 /// Decodes one payload (the bytes after the length prefix).
@@ -123,4 +140,63 @@ where
     writer.write_all(&frame).await?;
     writer.flush().await?;
     Ok(())
+}
+
+/// How much a [`FrameReader`] asks the socket for at least, per read.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// A buffered, cancel-safe reader of frames (see the module docs).
+#[derive(Debug)]
+pub struct FrameReader<R> {
+    reader: R,
+    buf: BytesMut,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(reader: R) -> FrameReader<R> {
+        FrameReader {
+            reader,
+            buf: BytesMut::new(),
+        }
+    }
+
+    /// The next frame. `Ok(None)` when the peer closed cleanly between
+    /// frames; a close inside a frame is an error. Cancel-safe: bytes read
+    /// before a cancellation stay in the buffer for the next call. A frame
+    /// that does not decode is consumed whole (the stream stays in sync).
+    pub async fn next<T: DeserializeOwned>(&mut self) -> Result<Option<T>, WireError> {
+        loop {
+            if let Some(frame) = self.take_frame()? {
+                return decode_payload(&frame).map(Some);
+            }
+            self.buf.reserve(READ_CHUNK);
+            if self.reader.read_buf(&mut self.buf).await? == 0 {
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                return Err(WireError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+        }
+    }
+
+    /// Splits one complete payload off the buffer, if one has arrived.
+    fn take_frame(&mut self) -> Result<Option<BytesMut>, WireError> {
+        let Some(prefix) = self.buf.first_chunk::<4>() else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes(*prefix);
+        if len > MAX_FRAME_BYTES {
+            return Err(WireError::TooLarge {
+                len: u64::from(len),
+            });
+        }
+        let total = 4 + len as usize;
+        if self.buf.len() < total {
+            // Room for the rest at once: one more read completes it.
+            self.buf.reserve(total - self.buf.len());
+            return Ok(None);
+        }
+        let mut frame = self.buf.split_to(total);
+        Ok(Some(frame.split_off(4)))
+    }
 }

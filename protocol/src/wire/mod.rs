@@ -15,7 +15,8 @@ mod frame;
 mod messages;
 
 pub use frame::{
-    MAX_FRAME_BYTES, WireError, decode_payload, encode_frame, read_frame, write_frame,
+    FrameReader, MAX_FRAME_BYTES, WireError, decode_payload, encode_frame, encode_frame_into,
+    read_frame, write_frame,
 };
 pub use messages::{
     ArrivalInfo, BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure,

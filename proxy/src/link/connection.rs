@@ -14,9 +14,10 @@ use bytes::Bytes;
 use strata_protocol::page::RecordsPage;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    ArrivalInfo, CacheScores, LookupFailure, PROTOCOL_VERSION, ProxyMessage, RouterMetrics,
-    SupervisorMessage, TicketId, read_frame, write_frame,
+    ArrivalInfo, CacheScores, FrameReader, LookupFailure, PROTOCOL_VERSION, ProxyMessage,
+    RouterMetrics, SupervisorMessage, TicketId, encode_frame_into, write_frame,
 };
+use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -129,7 +130,8 @@ async fn serve(
     draining: &mut bool,
     unsent: &mut VecDeque<Box<RequestRecord>>,
 ) -> Ended {
-    let (mut reader, mut writer) = stream.into_split();
+    let (reader, mut writer) = stream.into_split();
+    let mut reader = FrameReader::new(reader);
     let hello = ProxyMessage::Hello {
         protocol_version: PROTOCOL_VERSION,
         fingerprint,
@@ -138,11 +140,7 @@ async fn serve(
     if write_frame(&mut writer, &hello).await.is_err() {
         return Ended::Lost;
     }
-    let answer = tokio::time::timeout(
-        HELLO_TIMEOUT,
-        read_frame::<_, SupervisorMessage>(&mut reader),
-    )
-    .await;
+    let answer = tokio::time::timeout(HELLO_TIMEOUT, reader.next::<SupervisorMessage>()).await;
     match answer {
         Ok(Ok(Some(SupervisorMessage::Welcome {
             protocol_version,
@@ -183,14 +181,6 @@ async fn serve(
         }
     }
 
-    let (frames_tx, mut frames) = mpsc::unbounded_channel();
-    let reader_task = tokio::spawn(async move {
-        while let Ok(Some(message)) = read_frame::<_, SupervisorMessage>(&mut reader).await {
-            if frames_tx.send(message).is_err() {
-                break;
-            }
-        }
-    });
     let (lookups_tx, mut lookups) = mpsc::unbounded_channel();
     let mut session = Session {
         writer,
@@ -203,9 +193,11 @@ async fn serve(
     };
     let ended = loop {
         tokio::select! {
-            frame = frames.recv() => match frame {
-                Some(message) => session.dispatch(message, state),
-                None => break Ended::Lost,
+            // `FrameReader::next` is cancel-safe: a frame half read when
+            // another branch wins stays in its buffer.
+            frame = reader.next::<SupervisorMessage>() => match frame {
+                Ok(Some(message)) => session.dispatch(message, state),
+                Ok(None) | Err(_) => break Ended::Lost,
             },
             Some((lookup, scores)) = lookups.recv() => {
                 let message = ProxyMessage::TicketScores { lookup, scores };
@@ -216,26 +208,63 @@ async fn serve(
             command = commands.recv() => match command {
                 None => break Ended::Stop,
                 Some(command) => {
-                    if let LinkCommand::SetDraining(value) = &command {
-                        *draining = *value;
+                    // Whatever else is already waiting goes out in the same write.
+                    let mut batch = Batch::default();
+                    let mut next = Some(command);
+                    let mut closed = false;
+                    while let Some(command) = next.take() {
+                        if let LinkCommand::SetDraining(value) = &command {
+                            *draining = *value;
+                        }
+                        session.queue(command, &mut batch);
+                        if batch.out.len() >= BATCH_BYTES {
+                            break;
+                        }
+                        match commands.try_recv() {
+                            Ok(command) => next = Some(command),
+                            Err(mpsc::error::TryRecvError::Disconnected) => closed = true,
+                            Err(mpsc::error::TryRecvError::Empty) => {}
+                        }
                     }
-                    if let Err(lost) = session.send(command).await {
-                        if let Some(record) = lost {
+                    if let Err(err) = session.writer.write_all(&batch.out).await {
+                        tracing::warn!(error = %err, "writing to the supervisor failed");
+                        for record in batch.records {
                             keep_unsent(unsent, record);
                         }
                         break Ended::Lost;
+                    }
+                    // Everything queued before a flush is on the socket now.
+                    for reply in batch.flushed {
+                        let _ = reply.send(());
+                    }
+                    if closed {
+                        break Ended::Stop;
                     }
                 }
             },
         }
     };
-    reader_task.abort();
     // Every ticket of this connection ended with it (the supervisor drops
     // them when the socket closes); tell the requests.
     for (_, ticket) in session.tickets.drain() {
         let _ = ticket.events.send(TicketEvent::LinkLost);
     }
     ended
+}
+
+/// Stop adding commands to one write past this many bytes.
+const BATCH_BYTES: usize = 64 * 1024;
+
+/// Commands encoded for one write to the supervisor.
+#[derive(Default)]
+struct Batch {
+    out: Vec<u8>,
+    /// The records in `out`, kept until the write succeeded. Boxed as the
+    /// messages and the unsent queue hold them, so none is moved twice.
+    #[allow(clippy::vec_box)]
+    records: Vec<Box<RequestRecord>>,
+    /// Flushes to answer once `out` is written.
+    flushed: Vec<oneshot::Sender<()>>,
 }
 
 /// One ticket of this connection.
@@ -263,9 +292,9 @@ impl Session {
         token
     }
 
-    /// Writes the frame for `command`. On failure a record that could not
-    /// be sent is handed back so it is not lost.
-    async fn send(&mut self, command: LinkCommand) -> Result<(), Option<Box<RequestRecord>>> {
+    /// Encodes the frame for `command` into `batch`, keeping its record (if
+    /// any) until the batch is written, so a failed write loses none.
+    fn queue(&mut self, command: LinkCommand, batch: &mut Batch) {
         let message = match command {
             LinkCommand::Enqueue {
                 ticket,
@@ -322,24 +351,19 @@ impl Session {
                 self.metrics.insert(query, reply);
                 ProxyMessage::QueryMetrics { query }
             }
-            // Commands are written in order, so everything before this one
-            // is already on the socket.
+            // Answered once the batch holding everything before it is written.
             LinkCommand::Flush { reply } => {
-                let _ = reply.send(());
-                return Ok(());
+                batch.flushed.push(reply);
+                return;
             }
         };
-        match write_frame(&mut self.writer, &message).await {
-            Ok(()) => Ok(()),
-            Err(err) => {
-                tracing::warn!(error = %err, "writing to the supervisor failed");
-                match message {
-                    ProxyMessage::SubmitRecord { record } | ProxyMessage::Finish { record, .. } => {
-                        Err(Some(record))
-                    }
-                    _ => Err(None),
-                }
-            }
+        if let Err(err) = encode_frame_into(&mut batch.out, &message) {
+            // Only a message past the frame limit cannot be encoded; a record never is.
+            tracing::warn!(error = %err, "a message to the supervisor could not be encoded");
+        }
+        if let ProxyMessage::SubmitRecord { record } | ProxyMessage::Finish { record, .. } = message
+        {
+            batch.records.push(record);
         }
     }
 

@@ -18,6 +18,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use strata_protocol::config::Config;
+use strata_protocol::wire::read_frame;
 use strata_protocol::wire::{
     ArrivalInfo, BackendInstance, Grant, LeaseFailure, LookupFailure, MAX_FRAME_BYTES,
     RevokeReason, RouterState, ServiceTier,
