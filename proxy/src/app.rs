@@ -13,6 +13,7 @@ use std::sync::atomic::AtomicU64;
 
 use strata_protocol::config::Config;
 
+use crate::chat::UpstreamPool;
 use crate::link::SupervisorLink;
 use crate::tasks::Tasks;
 
@@ -32,6 +33,8 @@ pub struct App {
     pub unlinked_requests: AtomicU64,
     /// Forwarding tasks and body drains, for the drain to wait for.
     pub tasks: Tasks,
+    /// Idle keep-alive connections to the backend (empty with Strata).
+    pub upstream_pool: Arc<UpstreamPool>,
     last_stream: Mutex<LastStream>,
 }
 
@@ -48,6 +51,7 @@ impl App {
             link,
             unlinked_requests: AtomicU64::new(0),
             tasks: Tasks::default(),
+            upstream_pool: Arc::default(),
             last_stream: Mutex::new(LastStream::default()),
         })
     }

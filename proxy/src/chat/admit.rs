@@ -119,7 +119,13 @@ impl Job {
             tracing::warn!("the leased backend is no longer the serving one; request not sent");
             return Err(ChatError::BackendGone);
         }
-        let send = upstream::send(grant.backend, self.body, self.accept);
+        let send = upstream::send(
+            &self.app.upstream_pool,
+            grant.backend,
+            grant.instance,
+            self.body,
+            self.accept,
+        );
         let send = async {
             match deadline {
                 Some(deadline) => tokio::time::timeout_at(deadline.into(), send).await.ok(),

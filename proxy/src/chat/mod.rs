@@ -41,6 +41,7 @@ use read::BodyError;
 use request::ChatRequest;
 use respond::StrataHeaders;
 pub use trace::{Phase, Reason, Trace};
+pub use upstream::UpstreamPool;
 
 /// How long a request rejected before it has a ticket waits for the
 /// supervisor to number it before the proxy numbers it locally.
