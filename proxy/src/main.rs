@@ -39,7 +39,10 @@ fn main() -> ExitCode {
     // Before the runtime serves anything: the first accepts may already need more than the
     // default soft limit (a socket unit hands over the connections queued in its backlog).
     raise_open_file_limit();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread: per request the proxy parses a little and copies between sockets, and a
+    // multi-thread runtime spent more on cross-thread wakeups (futex, eventfd) than on that
+    // work (ARCHITECTURE.md, `main.rs`).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
