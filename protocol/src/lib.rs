@@ -7,7 +7,8 @@
 //! [`record`]'s, a `/requests` page of them [`page`]'s; the other
 //! documents the proxy serves over HTTP are [`api`]'s. [`os`] holds the process setup both daemons share (the open-file
 //! limit), so that it is done one way.
-// `unsafe` is denied except for the one `pre_exec` hook in `os::die_with_parent`.
+// `unsafe` is denied except for the `pre_exec` hook in `os::die_with_parent` and the
+// descriptor registration in `os::dir_watch`.
 #![deny(unsafe_code)]
 
 pub mod api;

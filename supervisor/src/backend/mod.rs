@@ -21,7 +21,7 @@
 //! or a multi-thread runtime; the `spawn` module explains why. A `debug_assert!` guards it.
 //!
 //! Modules: `spawn`, `group` (the owned child, reaping, group liveness),
-//! `readiness` (ready file and identity), `health` (HTTP/1.0 `/health` client), `stop`,
+//! `readiness` (ready file and identity), woken at once by an inotify watch on the ready-file directory, `health` (HTTP/1.0 `/health` client), `stop`,
 //! `ready_dir`, `progress`, `cancel`, `spec`, `error`.
 
 mod cancel;
@@ -52,6 +52,7 @@ use cancel::Cancel;
 use group::ChildGroup;
 use readiness::Waiter;
 use ready_dir::ReadyDir;
+use strata_protocol::os::dir_watch::DirWatch;
 
 /// The running backend, verified to be the requested model on the backend port.
 #[derive(Debug)]
@@ -158,6 +159,14 @@ pub async fn start_with_env(
     spawn::check_port_free(spec.backend_port)?;
     let ready_dir = ReadyDir::create(&spec.ready_dir_parent).map_err(StartError::ReadyDir)?;
     let ready_path = ready_dir.ready_file();
+    // Before the spawn, so the backend cannot write the file before the watch exists.
+    let watch = match DirWatch::new(ready_dir.path()) {
+        Ok(watch) => Some(watch),
+        Err(err) => {
+            tracing::warn!(error = %err, "no inotify watch on the ready-file directory; polling only");
+            None
+        }
+    };
 
     let mut group = spawn::spawn_backend(spec, &ready_path, base_env)?;
     // startup_ms "starts after spawning".
@@ -169,6 +178,7 @@ pub async fn start_with_env(
         spec,
         group: &mut group,
         ready_path: &ready_path,
+        watch: watch.as_ref(),
         spawned_at,
         progress,
         cancel,

@@ -1,7 +1,8 @@
 //! Waiting for a spawned backend to become ready, and verifying that it is the right one.
 //!
-//! Every ~50 ms, until `startup_ms` after the spawn: stop if cancelled; stop if the child has
-//! exited; otherwise look for the ready file. Once it parses, its `pid`, `model_name` and `port`
+//! At every change in the ready-file directory (an inotify watch, `strata_protocol::os::dir_watch`) and at
+//! least every 50 ms, until `startup_ms` after the spawn: stop if cancelled; stop if the child
+//! has exited; otherwise look for the ready file. Once it parses, its `pid`, `model_name` and `port`
 //! must be the child's, the expected model's and the backend port; then `GET /health` must
 //! answer 200 with the same model and `"loaded": true`. This function only decides; the caller
 //! kills the group and cleans up on any error.
@@ -21,8 +22,9 @@ use super::group::ChildGroup;
 use super::health::{HealthError, check_health};
 use super::progress::StartProgress;
 use super::spec::LaunchSpec;
+use strata_protocol::os::dir_watch::DirWatch;
 
-/// How often the ready file and the child are looked at.
+/// How often the child (and, as a fallback to the watch, the ready file) is looked at.
 const POLL: Duration = Duration::from_millis(50);
 /// How often a `StillWaiting` progress event is sent.
 const REPORT_EVERY: Duration = Duration::from_secs(2);
@@ -102,11 +104,20 @@ pub(crate) fn verify_ready_file(
     Ok(())
 }
 
+/// The watch's next event, or never without a watch (the poll then finds the file).
+async fn dir_changed(watch: Option<&DirWatch>) {
+    match watch {
+        Some(watch) => watch.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Everything the wait needs from [`start`](super::start).
 pub(crate) struct Waiter<'a> {
     pub(crate) spec: &'a LaunchSpec,
     pub(crate) group: &'a mut ChildGroup,
     pub(crate) ready_path: &'a Path,
+    pub(crate) watch: Option<&'a DirWatch>,
     pub(crate) spawned_at: Instant,
     pub(crate) progress: &'a mut (dyn FnMut(StartProgress) + Send),
     pub(crate) cancel: Cancel<'a>,
@@ -160,6 +171,7 @@ impl Waiter<'_> {
             let nap = POLL.min(deadline - now);
             tokio::select! {
                 () = tokio::time::sleep(nap) => {}
+                () = dir_changed(self.watch) => {}
                 () = self.cancel.cancelled() => return Err(StartError::Cancelled),
             }
         };

@@ -55,7 +55,6 @@ impl ReadyDir {
         ))
     }
 
-    #[cfg(test)]
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }

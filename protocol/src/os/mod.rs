@@ -1,6 +1,6 @@
 //! Process setup done one way everywhere: the daemons' command line, logging,
 //! exit status for a bad config, shutdown signals and open-file limit, and
-//! the parent-death hook every spawned child gets.
+//! the parent-death hook every spawned child gets, and [`dir_watch`] (inotify made async).
 //!
 //! Every client connection costs the proxy a descriptor (and one more while its request is
 //! forwarded upstream), and wait-first mode invites thousands of idle waiting clients. The
@@ -8,6 +8,8 @@
 //! hard limit is the ceiling the operator chose (systemd's `LimitNOFILE=` in the units). So
 //! each daemon raises its soft limit to the hard limit at start, in its synchronous `main`
 //! before the runtime exists, and logs the limit it runs with.
+
+pub mod dir_watch;
 
 use std::io::{self, IsTerminal};
 use std::os::unix::process::CommandExt;
@@ -114,7 +116,7 @@ pub fn raise_open_file_limit() {
 /// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the process:
 /// spawn from a thread that lives as long as the child should (the supervisor spawns its
 /// backend on its main thread).
-// The crate denies `unsafe_code`; this function is the one exception (the pre_exec hook).
+// The crate denies `unsafe_code`; this hook and `dir_watch`'s registration are the exceptions.
 #[allow(unsafe_code)]
 pub fn die_with_parent(command: &mut Command, signal: Signal) {
     let parent = getpid();
