@@ -72,7 +72,7 @@ pub async fn enqueue(
         }
         TicketEvent::Granted(grant) => {
             trace.numbered(Some(grant.arrival));
-            Ok((events, Some(grant)))
+            Ok((events, Some(*grant)))
         }
         TicketEvent::Failed { arrival, failure } => {
             trace.numbered(Some(arrival));
@@ -119,13 +119,15 @@ impl Job {
             tracing::warn!("the leased backend is no longer the serving one; request not sent");
             return Err(ChatError::BackendGone);
         }
-        let send = upstream::send(
+        // Boxed: a waiting request's task would otherwise reserve room for
+        // the whole send (connect, write, head parse) while it only waits.
+        let send = Box::pin(upstream::send(
             &self.app.upstream_pool,
             grant.backend,
             grant.instance,
             self.body,
             self.accept,
-        );
+        ));
         let send = async {
             match deadline {
                 Some(deadline) => tokio::time::timeout_at(deadline.into(), send).await.ok(),
@@ -174,7 +176,7 @@ async fn wait_for_grant(events: &mut TicketEvents, trace: &mut Trace) -> Result<
         match events.next_event().await {
             TicketEvent::Queued(_) => {}
             TicketEvent::Admitted | TicketEvent::Progress(_) => trace.admitted(),
-            TicketEvent::Granted(grant) => return Ok(grant),
+            TicketEvent::Granted(grant) => return Ok(*grant),
             TicketEvent::Failed { failure, .. } => return Err(failed(trace, failure)),
             TicketEvent::Revoked(reason) => {
                 return Err(ChatError::from(LeaseEnd::Revoked(reason)));

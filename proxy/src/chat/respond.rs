@@ -205,14 +205,22 @@ pub fn respond_early(job: Job, mut trace: Trace, headers: StrataHeaders) -> Resp
         let reason = match outcome {
             None => Reason::ClientDisconnect,
             Some(Err(error)) => {
-                forward::fail_after_headers(&tx, AfterHeaders::InBandError, error, &mut observer)
-                    .await;
+                Box::pin(forward::fail_after_headers(
+                    &tx,
+                    AfterHeaders::InBandError,
+                    error,
+                    &mut observer,
+                ))
+                .await;
                 error.reason()
             }
             Some(Ok(mut dispatched)) => {
                 let status = dispatched.upstream.response.status();
                 if status.is_success() {
-                    let end = forward::forward(
+                    // Boxed, like the send in `admit_and_send`: the task that
+                    // waits in the queue does not carry the forwarding
+                    // loop's state.
+                    let end = Box::pin(forward::forward(
                         &mut dispatched.upstream,
                         &tx,
                         &mut observer,
@@ -223,19 +231,19 @@ pub fn respond_early(job: Job, mut trace: Trace, headers: StrataHeaders) -> Resp
                             deadline: dispatched.deadline,
                             keepalive: true,
                         },
-                    )
+                    ))
                     .await;
                     finished = Some(dispatched);
                     end_reason(end, true)
                 } else {
-                    let error = upstream_status(status, &mut dispatched.upstream).await;
+                    let error = Box::pin(upstream_status(status, &mut dispatched.upstream)).await;
                     finished = Some(dispatched);
-                    forward::fail_after_headers(
+                    Box::pin(forward::fail_after_headers(
                         &tx,
                         AfterHeaders::InBandError,
                         error,
                         &mut observer,
-                    )
+                    ))
                     .await;
                     error.reason()
                 }

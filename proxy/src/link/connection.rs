@@ -389,7 +389,7 @@ impl Session {
                 if let Some(entry) = self.tickets.get_mut(&ticket) {
                     entry.body = None;
                 }
-                self.to_ticket(ticket, TicketEvent::Granted(grant));
+                self.to_ticket(ticket, TicketEvent::Granted(Box::new(grant)));
             }
             SupervisorMessage::Failed {
                 ticket,

@@ -406,7 +406,7 @@ async fn ticket_events_reach_their_own_ticket_in_order() {
     );
     assert_eq!(
         event(&mut first).await,
-        TicketEvent::Granted(grant(one, backend))
+        TicketEvent::Granted(Box::new(grant(one, backend)))
     );
     assert_eq!(first.check(), Ok(()));
 
