@@ -86,7 +86,13 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
         Err(error) => respond::reject(trace, &headers, error),
         Ok(dispatched) => {
             headers.tier = Some(chat.tier);
-            respond::respond_passthrough(&app, dispatched, trace, headers)
+            let response = respond::respond_passthrough(&app, dispatched, trace, headers);
+            // Let the forwarding task just spawned hand over what the backend
+            // already sent (usually the whole JSON body arrives with its
+            // head), so hyper writes the response head and the first chunk
+            // in one write: one TCP segment and one client wakeup, not two.
+            tokio::task::yield_now().await;
+            response
         }
     }
 }
