@@ -1,6 +1,6 @@
 //! The backend's response body, read straight from its socket.
 //!
-//! Each poll reads whatever the socket has (up to [`READ_CHUNK`]) and hands
+//! Each poll reads whatever the socket has (up to the buffer's free room) and hands
 //! over all of it that is body data at once: the payloads of every chunk of
 //! a chunked body that arrived together become one piece, so a backend that
 //! writes many small chunks costs one hand-over per read, not one per chunk.
@@ -22,8 +22,22 @@ use tokio::net::TcpStream;
 
 use super::pool::{PoolKey, UpstreamPool};
 
-/// Room made in the buffer before each read.
-pub const READ_CHUNK: usize = 64 * 1024;
+/// The buffer grows by this much when it is nearly full.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Below this much free room, a read first makes [`READ_CHUNK`] more.
+const MIN_READ_ROOM: usize = 4 * 1024;
+
+/// Makes room for the next read. The buffer's tail is used until it is
+/// nearly full: asking for a whole [`READ_CHUNK`] before every read would
+/// allocate a fresh 64 KiB for each one, as the data already handed on
+/// still shares the old allocation (perf: a tenth of the proxy's CPU in
+/// malloc at c=64).
+pub fn make_room(buf: &mut BytesMut) {
+    if buf.capacity() - buf.len() < MIN_READ_ROOM {
+        buf.reserve(READ_CHUNK);
+    }
+}
 
 /// Longest chunk-size line or trailer line accepted.
 const MAX_LINE: usize = 4096;
@@ -216,7 +230,7 @@ impl Body for UpstreamBody {
             let Some(stream) = this.stream.as_mut() else {
                 return Poll::Ready(None);
             };
-            this.buf.reserve(READ_CHUNK);
+            make_room(&mut this.buf);
             let read = loop {
                 if let Err(err) = ready!(stream.poll_read_ready(cx)) {
                     break Err(err);

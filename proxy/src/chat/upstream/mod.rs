@@ -29,11 +29,13 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 pub use body::UpstreamBody;
-use body::{ChunkState, Framing, READ_CHUNK, Reuse};
+use body::{ChunkState, Framing, Reuse, make_room};
 pub use pool::{PoolKey, UpstreamPool};
 
 /// Largest response head accepted.
 const MAX_HEAD: usize = 64 * 1024;
+/// The first read's buffer.
+const FIRST_READ: usize = 16 * 1024;
 
 /// Most response header lines accepted.
 const MAX_HEADERS: usize = 64;
@@ -125,7 +127,8 @@ async fn exchange(
     write_all_vectored(&mut stream, head, body)
         .await
         .map_err(Failure::Unanswered)?;
-    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    // Enough for a head and a JSON answer; a larger body grows it.
+    let mut buf = BytesMut::with_capacity(FIRST_READ);
     loop {
         if let Some(parsed) = parse_head(&mut buf).map_err(protocol)? {
             return Ok(finish(parsed, stream, buf, pool, key));
@@ -133,7 +136,7 @@ async fn exchange(
         if buf.len() >= MAX_HEAD {
             return Err(protocol("response head too large"));
         }
-        buf.reserve(READ_CHUNK);
+        make_room(&mut buf);
         let read = match stream.readable().await {
             Ok(()) => stream.try_read_buf(&mut buf),
             Err(err) => Err(err),
