@@ -39,8 +39,6 @@ pub struct ChannelBody {
     /// Fires when the sender aborts the response; `None` once the sender is
     /// gone without aborting.
     abort: Option<oneshot::Receiver<()>>,
-    /// The last frame handed to hyper was data.
-    after_data: bool,
     /// An error held back for one poll (see `poll_frame`).
     held_error: Option<std::io::Error>,
 }
@@ -57,7 +55,6 @@ impl ProxyBody {
         let body = ChannelBody {
             rx,
             abort: Some(abort_rx),
-            after_data: false,
             held_error: None,
         };
         let sender = BodySender {
@@ -136,21 +133,20 @@ impl Body for ProxyBody {
                     }
                 }
                 match body.rx.poll_recv(cx) {
-                    Poll::Ready(Some(Ok(bytes))) => {
-                        body.after_data = true;
-                        Poll::Ready(Some(Ok(Frame::data(bytes))))
-                    }
+                    Poll::Ready(Some(Ok(bytes))) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
                     // hyper drops the connection as soon as a body fails,
-                    // possibly with the data just before still unflushed in
-                    // its buffer. Yielding once (and waking at once) lets it
-                    // flush that data first; the error comes on the next poll.
-                    Poll::Ready(Some(Err(err))) if body.after_data => {
-                        body.after_data = false;
+                    // possibly with the response head or the data just
+                    // before still unflushed in its buffer (the head is
+                    // only written once the body has been polled, so an
+                    // error that is already waiting would cost the client
+                    // even the status line). Yielding once (and waking at
+                    // once) lets it flush them first; the error comes on
+                    // the next poll.
+                    Poll::Ready(Some(Err(err))) => {
                         body.held_error = Some(err);
                         cx.waker().wake_by_ref();
                         Poll::Pending
                     }
-                    Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(err))),
                     Poll::Ready(None) => Poll::Ready(None),
                     Poll::Pending => Poll::Pending,
                 }
