@@ -232,6 +232,7 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
             message: "backend did not become ready within 120000 ms".into(),
             model_switch: true,
             load_ms: Some(120_450),
+            cooldown_ms: 30_000,
         },
         LeaseFailure::Cooldown {
             message: "x".into(),

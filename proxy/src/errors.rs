@@ -19,6 +19,10 @@ use strata_protocol::api::{ErrorBody, ErrorDetail};
 
 use crate::body::ProxyBody;
 
+/// The header openai-python and openai-node read before their own retry
+/// rules (`true`/`false`).
+const X_SHOULD_RETRY: &str = "x-should-retry";
+
 /// What a client sees of a router-made error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ErrorReply {
@@ -29,6 +33,9 @@ pub struct ErrorReply {
     pub message: &'static str,
     /// Seconds for `Retry-After`, when waiting helps.
     pub retry_after: Option<u64>,
+    /// `x-should-retry`, when the router knows better than the client's
+    /// own rules whether a retry can succeed.
+    pub should_retry: Option<bool>,
 }
 
 /// The text of one of the API's documents. They hold only strings, numbers,
@@ -72,6 +79,12 @@ impl ErrorReply {
             response
                 .headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if let Some(retry) = self.should_retry {
+            response.headers_mut().insert(
+                X_SHOULD_RETRY,
+                HeaderValue::from_static(if retry { "true" } else { "false" }),
+            );
         }
         response
     }
@@ -133,6 +146,7 @@ impl EndpointError {
             code,
             message,
             retry_after: None,
+            should_retry: None,
         }
     }
 

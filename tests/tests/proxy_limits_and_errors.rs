@@ -449,6 +449,13 @@ fn strata_headers_on_success_and_on_every_error() {
             assert_eq!(response.header("x-strata-concrete-model"), Some(C));
             if !(stream && wait_first) {
                 assert_error(&response, 503, "model_load_error");
+                // The failed start began a cooldown: say when, and that a retry now is futile.
+                assert!(response.header("retry-after").is_some(), "{response}");
+                assert_eq!(
+                    response.header("x-should-retry"),
+                    Some("false"),
+                    "{response}"
+                );
             }
         }
         // Routing off.
@@ -543,7 +550,10 @@ fn legacy_queue_full_and_queue_timeout() {
     let mut second = stack.open_chat(&body);
     second.frames_until(DEADLINE, "the second stream's data", http::Frame::is_data);
     let full = stack.chat(&chat_body(A, false));
-    assert_error(&full, 429, "queue_full");
+    let doc = assert_error(&full, 429, "queue_full");
+    // OpenAI's type for a 429 (the SDKs raise RateLimitError) and a hint when to come back.
+    assert_eq!(doc["error"]["type"], "rate_limit_error", "{full}");
+    assert_eq!(full.header("retry-after"), Some("1"), "{full}");
     request_id(&full);
     assert_eq!(full.header("x-strata-concrete-model"), Some(A));
 

@@ -106,6 +106,13 @@ fn a_failed_load_after_headers_is_an_error_event_and_non_stream_keeps_503() {
     assert_eq!(response.header("content-type"), Some("application/json"));
     assert_eq!(response.json()["error"]["code"], "model_load_error");
     assert!(response.header("x-strata-request-id").is_some());
+    // Even with no cooldown configured: come back in a second, and not automatically.
+    assert_eq!(response.header("retry-after"), Some("1"), "{response}");
+    assert_eq!(
+        response.header("x-should-retry"),
+        Some("false"),
+        "{response}"
+    );
     assert_eq!(log.starts().len(), 2, "{}", log.dump());
     assert!(stack.status()["loaded"].is_null());
     stack.stop();
@@ -133,6 +140,7 @@ fn cooldown_failures_get_a_real_status_and_retry_after() {
         "{stream}"
     );
     assert!(stream.header("retry-after").is_some(), "{stream}");
+    assert_eq!(stream.header("x-should-retry"), Some("false"), "{stream}");
     let again = stack.chat(&chat_body(A, false));
     assert_eq!(again.status, 503, "{again}");
     let retry: u64 = again
@@ -141,6 +149,7 @@ fn cooldown_failures_get_a_real_status_and_retry_after() {
         .parse()
         .expect("Retry-After in seconds");
     assert!((1..=30).contains(&retry), "{again}");
+    assert_eq!(again.header("x-should-retry"), Some("false"), "{again}");
     assert_eq!(
         stack.fake_log().starts().len(),
         1,

@@ -101,11 +101,14 @@ async fn failure_case(
         message: got,
         model_switch,
         load_ms,
+        cooldown_ms,
     } = &failure
     else {
         panic!("expected LoadFailed, got {failure:?}");
     };
     assert_eq!(got, &message);
+    // The cooldown this failure started (none here), for the client's Retry-After.
+    assert_eq!(*cooldown_ms, 0);
     assert!(model_switch, "a cold start is a switch");
     assert!(load_ms.is_some(), "a failed load has a duration");
     if let Some(pid) = second.pid {
@@ -250,13 +253,19 @@ async fn cooldown_fails_leases_without_relaunch_but_on_ignores_it() {
     let mut proxy = supervisor.proxy().await;
 
     proxy.acquire(1, MODEL).await;
-    let LeaseFailure::LoadFailed { message, .. } = proxy.wait_failed(1).await else {
+    let LeaseFailure::LoadFailed {
+        message,
+        cooldown_ms,
+        ..
+    } = proxy.wait_failed(1).await
+    else {
         panic!(
             "the first failure is a load failure: {:#?}",
             proxy.history()
         );
     };
     assert_eq!(message, "backend exited during startup (exit code 3)");
+    assert_eq!(cooldown_ms, 60_000, "the cooldown it started");
     assert_eq!(log.start_count(&upstream), 1);
 
     // Within the cooldown: immediate Cooldown, no queueing, no launch.

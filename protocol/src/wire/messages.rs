@@ -41,7 +41,7 @@ use crate::page::RecordsPage;
 use crate::record::RequestRecord;
 
 /// Bumped whenever a message or field changes shape.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// A ticket's identifier, chosen by the proxy, unique within one
 /// connection.
@@ -301,11 +301,13 @@ pub enum LeaseFailure {
     /// The backend failed to start; `message` is bounded and generic. The
     /// request was admitted, so the load's figures are reported as for a
     /// grant: whether it was a switch, and how long the failed load and its
-    /// cleanup took.
+    /// cleanup took. `cooldown_ms` is the cooldown the failure started
+    /// (the config's `cooldown_ms`), for the client's `Retry-After`.
     LoadFailed {
         message: String,
         model_switch: bool,
         load_ms: Option<u64>,
+        cooldown_ms: u64,
     },
     /// A recent start failed; no new launch until the cooldown ends.
     Cooldown { message: String, remaining_ms: u64 },

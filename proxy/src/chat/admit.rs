@@ -194,6 +194,7 @@ fn failed(trace: &mut Trace, failure: LeaseFailure) -> ChatError {
             message,
             model_switch,
             load_ms,
+            ..
         } => {
             trace.model_switch = *model_switch;
             trace.model_load_ms = *load_ms;

@@ -62,8 +62,11 @@ pub enum ChatError {
     RevokedRoutingOff,
     /// The model is not installed, compatible or prepared.
     NotPrepared,
-    /// The model's start failed.
-    LoadFailed,
+    /// The model's start failed; a cooldown of `retry_after_s` (at least
+    /// one) started with it.
+    LoadFailed {
+        retry_after_s: u64,
+    },
     /// A recent start failed; no new one before the cooldown ends.
     Cooldown {
         retry_after_s: u64,
@@ -98,6 +101,11 @@ pub enum ChatError {
     },
 }
 
+/// `Retry-After` of a legacy `429 queue_full`: the queue is bounded by
+/// `max_pending` active or waiting requests, which usually turn over within
+/// a second; the SDKs back off further on their own.
+pub const QUEUE_FULL_RETRY_AFTER_S: u64 = 1;
+
 impl ChatError {
     /// A backend's error status, with its error `type` if it sent one.
     pub fn upstream_status(status: StatusCode, backend_type: Option<&str>) -> ChatError {
@@ -121,7 +129,7 @@ impl ChatError {
             | RoutingOff
             | RevokedRoutingOff
             | NotPrepared
-            | LoadFailed
+            | LoadFailed { .. }
             | Cooldown { .. }
             | ShuttingDown
             | RevokedShutdown => StatusCode::SERVICE_UNAVAILABLE,
@@ -146,9 +154,8 @@ impl ChatError {
             | RoutingOff
             | RevokedRoutingOff
             | NotPrepared
-            | LoadFailed
+            | LoadFailed { .. }
             | Cooldown { .. }
-            | QueueFull
             | QueueTimeout
             | ShuttingDown
             | RevokedShutdown
@@ -158,6 +165,9 @@ impl ChatError {
             | BackendGone
             | WrongModel
             | BackendCutOff => "server_error",
+            // OpenAI's convention for a 429, which the SDKs map to their
+            // RateLimitError.
+            QueueFull => "rate_limit_error",
             UpstreamStatus { kind, .. } => kind,
         }
     }
@@ -175,7 +185,7 @@ impl ChatError {
             SupervisorUnavailable | SupervisorLost => "supervisor_unavailable",
             RoutingOff | RevokedRoutingOff => "routing_off",
             NotPrepared => "model_not_prepared",
-            LoadFailed | Cooldown { .. } => "model_load_error",
+            LoadFailed { .. } | Cooldown { .. } => "model_load_error",
             QueueFull => "queue_full",
             QueueTimeout => "queue_timeout",
             ShuttingDown | RevokedShutdown => "shutting_down",
@@ -207,7 +217,7 @@ impl ChatError {
             RoutingOff => "routing is turned off on this router",
             RevokedRoutingOff => "the operator turned routing off and interrupted this request",
             NotPrepared => "the model is not prepared to run on this machine",
-            LoadFailed => "the model failed to load",
+            LoadFailed { .. } => "the model failed to load",
             Cooldown { .. } => "a recent model load failed; retry later",
             QueueFull => "too many pending requests (max_pending)",
             QueueTimeout => "the request waited longer than queue_ms for its model",
@@ -236,7 +246,7 @@ impl ChatError {
             BodyAbandoned => Reason::ClientDisconnect,
             RoutingOff | RevokedRoutingOff => Reason::RoutingOff,
             NotPrepared => Reason::ModelNotPrepared,
-            LoadFailed | Cooldown { .. } => Reason::ModelLoadError,
+            LoadFailed { .. } | Cooldown { .. } => Reason::ModelLoadError,
             QueueFull => Reason::QueueFull,
             QueueTimeout => Reason::QueueTimeout,
             ShuttingDown | RevokedShutdown => Reason::Shutdown,
@@ -251,10 +261,27 @@ impl ChatError {
         }
     }
 
-    /// Seconds for `Retry-After`, when waiting helps.
+    /// Seconds for `Retry-After`, when waiting helps: the rest of a
+    /// model's start cooldown (a new launch is refused until then), or a
+    /// second for a full legacy queue.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            ChatError::Cooldown { retry_after_s } => Some(*retry_after_s),
+            ChatError::LoadFailed { retry_after_s } | ChatError::Cooldown { retry_after_s } => {
+                Some(*retry_after_s)
+            }
+            ChatError::QueueFull => Some(QUEUE_FULL_RETRY_AFTER_S),
+            _ => None,
+        }
+    }
+
+    /// `x-should-retry`, which openai-python and openai-node obey over
+    /// their own status rules: `false` for a failed start and its
+    /// cooldown, so an SDK's automatic retries do not relaunch (or wait
+    /// out the cooldown to relaunch) a build that does not start; the user
+    /// sees the error at once.
+    pub fn should_retry(&self) -> Option<bool> {
+        match self {
+            ChatError::LoadFailed { .. } | ChatError::Cooldown { .. } => Some(false),
             _ => None,
         }
     }
@@ -267,6 +294,7 @@ impl ChatError {
             code: self.code(),
             message: self.client_message(),
             retry_after: self.retry_after(),
+            should_retry: self.should_retry(),
         }
     }
 
@@ -300,7 +328,9 @@ impl From<&LeaseFailure> for ChatError {
             LeaseFailure::RoutingOff => ChatError::RoutingOff,
             LeaseFailure::UnknownModel => ChatError::ModelNotFound,
             LeaseFailure::NotPrepared { .. } => ChatError::NotPrepared,
-            LeaseFailure::LoadFailed { .. } => ChatError::LoadFailed,
+            LeaseFailure::LoadFailed { cooldown_ms, .. } => ChatError::LoadFailed {
+                retry_after_s: cooldown_ms.div_ceil(1000).max(1),
+            },
             LeaseFailure::Cooldown { remaining_ms, .. } => ChatError::Cooldown {
                 retry_after_s: remaining_ms.div_ceil(1000).max(1),
             },
@@ -442,7 +472,7 @@ mod tests {
                 Reason::ModelNotPrepared,
             ),
             (
-                LoadFailed,
+                LoadFailed { retry_after_s: 30 },
                 503,
                 server,
                 "model_load_error",
@@ -455,7 +485,13 @@ mod tests {
                 "model_load_error",
                 Reason::ModelLoadError,
             ),
-            (QueueFull, 429, server, "queue_full", Reason::QueueFull),
+            (
+                QueueFull,
+                429,
+                "rate_limit_error",
+                "queue_full",
+                Reason::QueueFull,
+            ),
             (
                 QueueTimeout,
                 504,
@@ -532,7 +568,7 @@ mod tests {
             RoutingOff => 13,
             RevokedRoutingOff => 14,
             NotPrepared => 15,
-            LoadFailed => 16,
+            LoadFailed { .. } => 16,
             Cooldown { .. } => 17,
             QueueFull => 18,
             QueueTimeout => 19,
@@ -578,7 +614,22 @@ mod tests {
             );
             assert_eq!(
                 error.retry_after().is_some(),
-                matches!(error, ChatError::Cooldown { .. })
+                matches!(
+                    error,
+                    ChatError::LoadFailed { .. }
+                        | ChatError::Cooldown { .. }
+                        | ChatError::QueueFull
+                ),
+                "{error:?}"
+            );
+            assert_eq!(
+                error.should_retry(),
+                matches!(
+                    error,
+                    ChatError::LoadFailed { .. } | ChatError::Cooldown { .. }
+                )
+                .then_some(false),
+                "{error:?}"
             );
             let reply = error.reply();
             assert_eq!(
@@ -627,13 +678,46 @@ mod tests {
             remaining_ms: 0,
         };
         assert_eq!(ChatError::from(&soon).retry_after(), Some(1));
-        assert!(
-            ChatError::LoadFailed
-                .into_response()
-                .headers()
-                .get("retry-after")
-                .is_none()
-        );
+    }
+
+    #[test]
+    fn a_failed_load_and_a_cooldown_tell_sdks_not_to_retry() {
+        let failed = LeaseFailure::LoadFailed {
+            message: String::from("backend exited during startup (exit code 3)"),
+            model_switch: false,
+            load_ms: Some(1600),
+            cooldown_ms: 30_000,
+        };
+        let cooldown = LeaseFailure::Cooldown {
+            message: String::new(),
+            remaining_ms: 12_500,
+        };
+        for (failure, seconds) in [(failed, "30"), (cooldown, "13")] {
+            let response = ChatError::from(&failure).into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(response.headers()["retry-after"], seconds, "{failure:?}");
+            assert_eq!(response.headers()["x-should-retry"], "false", "{failure:?}");
+        }
+        // cooldown_ms: 0 still says a second, never `Retry-After: 0`.
+        let no_cooldown = LeaseFailure::LoadFailed {
+            message: String::new(),
+            model_switch: false,
+            load_ms: None,
+            cooldown_ms: 0,
+        };
+        assert_eq!(ChatError::from(&no_cooldown).retry_after(), Some(1));
+        // Other errors leave the SDK's own retry rules alone.
+        let other = ChatError::QueueTimeout.into_response();
+        assert!(other.headers().get("x-should-retry").is_none());
+        assert!(other.headers().get("retry-after").is_none());
+    }
+
+    #[test]
+    fn a_full_queue_is_a_rate_limit_with_retry_after() {
+        let response = ChatError::QueueFull.into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()["retry-after"], "1");
+        assert!(response.headers().get("x-should-retry").is_none());
     }
 
     #[test]
@@ -643,6 +727,7 @@ mod tests {
                 message: String::from("backend exited during startup (exit code 3)"),
                 model_switch: true,
                 load_ms: Some(12),
+                cooldown_ms: 30_000,
             },
             LeaseFailure::Cooldown {
                 message: String::from("backend exited during startup (exit code 3)"),

@@ -988,6 +988,7 @@ impl Engine {
                             message: message.clone(),
                             model_switch: switch,
                             load_ms: Some(load_ms),
+                            cooldown_ms: self.config.timers.cooldown_ms,
                         },
                     );
                 }
