@@ -41,6 +41,8 @@ pub struct ChannelBody {
     abort: Option<oneshot::Receiver<()>>,
     /// An error held back for one poll (see `poll_frame`).
     held_error: Option<std::io::Error>,
+    /// The first item, taken early by [`ProxyBody::first_ready`].
+    first: Option<StreamItem>,
 }
 
 impl ProxyBody {
@@ -56,12 +58,25 @@ impl ProxyBody {
             rx,
             abort: Some(abort_rx),
             held_error: None,
+            first: None,
         };
         let sender = BodySender {
             tx,
             abort: Mutex::new(Some(abort_tx)),
         };
         (sender, ProxyBody::Channel(body))
+    }
+
+    /// Resolves once the channel holds its first item (or its sender is
+    /// gone), keeping the item for hyper. Wait-first streaming commits its
+    /// response head at that moment. Cancel-safe.
+    pub async fn first_ready(&mut self) {
+        if let ProxyBody::Channel(body) = self
+            && body.first.is_none()
+            && let Some(item) = body.rx.recv().await
+        {
+            body.first = Some(item);
+        }
     }
 }
 
@@ -118,6 +133,16 @@ impl Body for ProxyBody {
             ProxyBody::Channel(body) => {
                 if let Some(err) = body.held_error.take() {
                     return Poll::Ready(Some(Err(err)));
+                }
+                match body.first.take() {
+                    Some(Ok(bytes)) => return Poll::Ready(Some(Ok(Frame::data(bytes)))),
+                    // As below: let hyper flush the head first.
+                    Some(Err(err)) => {
+                        body.held_error = Some(err);
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                    None => {}
                 }
                 if let Some(abort) = &mut body.abort {
                     match Pin::new(abort).poll(cx) {

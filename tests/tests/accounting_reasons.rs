@@ -129,8 +129,27 @@ fn wait_first_reasons() {
         "{rec}"
     );
 
-    // upstream_error, wait-first stream: 200 went out first; the error is one in-band frame.
-    let mut stream = stack.open_chat(&chat_request(A, true, "x", json!({"error_status": 503})));
+    // upstream_error, wait-first stream, within the header hold: the backend's status passes
+    // through as for a non-streaming request.
+    let held = stack.chat(&chat_request(A, true, "x", json!({"error_status": 503})));
+    held.expect_status(503);
+    count(1);
+    let rec = wait_record(addr, &id_of(&held));
+    assert_fields(
+        &rec,
+        json!({"reason": "upstream_error", "success": false, "status": 503,
+               "upstream_status": 503, "stream": true, "first_token_at": null,
+               "response_bytes": held.body.len()}),
+    );
+
+    // upstream_error, wait-first stream, after the head went out with the first keepalive:
+    // 200 was sent; the error is one in-band frame.
+    let mut stream = stack.open_chat(&chat_request(
+        A,
+        true,
+        "x",
+        json!({"error_status": 503, "header_delay_ms": 5300}),
+    ));
     assert_eq!(stream.status, 200);
     let frames = stream.remaining_frames(DEADLINE);
     assert_eq!(
@@ -247,9 +266,20 @@ fn wait_first_reasons() {
     count(1);
 
     // client_disconnect while the model loads, stream: admitted (lease_at), no lease granted
-    // (queue_wait_ms null), the load's duration unknown.
-    let loading = stack.open_chat(&chat_request(SLOW_LOAD, true, "x", Value::Null));
-    let loading_id = loading.header("x-strata-request-id").unwrap().to_owned();
+    // (queue_wait_ms null), the load's duration unknown, and no status: it leaves during the
+    // 1.5 s load, within its header hold, so it never got headers.
+    let mut loading = Conn::connect(addr).unwrap();
+    loading
+        .write(&request_bytes(
+            addr,
+            "POST",
+            CHAT_PATH,
+            &[("content-type", "application/json")],
+            chat_request(SLOW_LOAD, true, "x", Value::Null)
+                .to_string()
+                .as_bytes(),
+        ))
+        .unwrap();
     // The supervisor admits the request (LeaseProgress Admitted) before it spawns the backend,
     // so once the fake logs its start the proxy has long known the request is loading.
     let upstream = stack.config().upstream(SLOW_LOAD);
@@ -257,13 +287,16 @@ fn wait_first_reasons() {
         stack.fake_log().start_count(&upstream) == 1
     });
     assert_eq!(stack.status()["loading"], json!(SLOW_LOAD));
-    loading.disconnect();
+    drop(loading);
     count(1);
-    let rec = wait_record(addr, &loading_id);
+    let rec = wait_record_where(addr, "the loading stream's disconnect", |record| {
+        record.json["model_resolved"] == json!(SLOW_LOAD)
+            && record.json["reason"] == "client_disconnect"
+    });
     assert_fields(&rec, never_dispatched());
     assert_fields(
         &rec,
-        json!({"reason": "client_disconnect", "disconnect_phase": "loading", "status": 200,
+        json!({"reason": "client_disconnect", "disconnect_phase": "loading", "status": null,
                "queue_wait_ms": null, "model_load_ms": null, "model_resolved": SLOW_LOAD}),
     );
     assert!(rec["lease_at"].is_string(), "{rec}");

@@ -47,7 +47,7 @@ fn disconnect_while_queued_withdraws_the_request() {
         let mut holder = stack.open_chat(&body);
         holder.frames_until(DEADLINE, "A's first data frame", Frame::is_data);
 
-        let queued = open_pending(&stack, B, wait_first);
+        let queued = open_pending(&stack, B);
         poll_until(DEADLINE, "B waiting in the supervisor", || {
             stack.status()["waiting_requests"] == json!(1)
         });
@@ -79,20 +79,10 @@ fn disconnect_while_queued_withdraws_the_request() {
     }
 }
 
-/// A streaming request whose answer is not read: in wait-first mode its early headers are in;
-/// in legacy mode there are none before admission, so the request is written raw and the
-/// connection kept. Dropping the value disconnects the client.
-enum Pending {
-    Stream(#[allow(dead_code)] strata_e2e::http::Stream),
-    Conn(#[allow(dead_code)] strata_e2e::http::Conn),
-}
-
-fn open_pending(stack: &Stack, model: &str, wait_first: bool) -> Pending {
-    if wait_first {
-        let stream = stack.open_chat(&chat_body(model, true));
-        assert_eq!(stream.status, 200);
-        return Pending::Stream(stream);
-    }
+/// A streaming request whose answer is not read. Neither mode sends headers before the request
+/// has a byte to forward (wait-first holds its head until then or its first keepalive), so the
+/// request is written raw and the connection kept; dropping it disconnects the client.
+fn open_pending(stack: &Stack, model: &str) -> strata_e2e::http::Conn {
     let mut conn = strata_e2e::http::Conn::connect(stack.addr()).unwrap();
     let body = chat_body(model, true).to_string();
     conn.write(&strata_e2e::http::request_bytes(
@@ -103,7 +93,7 @@ fn open_pending(stack: &Stack, model: &str, wait_first: bool) -> Pending {
         body.as_bytes(),
     ))
     .unwrap();
-    Pending::Conn(conn)
+    conn
 }
 
 /// Loading: the client goes away while its model loads. The load completes and the model
@@ -118,7 +108,7 @@ fn disconnect_while_loading_keeps_the_load_and_frees_the_lease() {
         let stack = Stack::start(config);
         let log = stack.fake_log();
         let up_a = stack.config().upstream(A);
-        let pending = open_pending(&stack, A, wait_first);
+        let pending = open_pending(&stack, A);
         poll_until(DEADLINE, "the backend to start loading", || {
             log.start_count(&up_a) == 1
         });

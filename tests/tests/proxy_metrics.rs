@@ -58,7 +58,17 @@ fn metrics_follow_a_stream_and_a_queued_priority_request() {
     // A priority request for B must wait for A's lease: queued, by tier.
     let mut body_b = chat_body(B, true);
     body_b["service_tier"] = json!("priority");
-    let mut stream_b = stack.open_chat(&body_b);
+    // Written raw: a held wait-first stream gets its headers only with its first data.
+    let mut conn_b = strata_e2e::http::Conn::connect(stack.addr()).unwrap();
+    conn_b
+        .write(&strata_e2e::http::request_bytes(
+            stack.addr(),
+            "POST",
+            strata_e2e::http::CHAT_PATH,
+            &[("content-type", "application/json")],
+            body_b.to_string().as_bytes(),
+        ))
+        .unwrap();
     poll_until(DEADLINE, "B queued as priority", || {
         let m = stack.metrics();
         m["queue_depth"] == 1 && tiers(&m)["priority"] == 1 && tiers(&m)["default"] == 0
@@ -66,6 +76,7 @@ fn metrics_follow_a_stream_and_a_queued_priority_request() {
 
     let frames_a = stream_a.remaining_frames(DEADLINE);
     assert!(frames_a.iter().any(|f| f.is_done()), "A completed");
+    let mut stream_b = conn_b.into_stream(DEADLINE);
     let frames_b = stream_b.remaining_frames(DEADLINE);
     assert!(frames_b.iter().any(|f| f.is_done()), "B completed");
     poll_until(DEADLINE, "nothing in flight or queued", || {

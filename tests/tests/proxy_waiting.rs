@@ -1,12 +1,12 @@
-//! Wait-first streaming clients through the real `strata-proxy`: `200` and SSE headers at once,
-//! `: keep-alive` comments while a slow load runs, and a failure after the headers as one
-//! `event: error` frame with `error.status` and no `[DONE]`; non-streaming requests keep plain
-//! HTTP statuses.
+//! Wait-first streaming clients through the real `strata-proxy`: `200` and SSE headers held
+//! until the first byte or the first keepalive (4 s after arrival), a failure before that as a
+//! real HTTP status, `: keep-alive` comments while a slow load runs, and a failure after the
+//! headers as one `event: error` frame with `error.status` and no `[DONE]`.
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use strata_e2e::http::{Frame, chat_body};
+use strata_e2e::http::{self, Frame, chat_body};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec};
 
@@ -36,8 +36,8 @@ fn assert_ends_with_error(frames: &[Frame], status: u16, code: &str) {
     );
 }
 
-/// A 6 s load (the keepalive interval is 5 s): the client gets its headers at once, then at
-/// least one `: keep-alive` comment before the first data frame, then the whole answer.
+/// A 6 s load: the headers are held until the first keepalive is due, 4 s after arrival, and
+/// go out with that `: keep-alive` comment, before the first data frame; then the whole answer.
 #[test]
 fn keepalive_comments_while_a_slow_load_runs() {
     let config = ConfigBuilder::new("keepalive")
@@ -53,8 +53,8 @@ fn keepalive_comments_while_a_slow_load_runs() {
     assert_eq!(stream.header("x-strata-concrete-model"), Some(A));
     assert_eq!(stream.header("x-strata-service-tier"), Some("default"));
     assert!(
-        headers_after < Duration::from_secs(3),
-        "headers must come before the load ends, took {headers_after:?}"
+        headers_after >= Duration::from_secs(4),
+        "headers are held until the first keepalive is due, came after {headers_after:?}"
     );
     let before_data = stream.frames_until(Duration::from_secs(30), "the first data frame", |f| {
         f.is_data()
@@ -72,8 +72,12 @@ fn keepalive_comments_while_a_slow_load_runs() {
         "only comments before the first data frame: {before_data:#?}"
     );
     assert!(
-        first_data_after >= Duration::from_secs(5),
-        "the load takes 6 s, yet data came after {first_data_after:?}"
+        before_data.first().is_some_and(Frame::is_keepalive),
+        "the head goes out with the first keepalive: {before_data:#?}"
+    );
+    assert!(
+        first_data_after > headers_after,
+        "the head came before the load ended ({headers_after:?}, data {first_data_after:?})"
     );
     let rest = stream.remaining_frames(DEADLINE);
     assert!(rest.last().is_some_and(Frame::is_done), "{rest:#?}");
@@ -81,39 +85,47 @@ fn keepalive_comments_while_a_slow_load_runs() {
     stack.stop();
 }
 
-/// The load fails after the stream's headers went out: one `event: error` frame with
-/// `error.status` 503 and no `[DONE]`. A non-streaming request on a failing load gets a plain
-/// 503 JSON answer instead. (`cooldown_ms: 0`, so each request tries its own load.)
+/// A load that fails within the header hold gives a stream the same real 503 a
+/// non-streaming request gets (with the retry hints); one that fails after the head went out
+/// with the first keepalive ends the stream with one `event: error` frame with `error.status`
+/// 503 and no `[DONE]`. (`cooldown_ms: 0`, so each request tries its own load.)
 #[test]
-fn a_failed_load_after_headers_is_an_error_event_and_non_stream_keeps_503() {
+fn a_failed_load_is_a_real_503_within_the_hold_and_an_error_event_after_it() {
     let config = ConfigBuilder::new("loadfail")
         .model(ModelSpec::new(A).load_ms(300).start_failure("exit"))
+        .model(ModelSpec::new(B).load_ms(5600).start_failure("exit"))
         .cooldown_ms(0)
         .wait_when_busy(true)
         .build();
     let stack = Stack::start(config);
     let log = stack.fake_log();
 
-    let mut stream = stack.open_chat(&chat_body(A, true));
+    for stream in [true, false] {
+        let response = stack.chat(&chat_body(A, stream));
+        assert_eq!(response.status, 503, "stream {stream}: {response}");
+        assert_eq!(response.header("content-type"), Some("application/json"));
+        assert_eq!(response.json()["error"]["code"], "model_load_error");
+        assert!(response.header("x-strata-request-id").is_some());
+        // Even with no cooldown configured: come back in a second, and not automatically.
+        assert_eq!(response.header("retry-after"), Some("1"), "{response}");
+        assert_eq!(
+            response.header("x-should-retry"),
+            Some("false"),
+            "{response}"
+        );
+    }
+    assert_eq!(log.starts().len(), 2, "{}", log.dump());
+
+    let mut stream = stack.open_chat(&chat_body(B, true));
     assert_eq!(stream.status, 200);
     assert_eq!(stream.header("content-type"), Some("text/event-stream"));
     let frames = stream.remaining_frames(DEADLINE);
-    assert_ends_with_error(&frames, 503, "model_load_error");
-    assert_eq!(log.starts().len(), 1, "{}", log.dump());
-
-    let response = stack.chat(&chat_body(A, false));
-    assert_eq!(response.status, 503, "{response}");
-    assert_eq!(response.header("content-type"), Some("application/json"));
-    assert_eq!(response.json()["error"]["code"], "model_load_error");
-    assert!(response.header("x-strata-request-id").is_some());
-    // Even with no cooldown configured: come back in a second, and not automatically.
-    assert_eq!(response.header("retry-after"), Some("1"), "{response}");
-    assert_eq!(
-        response.header("x-should-retry"),
-        Some("false"),
-        "{response}"
+    assert!(
+        frames.first().is_some_and(Frame::is_keepalive),
+        "{frames:#?}"
     );
-    assert_eq!(log.starts().len(), 2, "{}", log.dump());
+    assert_ends_with_error(&frames, 503, "model_load_error");
+    assert_eq!(log.starts().len(), 3, "{}", log.dump());
     assert!(stack.status()["loaded"].is_null());
     stack.stop();
 }
@@ -158,40 +170,51 @@ fn cooldown_failures_get_a_real_status_and_retry_after() {
     stack.stop();
 }
 
-/// A backend error status after the early headers: one `event: error` frame carrying the
-/// backend's status; the same request without streaming gets the backend's status and body.
+/// A backend error status that arrives within the header hold reaches a stream exactly as it
+/// reaches a non-streaming request (status and body); after the head went out, it becomes one
+/// `event: error` frame carrying the backend's status.
 #[test]
-fn backend_error_status_after_headers_is_an_error_event() {
+fn backend_error_status_is_passed_through_within_the_hold_and_an_error_event_after_it() {
     let config = ConfigBuilder::new("upstream-err")
         .model(ModelSpec::new(A))
         .wait_when_busy(true)
         .build();
     let stack = Stack::start(config);
     for status in [409u16, 500] {
-        let mut body = chat_body(A, true);
-        body["fake"] = json!({"error_status": status, "header_delay_ms": 200});
-        let mut stream = stack.open_chat(&body);
-        assert_eq!(stream.status, 200);
-        let frames = stream.remaining_frames(DEADLINE);
-        assert_ends_with_error(&frames, status, "upstream_error");
-
-        body["stream"] = json!(false);
-        let response = stack.chat(&body);
-        assert_eq!(response.status, status, "{response}");
-        assert!(
-            response.json()["error"]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains(&status.to_string())),
-            "the backend's own error body: {response}"
-        );
+        // Within the hold a stream gets exactly what a non-streaming request gets: the
+        // backend's status and its own error body.
+        for stream in [true, false] {
+            let mut body = chat_body(A, stream);
+            body["fake"] = json!({"error_status": status, "header_delay_ms": 200});
+            let response = stack.chat(&body);
+            assert_eq!(response.status, status, "stream {stream}: {response}");
+            assert!(
+                response.json()["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(&status.to_string())),
+                "the backend's own error body: {response}"
+            );
+        }
     }
+    // After the head went out with the first keepalive: one `event: error` frame.
+    let mut body = chat_body(A, true);
+    body["fake"] = json!({"error_status": 409, "header_delay_ms": 5400});
+    let mut stream = stack.open_chat(&body);
+    assert_eq!(stream.status, 200);
+    let frames = stream.remaining_frames(DEADLINE);
+    assert!(
+        frames.first().is_some_and(Frame::is_keepalive),
+        "{frames:#?}"
+    );
+    assert_ends_with_error(&frames, 409, "upstream_error");
     stack.stop();
 }
 
-/// A streaming request queued behind another model's active stream gets its headers (and the
-/// tier header) at once, and its data after the other stream ends and its model loads.
+/// A streaming request queued behind another model's active stream waits with its head held,
+/// then gets its headers (with the tier header) together with its first data once the other
+/// stream ends and its model loads.
 #[test]
-fn a_queued_stream_gets_headers_at_once_and_data_after_the_switch() {
+fn a_queued_stream_gets_its_headers_with_its_first_data_after_the_switch() {
     let config = ConfigBuilder::new("queued")
         .model(ModelSpec::new(A))
         .model(ModelSpec::new(B))
@@ -205,10 +228,16 @@ fn a_queued_stream_gets_headers_at_once_and_data_after_the_switch() {
 
     let mut body = chat_body(B, true);
     body["service_tier"] = json!("flex");
-    let mut queued = stack.open_chat(&body);
-    assert_eq!(queued.status, 200);
-    assert_eq!(queued.header("x-strata-service-tier"), Some("flex"));
-    assert_eq!(queued.header("x-strata-concrete-model"), Some(B));
+    let mut queued = http::Conn::connect(stack.addr()).unwrap();
+    queued
+        .write(&http::request_bytes(
+            stack.addr(),
+            "POST",
+            http::CHAT_PATH,
+            &[("content-type", "application/json")],
+            body.to_string().as_bytes(),
+        ))
+        .unwrap();
     strata_e2e::poll_until(DEADLINE, "B waiting in the supervisor", || {
         stack.status()["waiting_requests"] == json!(1)
     });
@@ -220,8 +249,15 @@ fn a_queued_stream_gets_headers_at_once_and_data_after_the_switch() {
     );
     let rest = holder.remaining_frames(DEADLINE);
     assert!(rest.last().is_some_and(Frame::is_done));
+    // A finished in about a second, so B's first data came before its first keepalive was due:
+    // the head went out with it.
+    let mut queued = queued.into_stream(DEADLINE);
+    assert_eq!(queued.status, 200);
+    assert_eq!(queued.header("x-strata-service-tier"), Some("flex"));
+    assert_eq!(queued.header("x-strata-concrete-model"), Some(B));
     let frames = queued.remaining_frames(DEADLINE);
     assert!(frames.last().is_some_and(Frame::is_done), "{frames:#?}");
+    assert!(frames[0].is_data(), "no keepalive before it: {frames:#?}");
     assert_eq!(frames[0].json()["model"], json!(stack.config().upstream(B)));
     stack.stop();
 }

@@ -715,15 +715,27 @@ fn disconnects_while_queued_and_while_admitted() {
     });
     release(holder);
 
-    // Admitted to B's 4 s load, then gone: phase loading, lease_at set.
-    let mut loading = stack.open_chat(&tagged(B, true, "loading", Value::Null));
-    assert_eq!(loading.status, 200);
-    let id = loading.header("x-strata-request-id").unwrap().to_owned();
+    // Admitted to B's 4 s load, then gone: phase loading, lease_at set. (A stream, written
+    // raw: its head is held through the load, so it has no headers to read yet.)
+    let mut loading = http::Conn::connect(stack.addr()).unwrap();
+    let body = tagged(B, true, "loading", Value::Null).to_string();
+    loading
+        .write(&http::request_bytes(
+            stack.addr(),
+            "POST",
+            http::CHAT_PATH,
+            &[("content-type", "application/json")],
+            body.as_bytes(),
+        ))
+        .unwrap();
     poll_until(DEADLINE, "B loading", || stack.status()["loading"] == B);
-    loading.discard_received();
     drop(loading);
-    let record = wait_record(stack.addr(), &id);
-    assert_eq!(record.json["reason"], "client_disconnect", "{}", record.raw);
+    let record = strata_e2e::accounting::wait_record_where(
+        stack.addr(),
+        "the loading disconnect",
+        |record| record.json["reason"] == "client_disconnect" && record.json["model_resolved"] == B,
+    );
+    assert_eq!(record.json["status"], Value::Null, "{}", record.raw);
     assert_eq!(record.json["disconnect_phase"], "loading", "{}", record.raw);
     assert!(record.json["lease_at"].is_string(), "{}", record.raw);
     assert_eq!(record.json["queue_wait_ms"], Value::Null, "{}", record.raw);

@@ -6,7 +6,7 @@
 //! request's record. It reaches the client in one of three forms, depending
 //! on how far the response got: a JSON error response before any response
 //! headers ([`ChatError::into_response`]), one in-band `event: error` frame
-//! after the router's early SSE headers ([`ChatError::sse_frame`]), or the
+//! after the router's SSE headers went out ([`ChatError::sse_frame`]), or the
 //! transport error that ends a passed-through response (its message).
 //!
 //! Two kinds of message, kept apart (dropshot's external and internal
@@ -93,7 +93,7 @@ pub enum ChatError {
     WrongModel,
     /// The backend's body failed or ended early.
     BackendCutOff,
-    /// The backend answered with an error status after the router's early
+    /// The backend answered with an error status after the router's
     /// SSE headers; `kind` is one of the known types ([`known_kind`]).
     UpstreamStatus {
         status: StatusCode,

@@ -53,12 +53,17 @@ const FINAL_SEND_LIMIT: Duration = Duration::from_secs(1);
 /// How failures after the response headers reach the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterHeaders {
-    /// The router sent its own SSE headers early: a failure becomes one
+    /// The router sent its own SSE headers: a failure becomes one
     /// `event: error` frame, and the stream ends without `[DONE]`.
     InBandError,
     /// The backend's own headers were passed through: a failure ends the
     /// transfer with a transport error.
     TransportError,
+    /// Wait-first streaming whose `200` and SSE headers are still held:
+    /// they go out with the first thing handed over. A failure before that
+    /// writes nothing and is returned, so the caller answers with a real
+    /// HTTP status; after it, as [`AfterHeaders::InBandError`].
+    Held,
 }
 
 /// How a forwarded body ended.
@@ -87,6 +92,8 @@ struct Outbox<'a> {
     at_frame_boundary: bool,
     /// When the client last took a chunk (or the loop started).
     last_progress: TokioInstant,
+    /// Something has been handed over (the held headers are committed).
+    sent: bool,
 }
 
 impl Outbox<'_> {
@@ -96,6 +103,7 @@ impl Outbox<'_> {
         debug_assert!(self.pending.is_none());
         match self.tx.try_reserve() {
             Ok(permit) => {
+                self.sent = true;
                 hand_over(
                     permit,
                     data,
@@ -123,8 +131,13 @@ impl Outbox<'_> {
         observer: &mut ResponseObserver,
     ) -> ForwardEnd {
         self.pending = None;
+        let mode = match mode {
+            AfterHeaders::Held if !self.sent => return ForwardEnd::Failed(error),
+            AfterHeaders::Held => AfterHeaders::InBandError,
+            other => other,
+        };
         match mode {
-            AfterHeaders::InBandError => {
+            AfterHeaders::InBandError | AfterHeaders::Held => {
                 let frame = if self.at_frame_boundary {
                     error.sse_frame()
                 } else {
@@ -188,6 +201,7 @@ pub async fn fail_after_headers(
         pending: None,
         at_frame_boundary: true,
         last_progress: TokioInstant::now(),
+        sent: true,
     };
     outbox.fail(mode, error, observer).await;
 }
@@ -198,6 +212,9 @@ pub struct Watch<'a> {
     pub deadline: Option<Instant>,
     /// Send keepalive comments while the backend is quiet (wait-first SSE).
     pub keepalive: bool,
+    /// When the first keepalive is due, if not [`KEEPALIVE_INTERVAL`] after
+    /// the loop starts: a held stream counts from the request's arrival.
+    pub first_keepalive: Option<Instant>,
 }
 
 /// Copies `upstream`'s body to `tx` until one side ends.
@@ -230,12 +247,20 @@ where
         lease,
         deadline,
         keepalive,
+        first_keepalive,
     } = watch;
+    let first_keepalive = first_keepalive
+        .map(TokioInstant::from_std)
+        .unwrap_or_else(|| TokioInstant::now() + KEEPALIVE_INTERVAL);
     let mut out = Outbox {
         tx,
         pending: None,
         at_frame_boundary: true,
-        last_progress: TokioInstant::now(),
+        // The keepalive clock compares with this.
+        last_progress: first_keepalive
+            .checked_sub(KEEPALIVE_INTERVAL)
+            .unwrap_or_else(TokioInstant::now),
+        sent: false,
     };
     // The backend's body has ended: `Some(true)` cleanly, `Some(false)` cut
     // off. The loop ends once what is in hand has been handed over.
@@ -243,7 +268,7 @@ where
     let mut lease_watched = true;
     // Timers are re-armed only when they fire (they compare with
     // `last_progress`), never per chunk.
-    let keepalive_sleep = tokio::time::sleep(KEEPALIVE_INTERVAL);
+    let keepalive_sleep = tokio::time::sleep_until(first_keepalive);
     tokio::pin!(keepalive_sleep);
     let stall_sleep = tokio::time::sleep(CLIENT_STALL_LIMIT);
     tokio::pin!(stall_sleep);

@@ -80,7 +80,7 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
     };
     if chat.stream && app.config.scheduling.wait_when_busy {
         headers.tier = Some(chat.tier);
-        return respond::respond_early(job, trace, headers);
+        return respond::respond_wait_first(job, trace, headers).await;
     }
     match job.admit_and_send(&mut trace).await {
         Err(error) => respond::reject(trace, &headers, error),

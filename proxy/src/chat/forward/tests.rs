@@ -125,6 +125,7 @@ fn start(setup: Setup) -> Run {
                 lease: &mut lease,
                 deadline,
                 keepalive: setup.keepalive,
+                first_keepalive: None,
             },
         )
         .await;
