@@ -417,3 +417,61 @@ fn keepalive_comments_while_queued_and_while_generating() {
     assert!(rest.last().is_some_and(Frame::is_done));
     stack.stop();
 }
+
+/// The backend's own mid-stream error (Strata's `data: {"error":...}` then `data: [DONE]`):
+/// in a stream the router committed it becomes the router's one `event: error` frame with
+/// `error.status` 502 and no `[DONE]`, after the deltas that came before it; the record keeps
+/// the backend's 200 and says `upstream_error`. In legacy mode, where the backend's own headers
+/// went out, its frames pass unchanged.
+#[test]
+fn a_backend_error_frame_mid_stream_becomes_the_routers_error_event() {
+    let body = || {
+        let mut body = chat_body(A, true);
+        body["fake"] = json!({"mid_stream": "error", "mid_stream_after": 2, "tokens": 4});
+        body
+    };
+    for wait_first in [true, false] {
+        let config = ConfigBuilder::new(if wait_first {
+            "frame-wf"
+        } else {
+            "frame-legacy"
+        })
+        .model(ModelSpec::new(A))
+        .wait_when_busy(wait_first)
+        .build();
+        let stack = Stack::start(config);
+        let mut stream = stack.open_chat(&body());
+        assert_eq!(stream.status, 200);
+        let id = stream.header("x-strata-request-id").unwrap().to_owned();
+        let frames = stream.remaining_frames(DEADLINE);
+        let backend_error = |frame: &Frame| {
+            frame.is_data()
+                && frame.event.is_none()
+                && frame.data.iter().any(|line| line.contains("\"error\""))
+        };
+        if wait_first {
+            assert_ends_with_error(&frames, 502, "upstream_error");
+            assert!(
+                !frames.iter().any(backend_error),
+                "the backend's error frame is not forwarded: {frames:#?}"
+            );
+            assert_eq!(
+                generated_frames(&frames),
+                3,
+                "the role frame and the two deltas before it: {frames:#?}"
+            );
+        } else {
+            assert!(frames.iter().any(backend_error), "{frames:#?}");
+            assert!(frames.last().is_some_and(Frame::is_done), "{frames:#?}");
+            assert!(
+                frames.iter().all(|frame| frame.event.is_none()),
+                "{frames:#?}"
+            );
+        }
+        let record = strata_e2e::accounting::wait_record(stack.addr(), &id);
+        assert_eq!(record.json["reason"], "upstream_error", "{}", record.raw);
+        assert_eq!(record.json["upstream_status"], 200, "{}", record.raw);
+        assert_eq!(record.json["status"], 200, "{}", record.raw);
+        stack.stop();
+    }
+}

@@ -93,6 +93,9 @@ pub enum ChatError {
     WrongModel,
     /// The backend's body failed or ended early.
     BackendCutOff,
+    /// The backend reported a failure in band (its own `data: {"error":...}`
+    /// frame) inside a stream whose headers the router sent.
+    BackendErrorFrame,
     /// The backend answered with an error status after the router's
     /// SSE headers; `kind` is one of the known types ([`known_kind`]).
     UpstreamStatus {
@@ -135,7 +138,7 @@ impl ChatError {
             | RevokedShutdown => StatusCode::SERVICE_UNAVAILABLE,
             QueueFull => StatusCode::TOO_MANY_REQUESTS,
             QueueTimeout | Timeout | StreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            BackendUnreachable | BackendGone | WrongModel | BackendCutOff => {
+            BackendUnreachable | BackendGone | WrongModel | BackendCutOff | BackendErrorFrame => {
                 StatusCode::BAD_GATEWAY
             }
             UpstreamStatus { status, .. } => *status,
@@ -164,7 +167,8 @@ impl ChatError {
             | BackendUnreachable
             | BackendGone
             | WrongModel
-            | BackendCutOff => "server_error",
+            | BackendCutOff
+            | BackendErrorFrame => "server_error",
             // OpenAI's convention for a 429, which the SDKs map to their
             // RateLimitError.
             QueueFull => "rate_limit_error",
@@ -194,6 +198,7 @@ impl ChatError {
             | BackendGone
             | WrongModel
             | BackendCutOff
+            | BackendErrorFrame
             | UpstreamStatus { .. } => "upstream_error",
         }
     }
@@ -231,6 +236,7 @@ impl ChatError {
                 "the backend answered as a different model than the one this request was routed to"
             }
             BackendCutOff => "the backend connection failed during the response",
+            BackendErrorFrame => "the backend reported an error during the response",
             UpstreamStatus { .. } => "the backend answered with an error",
         }
     }
@@ -257,6 +263,7 @@ impl ChatError {
             | BackendGone
             | WrongModel
             | BackendCutOff
+            | BackendErrorFrame
             | UpstreamStatus { .. } => Reason::UpstreamError,
         }
     }
@@ -538,6 +545,13 @@ mod tests {
                 Reason::UpstreamError,
             ),
             (
+                BackendErrorFrame,
+                502,
+                server,
+                "upstream_error",
+                Reason::UpstreamError,
+            ),
+            (
                 ChatError::upstream_status(StatusCode::CONFLICT, Some("model_busy")),
                 409,
                 "model_busy",
@@ -581,9 +595,10 @@ mod tests {
             WrongModel => 26,
             BackendCutOff => 27,
             UpstreamStatus { .. } => 28,
+            BackendErrorFrame => 29,
         }
     }
-    const VARIANTS: usize = 29;
+    const VARIANTS: usize = 30;
 
     #[test]
     fn every_variant_has_its_status_type_code_reason_and_a_fixed_message() {

@@ -30,6 +30,7 @@ use crate::observe::{ModelGate, ResponseObserver};
 
 use super::error::ChatError;
 use super::upstream::Upstream;
+use inband::{Cut, ErrorFrameCut};
 
 /// The SSE comment sent to waiting clients.
 pub const KEEPALIVE_COMMENT: &[u8] = b": keep-alive\n\n";
@@ -266,6 +267,11 @@ where
     // off. The loop ends once what is in hand has been handed over.
     let mut upstream_ended: Option<bool> = None;
     let mut lease_watched = true;
+    // In a stream the router committed, the backend's own error frame ends
+    // it as the router's `event: error` (see `inband`).
+    let mut cut =
+        matches!(mode, AfterHeaders::InBandError | AfterHeaders::Held).then(ErrorFrameCut::default);
+    let mut backend_error_frame = false;
     // Timers are re-armed only when they fire (they compare with
     // `last_progress`), never per chunk.
     let keepalive_sleep = tokio::time::sleep_until(first_keepalive);
@@ -279,6 +285,9 @@ where
     );
     tokio::pin!(deadline_sleep);
     loop {
+        if out.pending.is_none() && backend_error_frame {
+            return out.fail(mode, ChatError::BackendErrorFrame, observer).await;
+        }
         if out.pending.is_none()
             && let Some(clean) = upstream_ended
         {
@@ -292,7 +301,7 @@ where
         // The select only says what happened; the handling below runs after
         // its futures (which borrow the outbox) are gone.
         let step = tokio::select! {
-            frame = body.frame(), if out.pending.is_none() && upstream_ended.is_none() => {
+            frame = body.frame(), if out.pending.is_none() && upstream_ended.is_none() && !backend_error_frame => {
                 Step::Frame(frame)
             }
             room = out.tx.reserve(), if out.pending.is_some() => Step::Room(room.is_ok()),
@@ -321,6 +330,29 @@ where
                         gate.finish()
                     }
                 };
+                let released = released.map(|data| match cut.as_mut() {
+                    None => data,
+                    Some(cut) => {
+                        let data = match cut.push(data.unwrap_or_default()) {
+                            Cut::Pass(data) => data,
+                            Cut::ErrorFrame { before } => {
+                                backend_error_frame = true;
+                                before
+                            }
+                        };
+                        let data = if upstream_ended.is_some() && !backend_error_frame {
+                            let held = cut.finish();
+                            if held.is_empty() {
+                                data
+                            } else {
+                                [data, held].concat().into()
+                            }
+                        } else {
+                            data
+                        };
+                        (!data.is_empty()).then_some(data)
+                    }
+                });
                 match released {
                     Ok(Some(data)) => {
                         if !out.offer(data, observer) {
@@ -392,6 +424,8 @@ enum Step<E> {
     StallCheck,
     KeepaliveCheck,
 }
+
+mod inband;
 
 #[cfg(test)]
 mod tests;
