@@ -1,4 +1,4 @@
-"""The router as the OpenAI Python SDK (sync and async) and httpx-sse see it.
+"""The router as the OpenAI Python SDK (sync and async), httpx-sse and litellm see it.
 
 Run by tests/tests/client_sdks.rs against a router on the fake backend:
 
@@ -11,6 +11,7 @@ each client asked for, how many streams it cancelled). Exit status 0 only if all
 
 import asyncio
 import json
+import os
 import sys
 
 import httpx
@@ -184,6 +185,27 @@ def run_httpx_sse(base, sc, summary):
     check(any("content" in d for d in data[:-1]), "httpx-sse content")
 
 
+def run_litellm(base, sc, summary):
+    # litellm as a client of an OpenAI-compatible base (its `openai/` provider prefix). Its
+    # bundled model price map, not a download at import.
+    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    import litellm
+
+    common = {"api_base": base + "/v1", "api_key": "unused", "messages": MESSAGES}
+    reply = litellm.completion(model="openai/" + sc["alias"], **common)
+    check(reply.choices[0].message.content, "litellm non-stream")
+    chunks = list(litellm.completion(model="openai/" + sc["concrete"], stream=True, **common))
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    check(text, "litellm stream")
+    try:
+        litellm.completion(model="openai/" + sc["broken"], **common)
+        raise AssertionError("litellm: a failed load must raise")
+    except litellm.exceptions.ServiceUnavailableError as err:
+        check(err.status_code == 503, f"litellm 503: {err!r}")
+    summary["failed_loads"] += 1
+    summary["litellm"] = litellm.__version__ if hasattr(litellm, "__version__") else "?"
+
+
 def main():
     base, scenario = sys.argv[1], sys.argv[2]
     with open(scenario, encoding="utf-8") as handle:
@@ -192,6 +214,7 @@ def main():
     run_sync(base, sc, summary)
     asyncio.run(run_async(base, sc, summary))
     run_httpx_sse(base, sc, summary)
+    run_litellm(base, sc, summary)
     print(json.dumps(summary))
 
 
