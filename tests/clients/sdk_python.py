@@ -1,4 +1,5 @@
-"""The router as the OpenAI Python SDK (sync and async), httpx-sse and litellm see it.
+"""The router as the OpenAI Python SDK (sync and async), httpx-sse, litellm and langchain-openai
+see it.
 
 Run by tests/tests/client_sdks.rs against a router on the fake backend:
 
@@ -206,6 +207,23 @@ def run_litellm(base, sc, summary):
     summary["litellm"] = litellm.__version__ if hasattr(litellm, "__version__") else "?"
 
 
+def run_langchain(base, sc, summary):
+    # langchain-openai's ChatOpenAI on top of the openai SDK (its default max_retries is 2).
+    from langchain_openai import ChatOpenAI
+
+    chat = ChatOpenAI(base_url=base + "/v1", api_key="unused", model=sc["alias"], timeout=60)
+    check(chat.invoke("hello").content, "langchain invoke")
+    text = "".join(chunk.content for chunk in chat.stream("hello"))
+    check(text, "langchain stream")
+    broken = ChatOpenAI(base_url=base + "/v1", api_key="unused", model=sc["broken"], timeout=60)
+    try:
+        "".join(chunk.content for chunk in broken.stream("hello"))
+        raise AssertionError("langchain: a failed load must raise")
+    except InternalServerError as err:
+        check(err.status_code == 503, f"langchain 503: {err.status_code}")
+    summary["failed_loads"] += 1
+
+
 def main():
     base, scenario = sys.argv[1], sys.argv[2]
     with open(scenario, encoding="utf-8") as handle:
@@ -215,6 +233,7 @@ def main():
     asyncio.run(run_async(base, sc, summary))
     run_httpx_sse(base, sc, summary)
     run_litellm(base, sc, summary)
+    run_langchain(base, sc, summary)
     print(json.dumps(summary))
 
 

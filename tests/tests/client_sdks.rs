@@ -1,5 +1,6 @@
 //! The client libraries people use, run against the real router on the fake backend: the
-//! OpenAI Python SDK (sync and async), httpx-sse, litellm and openai-node, at the versions pinned in
+//! OpenAI Python SDK (sync and async), httpx-sse, litellm, langchain-openai and openai-node, at the
+//! versions pinned in
 //! `tests/clients/` (`requirements.txt`, `package-lock.json`).
 //!
 //! The SDKs are installed on first use into `target/tmp/client-sdks/` (a venv and a
@@ -179,10 +180,10 @@ fn the_openai_sdks_and_httpx_sse_against_the_router() {
                 .arg(clients_dir().join("sdk_python.py"))
                 .arg(&base)
                 .arg(&scenario));
-            let got = summary(&output, "openai-python, httpx-sse and litellm");
+            let got = summary(&output, "the Python clients");
             failed_loads += got["failed_loads"].as_u64().unwrap();
             cancelled += got["cancelled"].as_u64().unwrap();
-            ran.push("openai-python (sync, async), httpx-sse, litellm");
+            ran.push("openai-python (sync, async), httpx-sse, litellm, langchain-openai");
         }
         Err(reason) => eprintln!("SKIPPED python clients: {reason}"),
     }
