@@ -1,7 +1,6 @@
 //! The client libraries people use, run against the real router on the fake backend: the
 //! OpenAI Python SDK (sync and async), httpx-sse, litellm, langchain-openai and openai-node, at the
-//! versions pinned in
-//! `tests/clients/` (`requirements.txt`, `package-lock.json`).
+//! versions pinned in `tests/clients/` (`requirements.txt`, `package-lock.json`).
 //!
 //! The SDKs are installed on first use into `target/tmp/client-sdks/` (a venv and a
 //! `node_modules`), again whenever the pins change. Without a way to install them (the package
