@@ -70,7 +70,11 @@ fn ensure(
     if std::fs::read_to_string(&stamp).is_ok_and(|installed| installed == pins) {
         return Ok(());
     }
-    let output = install();
+    // A second try absorbs a registry's passing hiccup.
+    let mut output = install();
+    if !output.status.success() {
+        output = install();
+    }
     if output.status.success() {
         std::fs::write(&stamp, pins).expect("write the install stamp");
         return Ok(());

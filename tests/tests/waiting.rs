@@ -728,7 +728,13 @@ fn disconnects_while_queued_and_while_admitted() {
             body.as_bytes(),
         ))
         .unwrap();
-    poll_until(DEADLINE, "B loading", || stack.status()["loading"] == B);
+    // The supervisor tells the proxy it admitted the ticket before it spawns the backend, so
+    // once the fake logs B's start the proxy knows the request is loading. (The control
+    // socket's `loading` can show B a moment before that message reaches the proxy.)
+    let upstream_b = stack.config().upstream(B);
+    poll_until(DEADLINE, "B's backend started", || {
+        log.start_count(&upstream_b) == 1
+    });
     drop(loading);
     let record = strata_e2e::accounting::wait_record_where(
         stack.addr(),
