@@ -317,6 +317,23 @@ pub fn open(
     conn.into_stream(DEADLINE)
 }
 
+/// Sends `POST /v1/chat/completions` with a JSON body and returns the connection without
+/// reading anything: for a request that waits (a held wait-first stream has no headers to read
+/// yet) or whose client is to disconnect. Panics on a connection error.
+pub fn send_chat(addr: SocketAddr, body: &Value) -> Conn {
+    let mut conn =
+        Conn::connect(addr).unwrap_or_else(|err| panic!("connect to {addr} for a chat: {err}"));
+    conn.write(&request_bytes(
+        addr,
+        "POST",
+        CHAT_PATH,
+        &[("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    ))
+    .unwrap_or_else(|err| panic!("send a chat to {addr}: {err}"));
+    conn
+}
+
 /// [`open`] for `POST /v1/chat/completions` with a JSON body.
 pub fn open_chat(addr: SocketAddr, body: &Value) -> Stream {
     open(

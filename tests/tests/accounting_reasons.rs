@@ -268,18 +268,7 @@ fn wait_first_reasons() {
     // client_disconnect while the model loads, stream: admitted (lease_at), no lease granted
     // (queue_wait_ms null), the load's duration unknown, and no status: it leaves during the
     // 1.5 s load, within its header hold, so it never got headers.
-    let mut loading = Conn::connect(addr).unwrap();
-    loading
-        .write(&request_bytes(
-            addr,
-            "POST",
-            CHAT_PATH,
-            &[("content-type", "application/json")],
-            chat_request(SLOW_LOAD, true, "x", Value::Null)
-                .to_string()
-                .as_bytes(),
-        ))
-        .unwrap();
+    let loading = http::send_chat(addr, &chat_request(SLOW_LOAD, true, "x", Value::Null));
     // The supervisor admits the request (LeaseProgress Admitted) before it spawns the backend,
     // so once the fake logs its start the proxy has long known the request is loading.
     let upstream = stack.config().upstream(SLOW_LOAD);

@@ -83,17 +83,7 @@ fn disconnect_while_queued_withdraws_the_request() {
 /// has a byte to forward (wait-first holds its head until then or its first keepalive), so the
 /// request is written raw and the connection kept; dropping it disconnects the client.
 fn open_pending(stack: &Stack, model: &str) -> strata_e2e::http::Conn {
-    let mut conn = strata_e2e::http::Conn::connect(stack.addr()).unwrap();
-    let body = chat_body(model, true).to_string();
-    conn.write(&strata_e2e::http::request_bytes(
-        stack.addr(),
-        "POST",
-        strata_e2e::http::CHAT_PATH,
-        &[("content-type", "application/json")],
-        body.as_bytes(),
-    ))
-    .unwrap();
-    conn
+    strata_e2e::http::send_chat(stack.addr(), &chat_body(model, true))
 }
 
 /// Loading: the client goes away while its model loads. The load completes and the model

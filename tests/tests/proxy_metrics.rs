@@ -59,16 +59,7 @@ fn metrics_follow_a_stream_and_a_queued_priority_request() {
     let mut body_b = chat_body(B, true);
     body_b["service_tier"] = json!("priority");
     // Written raw: a held wait-first stream gets its headers only with its first data.
-    let mut conn_b = strata_e2e::http::Conn::connect(stack.addr()).unwrap();
-    conn_b
-        .write(&strata_e2e::http::request_bytes(
-            stack.addr(),
-            "POST",
-            strata_e2e::http::CHAT_PATH,
-            &[("content-type", "application/json")],
-            body_b.to_string().as_bytes(),
-        ))
-        .unwrap();
+    let conn_b = http::send_chat(stack.addr(), &body_b);
     poll_until(DEADLINE, "B queued as priority", || {
         let m = stack.metrics();
         m["queue_depth"] == 1 && tiers(&m)["priority"] == 1 && tiers(&m)["default"] == 0

@@ -228,16 +228,7 @@ fn a_queued_stream_gets_its_headers_with_its_first_data_after_the_switch() {
 
     let mut body = chat_body(B, true);
     body["service_tier"] = json!("flex");
-    let mut queued = http::Conn::connect(stack.addr()).unwrap();
-    queued
-        .write(&http::request_bytes(
-            stack.addr(),
-            "POST",
-            http::CHAT_PATH,
-            &[("content-type", "application/json")],
-            body.to_string().as_bytes(),
-        ))
-        .unwrap();
+    let queued = http::send_chat(stack.addr(), &body);
     strata_e2e::poll_until(DEADLINE, "B waiting in the supervisor", || {
         stack.status()["waiting_requests"] == json!(1)
     });

@@ -717,17 +717,7 @@ fn disconnects_while_queued_and_while_admitted() {
 
     // Admitted to B's 4 s load, then gone: phase loading, lease_at set. (A stream, written
     // raw: its head is held through the load, so it has no headers to read yet.)
-    let mut loading = http::Conn::connect(stack.addr()).unwrap();
-    let body = tagged(B, true, "loading", Value::Null).to_string();
-    loading
-        .write(&http::request_bytes(
-            stack.addr(),
-            "POST",
-            http::CHAT_PATH,
-            &[("content-type", "application/json")],
-            body.as_bytes(),
-        ))
-        .unwrap();
+    let loading = http::send_chat(stack.addr(), &tagged(B, true, "loading", Value::Null));
     // The supervisor tells the proxy it admitted the ticket before it spawns the backend, so
     // once the fake logs B's start the proxy knows the request is loading. (The control
     // socket's `loading` can show B a moment before that message reaches the proxy.)

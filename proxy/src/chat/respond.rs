@@ -300,18 +300,7 @@ async fn wait_first(
             send(&mut answer, reject(trace, &headers, error));
             return;
         }
-        Err(error) => {
-            Box::pin(forward::fail_after_headers(
-                &tx,
-                AfterHeaders::InBandError,
-                error,
-                &mut observer,
-            ))
-            .await;
-            trace.observed = Some(observer.finish());
-            trace.finish(error.reason());
-            return;
-        }
+        Err(error) => return fail_committed(&tx, observer, trace, error).await,
         Ok(dispatched) => dispatched,
     };
     let status = dispatched.upstream.response.status();
@@ -323,17 +312,9 @@ async fn wait_first(
             return;
         }
         let error = Box::pin(upstream_status(status, &mut dispatched.upstream)).await;
-        Box::pin(forward::fail_after_headers(
-            &tx,
-            AfterHeaders::InBandError,
-            error,
-            &mut observer,
-        ))
-        .await;
-        trace.observed = Some(observer.finish());
-        trace.finish(error.reason());
-        drop(dispatched);
-        return;
+        // Held until the record is submitted, like the passthrough path.
+        let _dispatched = dispatched;
+        return fail_committed(&tx, observer, trace, error).await;
     }
 
     // Forwarding; a held head goes out with the first chunk (or comment).
@@ -400,6 +381,25 @@ async fn wait_first(
         None => trace.finish(Reason::ClientDisconnect),
     }
     drop(dispatched);
+}
+
+/// Ends a stream whose head went out with one `event: error` frame, and
+/// finishes its trace.
+async fn fail_committed(
+    tx: &BodySender,
+    mut observer: ResponseObserver,
+    mut trace: Trace,
+    error: ChatError,
+) {
+    Box::pin(forward::fail_after_headers(
+        tx,
+        AfterHeaders::InBandError,
+        error,
+        &mut observer,
+    ))
+    .await;
+    trace.observed = Some(observer.finish());
+    trace.finish(error.reason());
 }
 
 /// Sends the held `200` and SSE head with the body. False if the client
