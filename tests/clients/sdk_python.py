@@ -177,13 +177,48 @@ async def run_async(base, sc, summary):
 def run_httpx_sse(base, sc, summary):
     # A raw SSE client with a read timeout above the keepalive period (README).
     timeout = httpx.Timeout(10.0)
-    body = {"model": sc["concrete"], "messages": MESSAGES, "stream": True}
+    url = base + "/v1/chat/completions"
+
+    def stream(client, model, fake=None, **extra):
+        body = {"model": model, "messages": MESSAGES, "stream": True, **extra}
+        if fake:
+            body["fake"] = fake
+        return connect_sse(client, "POST", url, json=body)
+
     with httpx.Client(timeout=timeout) as client:
-        with connect_sse(client, "POST", base + "/v1/chat/completions", json=body) as source:
-            check(source.response.status_code == 200, "httpx-sse status")
+        listed = client.get(base + "/v1/models").json()
+        ids = {entry["id"] for entry in listed["data"]}
+        check(sc["concrete"] in ids and sc["alias"] in ids, f"httpx models: {sorted(ids)}")
+        reply = client.post(url, json={"model": sc["alias"], "messages": MESSAGES}).json()
+        check(reply["choices"][0]["message"]["content"], "httpx non-stream")
+        for model in (sc["concrete"], sc["alias"], sc["slow"]):
+            with stream(client, model, service_tier="flex") as source:
+                check(source.response.status_code == 200, f"httpx-sse status {model}")
+                headers = source.response.headers
+                check(headers.get("x-strata-concrete-model"), "httpx-sse concrete model header")
+                check(headers.get("x-strata-service-tier") == "flex", "httpx-sse tier header")
+                data = [event.data for event in source.iter_sse()]
+            check(data and data[-1] == "[DONE]", f"httpx-sse frames {model}: {data[-3:]}")
+            check(any("content" in d for d in data[:-1]), f"httpx-sse content {model}")
+        with stream(client, sc["concrete"], {"tool_call": True}) as source:
             data = [event.data for event in source.iter_sse()]
-    check(data and data[-1] == "[DONE]", f"httpx-sse frames: {data[-3:]}")
-    check(any("content" in d for d in data[:-1]), "httpx-sse content")
+        check(any("tool_calls" in d for d in data), "httpx-sse tool calls")
+        with stream(client, sc["concrete"], {"error_status": 400}) as source:
+            check(source.response.status_code == 400, "httpx-sse upstream 400")
+        with stream(client, sc["broken"]) as source:
+            check(source.response.status_code == 503, "httpx-sse failed load 503")
+        summary["failed_loads"] += 1
+        with stream(client, sc["broken_slow"]) as source:
+            check(source.response.status_code == 200, "httpx-sse held head then 200")
+            events = list(source.iter_sse())
+        last = events[-1]
+        check(last.event == "error" and json.loads(last.data)["error"]["status"] == 503,
+              f"httpx-sse in-band error: {last}")
+        check(all(event.data != "[DONE]" for event in events), "no [DONE] after an error")
+        summary["failed_loads"] += 1
+        with stream(client, sc["concrete"], {"tokens": 40, "token_delay_ms": 50}) as source:
+            next(iter(source.iter_sse()))
+        summary["cancelled"] += 1
 
 
 def run_litellm(base, sc, summary):
@@ -198,11 +233,33 @@ def run_litellm(base, sc, summary):
     chunks = list(litellm.completion(model="openai/" + sc["concrete"], stream=True, **common))
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     check(text, "litellm stream")
+    chunks = list(litellm.completion(model="openai/" + sc["alias"], stream=True, **common))
+    check(any(chunk.choices and chunk.choices[0].delta.content for chunk in chunks), "alias stream")
+    reply = litellm.completion(
+        model="openai/" + sc["concrete"], extra_body={"fake": {"tool_call": True}}, **common
+    )
+    check(reply.choices[0].message.tool_calls, "litellm tool calls")
+    try:
+        litellm.completion(
+            model="openai/" + sc["concrete"], extra_body={"fake": {"error_status": 400}}, **common
+        )
+        raise AssertionError("litellm: an upstream 400 must raise")
+    except litellm.exceptions.BadRequestError as err:
+        check(err.status_code == 400, f"litellm 400: {err!r}")
     try:
         litellm.completion(model="openai/" + sc["broken"], **common)
         raise AssertionError("litellm: a failed load must raise")
     except litellm.exceptions.ServiceUnavailableError as err:
         check(err.status_code == 503, f"litellm 503: {err!r}")
+    summary["failed_loads"] += 1
+    # After the head went out: litellm raises while iterating (no HTTP status to map).
+    try:
+        list(litellm.completion(model="openai/" + sc["broken_slow"], stream=True, **common))
+        raise AssertionError("litellm: a failed load after the headers must raise")
+    except AssertionError:
+        raise
+    except Exception as err:  # litellm wraps it in a class of its own choosing
+        summary["litellm_in_band"] = type(err).__name__
     summary["failed_loads"] += 1
     summary["litellm"] = litellm.__version__ if hasattr(litellm, "__version__") else "?"
 
@@ -215,12 +272,29 @@ def run_langchain(base, sc, summary):
     check(chat.invoke("hello").content, "langchain invoke")
     text = "".join(chunk.content for chunk in chat.stream("hello"))
     check(text, "langchain stream")
+    concrete = ChatOpenAI(base_url=base + "/v1", api_key="unused", model=sc["concrete"], timeout=60)
+    check(concrete.invoke("hello").content, "langchain concrete invoke")
+    failing = concrete.bind(extra_body={"fake": {"error_status": 400}})
+    try:
+        failing.invoke("hello")
+        raise AssertionError("langchain: an upstream 400 must raise")
+    except BadRequestError as err:
+        check(err.status_code == 400, f"langchain 400: {err.status_code}")
     broken = ChatOpenAI(base_url=base + "/v1", api_key="unused", model=sc["broken"], timeout=60)
     try:
         "".join(chunk.content for chunk in broken.stream("hello"))
         raise AssertionError("langchain: a failed load must raise")
     except InternalServerError as err:
         check(err.status_code == 503, f"langchain 503: {err.status_code}")
+    summary["failed_loads"] += 1
+    late = ChatOpenAI(base_url=base + "/v1", api_key="unused", model=sc["broken_slow"], timeout=60)
+    try:
+        "".join(chunk.content for chunk in late.stream("hello"))
+        raise AssertionError("langchain: a failed load after the headers must raise")
+    except InternalServerError:
+        raise AssertionError("langchain: after the headers there is no HTTP status")
+    except APIError as err:
+        check(err.body and err.body.get("status") == 503, f"langchain in-band: {err.body}")
     summary["failed_loads"] += 1
 
 

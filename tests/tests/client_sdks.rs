@@ -137,7 +137,10 @@ fn summary(output: &Output, what: &str) -> Value {
     assert!(output.status.success(), "{what}:\n{}", text(output));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last).unwrap_or_else(|err| panic!("{what} summary {last:?}: {err}"))
+    let summary: Value =
+        serde_json::from_str(last).unwrap_or_else(|err| panic!("{what} summary {last:?}: {err}"));
+    eprintln!("{what}: {summary}");
+    summary
 }
 
 #[test]
