@@ -261,7 +261,23 @@ def run_litellm(base, sc, summary):
     except Exception as err:  # litellm wraps it in a class of its own choosing
         summary["litellm_in_band"] = type(err).__name__
     summary["failed_loads"] += 1
-    summary["litellm"] = litellm.__version__ if hasattr(litellm, "__version__") else "?"
+    # The x-strata-* headers (litellm keeps the upstream's in its hidden params) and a tier.
+    reply = litellm.completion(model="openai/" + sc["alias"], service_tier="flex", **common)
+    headers = reply._hidden_params.get("additional_headers") or {}
+    tiers = [v for k, v in headers.items() if k.lower().endswith("x-strata-service-tier")]
+    check(tiers == ["flex"], f"litellm tier header: {headers}")
+    # A stream through the 7 s load, and a cancelled stream.
+    chunks = list(litellm.completion(model="openai/" + sc["slow"], stream=True, **common))
+    check(any(chunk.choices and chunk.choices[0].delta.content for chunk in chunks), "slow stream")
+    stream = litellm.completion(
+        model="openai/" + sc["concrete"],
+        stream=True,
+        extra_body={"fake": {"tokens": 40, "token_delay_ms": 50}},
+        **common,
+    )
+    next(iter(stream))
+    stream.completion_stream.close()
+    summary["cancelled"] += 1
 
 
 def run_langchain(base, sc, summary):
@@ -296,6 +312,24 @@ def run_langchain(base, sc, summary):
     except APIError as err:
         check(err.body and err.body.get("status") == 503, f"langchain in-band: {err.body}")
     summary["failed_loads"] += 1
+    # Headers and a tier, a stream through the 7 s load, a cancelled stream.
+    flex = ChatOpenAI(
+        base_url=base + "/v1",
+        api_key="unused",
+        model=sc["alias"],
+        service_tier="flex",
+        include_response_headers=True,
+        timeout=60,
+    )
+    headers = flex.invoke("hello").response_metadata.get("headers") or {}
+    check(headers.get("x-strata-service-tier") == "flex", f"langchain headers: {headers}")
+    slow = ChatOpenAI(base_url=base + "/v1", api_key="unused", model=sc["slow"], timeout=60)
+    check("".join(chunk.content for chunk in slow.stream("hello")), "langchain slow stream")
+    long = concrete.bind(extra_body={"fake": {"tokens": 40, "token_delay_ms": 50}})
+    chunks = long.stream("hello")
+    next(chunks)
+    chunks.close()
+    summary["cancelled"] += 1
 
 
 def main():
