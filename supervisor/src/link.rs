@@ -112,6 +112,14 @@ async fn handle_connection(
         let _ = write_frame(&mut writer, &refuse("permission denied: wrong user".into())).await;
         return;
     }
+    // The hello's pid names the proxy in logs and `strata-ctl status`; it must be the
+    // connecting process's own, as the kernel reports it.
+    let peer_pid = reader
+        .as_ref()
+        .peer_cred()
+        .ok()
+        .and_then(|cred| cred.pid())
+        .and_then(|pid| u32::try_from(pid).ok());
     let mut reader = FrameReader::new(reader);
     let hello = tokio::time::timeout(HELLO_TIMEOUT, reader.next::<ProxyMessage>());
     let pid = match hello.await {
@@ -124,6 +132,14 @@ async fn handle_connection(
                 let reason = format!(
                     "protocol version {protocol_version} is not supported (supervisor speaks {PROTOCOL_VERSION}); run matching strata-proxy and strata-supervisor builds"
                 );
+                let _ = write_frame(&mut writer, &refuse(reason)).await;
+                return;
+            }
+            if let Some(peer_pid) = peer_pid
+                && peer_pid != pid
+            {
+                let reason =
+                    format!("the hello's pid {pid} is not the connecting process's ({peer_pid})");
                 let _ = write_frame(&mut writer, &refuse(reason)).await;
                 return;
             }

@@ -10,7 +10,8 @@
 //!
 //! `UnixStream::pair` gives both ends this process's credentials, so the
 //! `SO_PEERCRED` check passes as it does for a proxy of the same user (the
-//! wrong-user refusal needs a second user and is not covered here). Every
+//! wrong-user refusal needs a second user and is not covered here), and the
+//! hello's pid must be this process's. Every
 //! wait is bounded by [`LIMIT`] or runs under tokio's paused clock; nothing
 //! sleeps to synchronise.
 
@@ -37,7 +38,6 @@ const FINGERPRINT: u64 = 0x5eed_f00d;
 const INSTANCE: &str = "4242-1700000000000";
 /// The connection number the tests give `handle_connection`.
 const CONN: u64 = 7;
-const PROXY_PID: u32 = 31337;
 
 fn shared(capacity: usize) -> Arc<LinkShared> {
     Arc::new(LinkShared {
@@ -59,7 +59,8 @@ fn hello(protocol_version: u32, fingerprint: u64) -> ProxyMessage {
     ProxyMessage::Hello {
         protocol_version,
         fingerprint,
-        pid: PROXY_PID,
+        // Both ends of the pair are this process, so this is the peer's pid.
+        pid: std::process::id(),
     }
 }
 
@@ -144,7 +145,7 @@ async fn handshake(
     );
     match command(commands).await {
         Command::Connect { conn, pid, events } => {
-            assert_eq!((conn, pid), (CONN, PROXY_PID));
+            assert_eq!((conn, pid), (CONN, std::process::id()));
             events
         }
         other => panic!("expected Connect, got {other:?}"),
@@ -236,6 +237,36 @@ async fn a_different_config_fingerprint_is_refused() {
     };
     assert!(reason.starts_with("config fingerprint differs"), "{reason}");
     assert!(reason.contains("restart both with the same config"));
+    proxy.expect_closed().await;
+    ended(task).await;
+    engine_heard_nothing(&mut commands);
+}
+
+/// A hello whose pid is not the connecting process's (`SO_PEERCRED`) is
+/// refused naming both, closed, and unknown to the engine: a peer cannot
+/// pass itself off as another process in the supervisor's logs and status.
+#[tokio::test]
+async fn a_hello_with_another_processs_pid_is_refused() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let (mut proxy, task) = start(engine, shared(8));
+    let own = std::process::id();
+    proxy
+        .send(&ProxyMessage::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            fingerprint: FINGERPRINT,
+            pid: own + 1,
+        })
+        .await;
+    let SupervisorMessage::Refused { reason } = proxy.recv().await else {
+        panic!("expected Refused");
+    };
+    assert_eq!(
+        reason,
+        format!(
+            "the hello's pid {} is not the connecting process's ({own})",
+            own + 1
+        )
+    );
     proxy.expect_closed().await;
     ended(task).await;
     engine_heard_nothing(&mut commands);
