@@ -429,24 +429,9 @@ fn a_socket_directory_owned_by_another_user_is_refused() {
 /// The unprivileged user the root-only tests act as.
 const NOBODY: u32 = 65534;
 
-/// Runs `e2e-unix-client` as [`NOBODY`] against `socket`, sending `payload`.
-fn as_nobody(socket: &std::path::Path, payload: &[u8]) -> Vec<u8> {
-    use std::os::unix::process::CommandExt;
-    let hex: String = payload.iter().map(|byte| format!("{byte:02x}")).collect();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_e2e-unix-client"))
-        .arg(socket)
-        .arg(hex)
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .output()
-        .expect("run e2e-unix-client as nobody");
-    assert!(
-        output.status.success(),
-        "e2e-unix-client: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output.stdout
+/// Runs `e2e-unix-client` as [`NOBODY`] against `socket` with `arg` (see [`as_user`]).
+fn as_nobody(socket: &std::path::Path, arg: &str) -> Vec<u8> {
+    as_user(NOBODY, socket, arg)
 }
 
 /// Root only: with the file permissions opened up, another user can reach both sockets, and
@@ -471,17 +456,13 @@ fn another_user_is_refused_by_peer_credentials() {
     open(&config.control_socket, 0o666);
     open(&config.supervisor_socket, 0o666);
 
-    let reply = as_nobody(&config.control_socket, b"status\n");
+    let reply = as_nobody(&config.control_socket, &hex(b"status\n"));
     assert_eq!(
         String::from_utf8_lossy(&reply),
         "{\"error\":\"permission denied\"}\n"
     );
-    let hello = strata_protocol::wire::encode_frame(&strata_protocol::wire::ProxyMessage::Hello {
-        protocol_version: strata_protocol::wire::PROTOCOL_VERSION,
-        fingerprint: config.fingerprint(),
-        pid: std::process::id(),
-    })
-    .expect("encode hello");
+    // A hello with the client's own pid, which the supervisor checks against the connection.
+    let hello = format!("hello:{}", config.fingerprint());
     let reply = as_nobody(&config.supervisor_socket, &hello);
     assert!(reply.len() > 4, "no reply frame: {reply:?}");
     let message: strata_protocol::wire::SupervisorMessage =
@@ -504,13 +485,17 @@ fn another_user_is_refused_by_peer_credentials() {
 /// Another unprivileged user, for a third party.
 const NOGROUP_OTHER: u32 = 65533;
 
-/// Runs `e2e-unix-client` as `uid` against `socket`, sending `payload`.
-fn as_user(uid: u32, socket: &std::path::Path, payload: &[u8]) -> Vec<u8> {
+/// `payload` as `e2e-unix-client`'s HEX argument.
+fn hex(payload: &[u8]) -> String {
+    payload.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Runs `e2e-unix-client` as `uid` against `socket` with `arg` (HEX or `hello:FINGERPRINT`).
+fn as_user(uid: u32, socket: &std::path::Path, arg: &str) -> Vec<u8> {
     use std::os::unix::process::CommandExt;
-    let hex: String = payload.iter().map(|byte| format!("{byte:02x}")).collect();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_e2e-unix-client"))
         .arg(socket)
-        .arg(hex)
+        .arg(arg)
         .uid(uid)
         .gid(uid)
         .output()
@@ -547,12 +532,8 @@ fn the_daemon_user_and_root_are_accepted_every_other_user_refused() {
     let status = supervisor.status();
     assert_eq!(status["daemon_pid"], json!(supervisor.pid()), "{status}");
     // ...and on the supervisor socket.
-    let hello = strata_protocol::wire::encode_frame(&strata_protocol::wire::ProxyMessage::Hello {
-        protocol_version: strata_protocol::wire::PROTOCOL_VERSION,
-        fingerprint: config.fingerprint(),
-        pid: std::process::id(),
-    })
-    .expect("encode hello");
+    // A hello with the client's own pid, which the supervisor checks against the connection.
+    let hello = format!("hello:{}", config.fingerprint());
     // The first frame of the reply (a welcome is followed by a state snapshot).
     let welcome = |reply: &[u8]| -> strata_protocol::wire::SupervisorMessage {
         assert!(reply.len() > 4, "no reply frame: {reply:?}");
@@ -568,7 +549,7 @@ fn the_daemon_user_and_root_are_accepted_every_other_user_refused() {
         "root is welcome"
     );
     // The daemon's own user too.
-    let reply = as_user(NOBODY, &config.control_socket, b"status\n");
+    let reply = as_user(NOBODY, &config.control_socket, &hex(b"status\n"));
     assert!(String::from_utf8_lossy(&reply).contains("daemon_pid"));
     // Any other user, even with the file permissions opened up, is refused.
     let open = |path: &std::path::Path, mode: u32| {
@@ -578,7 +559,7 @@ fn the_daemon_user_and_root_are_accepted_every_other_user_refused() {
     open(&config.run_dir, 0o711);
     open(&config.control_socket, 0o666);
     open(&config.supervisor_socket, 0o666);
-    let reply = as_user(NOGROUP_OTHER, &config.control_socket, b"status\n");
+    let reply = as_user(NOGROUP_OTHER, &config.control_socket, &hex(b"status\n"));
     assert_eq!(
         String::from_utf8_lossy(&reply),
         "{\"error\":\"permission denied\"}\n"

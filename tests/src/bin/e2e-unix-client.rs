@@ -2,6 +2,8 @@
 //! talk to a daemon as another process (for example as another user, spawned with
 //! `CommandExt::uid`). Connects to SOCKET, writes the bytes given in hex, shuts down its
 //! sending side, and copies everything received until EOF (at most 10 s) to stdout.
+//! `hello:FINGERPRINT` instead of HEX sends a proxy hello frame carrying this process's own
+//! pid (the supervisor checks it against the connection's peer credentials).
 //! Exit status: 0 after EOF, 1 on a usage error, 2 if the connection fails.
 #![forbid(unsafe_code)]
 
@@ -27,9 +29,26 @@ fn main() -> ExitCode {
         eprintln!("usage: e2e-unix-client SOCKET HEX");
         return ExitCode::from(1);
     };
-    let Some(payload) = decode_hex(hex) else {
-        eprintln!("e2e-unix-client: HEX must be an even number of hex digits");
-        return ExitCode::from(1);
+    let payload = match hex.strip_prefix("hello:") {
+        Some(fingerprint) => {
+            let Ok(fingerprint) = fingerprint.parse() else {
+                eprintln!("e2e-unix-client: hello:FINGERPRINT needs a number");
+                return ExitCode::from(1);
+            };
+            let hello = strata_protocol::wire::ProxyMessage::Hello {
+                protocol_version: strata_protocol::wire::PROTOCOL_VERSION,
+                fingerprint,
+                pid: std::process::id(),
+            };
+            strata_protocol::wire::encode_frame(&hello).expect("a hello encodes")
+        }
+        None => match decode_hex(hex) {
+            Some(payload) => payload,
+            None => {
+                eprintln!("e2e-unix-client: HEX must be an even number of hex digits");
+                return ExitCode::from(1);
+            }
+        },
     };
     let mut stream = match UnixStream::connect(socket) {
         Ok(stream) => stream,
