@@ -6,7 +6,7 @@
 //! `Welcome` always precedes the first `State`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use strata_protocol::record::RequestRecord;
@@ -24,6 +24,11 @@ use crate::sockets;
 
 /// A proxy that connects but says nothing is dropped after this long.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// At most this many connections may be waiting to finish their hello; more are closed at
+/// once. A proxy connects once (twice for a moment while it restarts), so this only stops a
+/// same-user peer from holding many connections (and their buffers) open without a hello.
+const MAX_UNWELCOMED: usize = 16;
 
 /// At most this many events to one proxy are written together.
 const EVENTS_PER_WRITE: usize = 64;
@@ -79,9 +84,20 @@ impl LinkShared {
     }
 }
 
+/// A connection counted among those that have not finished their hello; dropping it (when
+/// the hello is done, or the connection ends first) frees its place.
+pub(crate) struct HelloSlot(Arc<AtomicUsize>);
+
+impl Drop for HelloSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Accepts proxy connections until the listener fails.
 pub async fn serve(listener: UnixListener, engine: EngineHandle, identity: Arc<LinkShared>) {
     let next_conn = Arc::new(AtomicU64::new(1));
+    let unwelcomed = Arc::new(AtomicUsize::new(0));
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -91,11 +107,19 @@ pub async fn serve(listener: UnixListener, engine: EngineHandle, identity: Arc<L
                 continue;
             }
         };
+        // Counted here, in accept order, so the limit holds however the tasks are scheduled.
+        if unwelcomed.load(Ordering::Acquire) >= MAX_UNWELCOMED {
+            tracing::debug!("too many connections without a hello; closing a new one");
+            drop(stream);
+            continue;
+        }
+        unwelcomed.fetch_add(1, Ordering::AcqRel);
+        let slot = HelloSlot(unwelcomed.clone());
         let conn = next_conn.fetch_add(1, Ordering::Relaxed);
         let engine = engine.clone();
         let identity = identity.clone();
         tokio::spawn(async move {
-            handle_connection(stream, conn, engine, &identity).await;
+            handle_connection(stream, conn, engine, &identity, Some(slot)).await;
         });
     }
 }
@@ -105,6 +129,7 @@ async fn handle_connection(
     conn: u64,
     engine: EngineHandle,
     identity: &LinkShared,
+    hello_slot: Option<HelloSlot>,
 ) {
     let (reader, mut writer) = stream.into_split();
     let refuse = |reason: String| SupervisorMessage::Refused { reason };
@@ -170,6 +195,7 @@ async fn handle_connection(
     if write_frame(&mut writer, &welcome).await.is_err() {
         return;
     }
+    drop(hello_slot);
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     if !engine.send(Command::Connect {
         conn,

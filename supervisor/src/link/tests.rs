@@ -109,7 +109,7 @@ fn start(engine: EngineHandle, shared: Arc<LinkShared>) -> (Proxy, JoinHandle<()
 fn start_conn(conn: u64, engine: EngineHandle, shared: Arc<LinkShared>) -> (Proxy, JoinHandle<()>) {
     let (proxy, supervisor) = UnixStream::pair().expect("socketpair");
     let task = tokio::spawn(async move {
-        handle_connection(supervisor, conn, engine, &shared).await;
+        handle_connection(supervisor, conn, engine, &shared, None).await;
     });
     (Proxy { stream: proxy }, task)
 }
@@ -852,4 +852,50 @@ async fn the_real_engine_answers_through_the_link_and_forgets_a_closed_proxy() {
     assert!(!state.draining, "the closed proxy's draining went with it");
 
     engine_task.abort();
+}
+
+/// At most [`MAX_UNWELCOMED`] connections may sit without a finished hello: the next one is
+/// closed at once, and a place frees when one of them goes away (or says hello).
+#[tokio::test]
+async fn connections_without_a_hello_are_capped() {
+    let dir = strata_test_support::tempdir::TempDir::new("link-cap");
+    let path = dir.join("supervisor.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let (engine, _commands) = EngineHandle::detached();
+    let server = tokio::spawn(serve(listener, engine, shared(8)));
+    let connect = || async { UnixStream::connect(&path).await.expect("connect") };
+
+    let mut silent = Vec::new();
+    for _ in 0..MAX_UNWELCOMED {
+        silent.push(Proxy {
+            stream: connect().await,
+        });
+    }
+    // Accepted in order, so these are counted before the next one is: it is closed at once.
+    let mut over = Proxy {
+        stream: connect().await,
+    };
+    over.expect_closed().await;
+
+    // One silent peer leaves; a proxy that says hello gets in (as soon as the supervisor
+    // noticed the departure: until then it is closed like the one above).
+    drop(silent.pop());
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let mut proxy = Proxy {
+            stream: connect().await,
+        };
+        proxy.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+        let mut reply = [0u8; 4];
+        use tokio::io::AsyncReadExt;
+        match tokio::time::timeout(LIMIT, proxy.stream.read(&mut reply)).await {
+            Ok(Ok(n)) if n > 0 => break,
+            _ => assert!(
+                tokio::time::Instant::now() < deadline,
+                "no place freed after a silent peer left"
+            ),
+        }
+        tokio::task::yield_now().await;
+    }
+    server.abort();
 }
