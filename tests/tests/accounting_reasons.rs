@@ -24,7 +24,7 @@ use strata_e2e::accounting::{
     Record, assert_all_schema, assert_fields, assert_schema, chat_request, page, wait_jsonl_within,
     wait_record, wait_record_where, wait_records, with_request_log,
 };
-use strata_e2e::http::{self, CHAT_PATH, Conn, request_bytes};
+use strata_e2e::http::{self, CHAT_PATH};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_until};
 
@@ -67,15 +67,7 @@ fn never_admitted() -> Value {
 /// Sends a non-stream chat request and closes the connection once `ready` holds (the request
 /// reached the wanted point); the client never sees a response.
 fn send_and_abandon(addr: std::net::SocketAddr, body: &Value, ready: impl FnMut() -> bool) {
-    let mut conn = Conn::connect(addr).unwrap();
-    conn.write(&request_bytes(
-        addr,
-        "POST",
-        CHAT_PATH,
-        &[("content-type", "application/json")],
-        body.to_string().as_bytes(),
-    ))
-    .unwrap();
+    let conn = http::send_chat(addr, body);
     poll_until(DEADLINE, "the abandoned request to get there", ready);
     drop(conn);
 }
