@@ -192,6 +192,30 @@ impl FinishReason {
     }
 }
 
+/// RFC3339 UTC with milliseconds, ending in `Z`: every timestamp of a record.
+const TIMESTAMP: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
+    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+);
+
+/// A record timestamp (`arrived_at`, `lease_at`, ...) for a UTC time.
+pub fn format_timestamp(at: time::OffsetDateTime) -> String {
+    at.format(TIMESTAMP)
+        .unwrap_or_else(|_| String::from("1970-01-01T00:00:00.000Z"))
+}
+
+/// A record timestamp for a time in milliseconds since the Unix epoch.
+pub fn format_unix_ms(unix_ms: u64) -> String {
+    let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ms) * 1_000_000)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    format_timestamp(at)
+}
+
+/// Milliseconds since the Unix epoch of a wall-clock time (0 before it).
+pub fn unix_ms(at: std::time::SystemTime) -> u64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+}
+
 impl RequestRecord {
     /// The record as one JSON object text (no trailing newline).
     pub fn to_json(&self) -> String {

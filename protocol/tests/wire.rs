@@ -8,9 +8,17 @@ use strata_protocol::wire::{
     ArrivalInfo, BackendInstance, CacheScores, FrameReader, Grant, LeaseFailure, LoadPhase,
     LookupFailure, MAX_FRAME_BYTES, ModelStatusEntry, PROTOCOL_VERSION, ProxyMessage,
     RequestLogStats, RevokeReason, RouterMetrics, RouterState, ServiceTier, SupervisorMessage,
-    TicketScore, WireError, decode_payload, encode_frame, encode_frame_into, read_frame,
-    write_frame,
+    TicketRequest, TicketScore, WireError, decode_payload, encode_frame, encode_frame_into,
+    proxy_frame_limit, read_frame, write_frame,
 };
+
+fn sample_request() -> TicketRequest {
+    TicketRequest {
+        model_requested: "qwen3.8-flash".into(),
+        stream: true,
+        arrived_unix_ms: 1_764_474_000_123,
+    }
+}
 
 fn sample_record() -> RequestRecord {
     let json = serde_json::json!({
@@ -50,11 +58,13 @@ fn proxy_messages() -> Vec<ProxyMessage> {
             ticket: 7,
             model: "qwen3.8-flash-next-q4_k_m".into(),
             tier: ServiceTier::Priority,
+            request: sample_request(),
         },
         ProxyMessage::Enqueue {
             ticket: 8,
             model: "m".into(),
             tier: ServiceTier::Flex,
+            request: sample_request(),
         },
         ProxyMessage::HeadersReceived { ticket: 8 },
         ProxyMessage::Finish {
@@ -303,6 +313,7 @@ fn oversized_message_cannot_be_encoded() {
         ticket: 1,
         model: "x".repeat(MAX_FRAME_BYTES as usize + 1),
         tier: ServiceTier::Default,
+        request: sample_request(),
     };
     assert!(encode_frame(&msg).is_err());
 }
@@ -410,5 +421,113 @@ async fn the_frame_reader_refuses_what_read_frame_refuses() {
     assert_eq!(
         reader.next::<ProxyMessage>().await.unwrap(),
         Some(ProxyMessage::QueryMetrics { query: 1 })
+    );
+}
+
+/// The proxy frame limit is sized from the largest real messages: a record with the longest
+/// names a config allows (three 128-byte model names, a `unlinked-` request ID with the
+/// largest numbers, a long upstream name) and every other field at its widest, an `Enqueue`
+/// of such names, and a cache-lookup answer for the 256 tickets the engine asks at most.
+/// Each fits with room to spare; and the limit stays far below the general frame limit.
+#[test]
+fn the_largest_real_proxy_messages_fit_the_proxy_frame_limit() {
+    let upstream = "u".repeat(4096);
+    let limit = proxy_frame_limit(upstream.len());
+    let name = "m".repeat(128);
+    let mut record = sample_record();
+    record.request_id = format!("unlinked-{}-{}", u32::MAX, u64::MAX);
+    record.model_requested = Some(name.clone());
+    record.model_resolved = Some(name.clone());
+    record.upstream_model = Some(upstream.clone());
+    record.seq = u64::MAX;
+    record.arrival_seq = u64::MAX;
+    record.first_token_at = record.lease_at.clone();
+    record.last_token_at = record.lease_at.clone();
+    record.disconnect_phase = Some(strata_protocol::record::Phase::Generating);
+    let messages = [
+        ProxyMessage::Finish {
+            ticket: u64::MAX,
+            record: Box::new(record.clone()),
+        },
+        ProxyMessage::SubmitRecord {
+            record: Box::new(record),
+        },
+        ProxyMessage::Enqueue {
+            ticket: u64::MAX,
+            model: name.clone(),
+            tier: ServiceTier::Flex,
+            request: TicketRequest {
+                model_requested: name,
+                stream: true,
+                arrived_unix_ms: u64::MAX,
+            },
+        },
+        ProxyMessage::TicketScores {
+            lookup: u64::MAX,
+            scores: Ok(CacheScores {
+                min_tokens: u64::MAX,
+                results: (0..256)
+                    .map(|ticket| TicketScore {
+                        ticket,
+                        input_tokens: u64::MAX,
+                        cached_tokens: u64::MAX,
+                    })
+                    .collect(),
+            }),
+        },
+    ];
+    for message in &messages {
+        let frame = encode_frame(message).unwrap();
+        assert!(
+            frame.len() * 2 < limit as usize,
+            "{} bytes against a limit of {limit}: {message:?}",
+            frame.len()
+        );
+    }
+    assert!(proxy_frame_limit(0) >= 64 * 1024);
+    assert!(limit < MAX_FRAME_BYTES / 64);
+    // An absurd upstream name cannot lift the limit past the general one.
+    assert_eq!(proxy_frame_limit(usize::MAX / 4), MAX_FRAME_BYTES);
+}
+
+/// A reader with a limit refuses a longer frame at its length prefix (naming the limit),
+/// before a byte of its payload is buffered; frames up to the limit read.
+#[tokio::test]
+async fn a_limited_frame_reader_refuses_a_longer_frame_at_its_prefix() {
+    let limit: u32 = 1000;
+    let mut bytes = encode_frame(&ProxyMessage::QueryMetrics { query: 1 }).unwrap();
+    bytes.extend_from_slice(&(limit + 1).to_be_bytes());
+    bytes.extend_from_slice(&[0; 100]);
+    let mut reader = FrameReader::with_limit(&bytes[..], limit);
+    assert_eq!(
+        reader.next::<ProxyMessage>().await.unwrap(),
+        Some(ProxyMessage::QueryMetrics { query: 1 })
+    );
+    let err = reader.next::<ProxyMessage>().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WireError::TooLarge {
+                len: 1001,
+                limit: 1000
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("1000-byte limit"), "{err}");
+
+    // A frame exactly at the limit is read whole.
+    let payload_len = limit as usize;
+    let mut exact = (limit).to_be_bytes().to_vec();
+    exact.extend(std::iter::repeat_n(0xffu8, payload_len));
+    let mut reader = FrameReader::with_limit(&exact[..], limit);
+    assert!(matches!(
+        reader.next::<ProxyMessage>().await,
+        Err(WireError::Decode(_))
+    ));
+    assert_eq!(
+        reader.buffered(),
+        0,
+        "the undecodable frame was consumed whole"
     );
 }

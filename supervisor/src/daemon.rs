@@ -80,9 +80,11 @@ async fn run_with(
     let counters = Arc::new(Counters::default());
     let shared = Arc::new(LinkShared {
         fingerprint: config.fingerprint(),
+        proxy_frame_limit: config.proxy_frame_limit(),
         instance_id: instance_id.clone(),
         counters: counters.clone(),
         accounting,
+        orphans: Default::default(),
     });
     let (engine, mut engine_task) = engine::spawn(config.clone(), instance_id.clone(), counters);
     let control_task = tokio::spawn(crate::control::serve(control_listener, engine.clone()));
@@ -153,7 +155,9 @@ async fn run_with(
     control_task.abort();
     link_task.abort();
     // Records of requests that finished during the drain are in the queue:
-    // give the writer its grace to put them on disk.
+    // give the writer its grace to put them on disk. Substitutes still
+    // waiting for a proxy that has died meanwhile go with them.
+    shared.write_orphans_of_gone_proxies();
     shared.accounting.shutdown(SHUTDOWN_GRACE);
     sockets::remove_socket(&config.control_socket);
     sockets::remove_socket(&config.supervisor_socket);

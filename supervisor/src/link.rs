@@ -19,8 +19,12 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
 use crate::accounting::Accounting;
-use crate::engine::{Command, Counters, EngineHandle};
+use crate::engine::{Command, Counters, EngineHandle, OpenTicket};
 use crate::sockets;
+
+pub mod orphans;
+
+use orphans::{Claim, Orphans};
 
 /// A proxy that connects but says nothing is dropped after this long.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,17 +43,36 @@ const EVENTS_PER_WRITE: usize = 64;
 /// accounting store).
 pub struct LinkShared {
     pub fingerprint: u64,
+    /// The largest frame a proxy may send ([`Config::proxy_frame_limit`]);
+    /// a longer one ends the connection when its length prefix arrives.
+    ///
+    /// [`Config::proxy_frame_limit`]: strata_protocol::config::Config::proxy_frame_limit
+    pub proxy_frame_limit: u32,
     pub instance_id: String,
     /// Arrival numbers and router-wide counts, shared with the engine.
     pub counters: Arc<Counters>,
     pub accounting: Accounting,
+    /// Substitute records for the tickets of closed connections.
+    pub orphans: Orphans,
 }
 
 impl LinkShared {
     /// Stores a finished request's record: assigns its completion `seq`
     /// (and its arrival number if the proxy could not get one), then keeps
     /// and writes the one serialized text.
-    fn store(&self, mut record: RequestRecord) {
+    fn store(&self, record: RequestRecord) {
+        if self.orphans.claim(&record.request_id) == Claim::Duplicate {
+            tracing::info!(
+                request_id = %record.request_id,
+                "a record arrived after the supervisor wrote one for its lost connection; dropped"
+            );
+            return;
+        }
+        self.store_new(record);
+    }
+
+    /// Stores a record no substitute can stand for.
+    fn store_new(&self, mut record: RequestRecord) {
         if record.arrival_seq == 0 {
             record.arrival_seq = self.counters.next_arrival();
         }
@@ -63,6 +86,49 @@ impl LinkShared {
             record.seq = seq;
             Arc::from(record.to_json())
         });
+    }
+
+    /// A connection of proxy `pid` closed with these tickets open: writes
+    /// their substitute records now if the process is gone, or once it is
+    /// (while it lives, it may still send the real ones).
+    fn orphaned(self: &Arc<Self>, pid: u32, open: Vec<OpenTicket>) {
+        if open.is_empty() {
+            return;
+        }
+        let ended = strata_protocol::record::unix_ms(std::time::SystemTime::now());
+        let records: Vec<RequestRecord> = open
+            .iter()
+            .map(|ticket| ticket.substitute_record(&self.instance_id, ended))
+            .collect();
+        tracing::warn!(
+            pid,
+            tickets = records.len(),
+            "a proxy connection closed with open tickets; the supervisor writes their records"
+        );
+        if !self.orphans.is_alive(pid) {
+            self.orphans.written(&records);
+            records
+                .into_iter()
+                .for_each(|record| self.store_new(record));
+            return;
+        }
+        let ids = self.orphans.wait(pid, records);
+        let shared = self.clone();
+        tokio::spawn(async move {
+            while shared.orphans.is_alive(pid) && !shared.orphans.all_claimed(&ids) {
+                tokio::time::sleep(orphans::PEER_POLL).await;
+            }
+            for record in shared.orphans.take_unclaimed(&ids) {
+                shared.store_new(record);
+            }
+        });
+    }
+
+    /// At exit: writes the waiting substitutes whose proxy is gone.
+    pub fn write_orphans_of_gone_proxies(&self) {
+        for record in self.orphans.take_of_gone_proxies() {
+            self.store_new(record);
+        }
     }
 
     fn metrics(&self) -> RouterMetrics {
@@ -119,7 +185,7 @@ pub async fn serve(listener: UnixListener, engine: EngineHandle, identity: Arc<L
         let engine = engine.clone();
         let identity = identity.clone();
         tokio::spawn(async move {
-            handle_connection(stream, conn, engine, &identity, Some(slot)).await;
+            handle_connection(stream, conn, engine, identity, Some(slot)).await;
         });
     }
 }
@@ -128,7 +194,7 @@ async fn handle_connection(
     stream: UnixStream,
     conn: u64,
     engine: EngineHandle,
-    identity: &LinkShared,
+    identity: Arc<LinkShared>,
     hello_slot: Option<HelloSlot>,
 ) {
     let (reader, mut writer) = stream.into_split();
@@ -145,7 +211,7 @@ async fn handle_connection(
         .ok()
         .and_then(|cred| cred.pid())
         .and_then(|pid| u32::try_from(pid).ok());
-    let mut reader = FrameReader::new(reader);
+    let mut reader = FrameReader::with_limit(reader, identity.proxy_frame_limit);
     let hello = tokio::time::timeout(HELLO_TIMEOUT, reader.next::<ProxyMessage>());
     let pid = match hello.await {
         Ok(Ok(Some(ProxyMessage::Hello {
@@ -226,11 +292,13 @@ async fn handle_connection(
                 ticket,
                 model,
                 tier,
+                request,
             })) => Command::Enqueue {
                 conn,
                 ticket,
                 model,
                 tier,
+                request,
             },
             Ok(Some(ProxyMessage::HeadersReceived { ticket })) => {
                 Command::HeadersReceived { conn, ticket }
@@ -301,9 +369,18 @@ async fn handle_connection(
             break;
         }
     }
-    engine.send(Command::Disconnect { conn });
+    let (orphans_tx, orphans_rx) = tokio::sync::oneshot::channel();
+    engine.send(Command::Disconnect {
+        conn,
+        orphans: orphans_tx,
+    });
     drop(events_tx);
     writer_task.abort();
+    // The tickets whose `Finish` never came (the engine answers after
+    // every command this connection sent before, so after every `Finish`).
+    if let Ok(open) = orphans_rx.await {
+        identity.orphaned(pid, open);
+    }
 }
 
 #[cfg(test)]

@@ -164,6 +164,11 @@ impl FakeProxy {
             ticket: lease,
             model: model.to_owned(),
             tier,
+            request: strata_protocol::wire::TicketRequest {
+                model_requested: model.to_owned(),
+                stream: false,
+                arrived_unix_ms: strata_protocol::record::unix_ms(std::time::SystemTime::now()),
+            },
         })
         .await;
     }

@@ -279,6 +279,19 @@ impl Config {
         fingerprint::fnv1a64(text.as_bytes())
     }
 
+    /// The largest frame the supervisor accepts from a proxy of this
+    /// config ([`crate::wire::proxy_frame_limit`]).
+    pub fn proxy_frame_limit(&self) -> u32 {
+        let longest = self
+            .registry
+            .models()
+            .iter()
+            .map(|model| model.upstream_model.len())
+            .max()
+            .unwrap_or(0);
+        crate::wire::proxy_frame_limit(longest)
+    }
+
     /// Legacy mode's queue deadline; `None` in wait-first mode, where
     /// `queue_ms` is ignored.
     pub fn queue_timeout(&self) -> Option<Duration> {

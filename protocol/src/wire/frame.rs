@@ -29,8 +29,9 @@ pub const MAX_FRAME_BYTES: u32 = 8 * 1024 * 1024;
 pub enum WireError {
     /// The socket failed or closed in the middle of a frame.
     Io(std::io::Error),
-    /// The length prefix (or an encoded message) exceeds [`MAX_FRAME_BYTES`].
-    TooLarge { len: u64 },
+    /// The length prefix (or an encoded message) exceeds the reader's limit
+    /// (at most [`MAX_FRAME_BYTES`]).
+    TooLarge { len: u64, limit: u32 },
     /// The payload is not a valid message of the expected type.
     Decode(String),
     /// A message could not be encoded (only possible past the size limit).
@@ -41,11 +42,8 @@ impl fmt::Display for WireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WireError::Io(err) => write!(f, "supervisor socket i/o error: {err}"),
-            WireError::TooLarge { len } => {
-                write!(
-                    f,
-                    "frame of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit"
-                )
+            WireError::TooLarge { len, limit } => {
+                write!(f, "frame of {len} bytes exceeds the {limit}-byte limit")
             }
             WireError::Decode(msg) => write!(f, "malformed frame: {msg}"),
             WireError::Encode(msg) => write!(f, "cannot encode frame: {msg}"),
@@ -84,6 +82,7 @@ pub fn encode_frame_into<T: Serialize>(out: &mut Vec<u8>, msg: &T) -> Result<(),
         return Err(match *err {
             bincode::ErrorKind::SizeLimit => WireError::TooLarge {
                 len: u64::from(MAX_FRAME_BYTES) + 1,
+                limit: MAX_FRAME_BYTES,
             },
             _ => WireError::Encode(err.to_string()),
         });
@@ -123,6 +122,7 @@ where
     if len > MAX_FRAME_BYTES {
         return Err(WireError::TooLarge {
             len: u64::from(len),
+            limit: MAX_FRAME_BYTES,
         });
     }
     let mut payload = vec![0u8; len as usize];
@@ -150,14 +150,30 @@ const READ_CHUNK: usize = 16 * 1024;
 pub struct FrameReader<R> {
     reader: R,
     buf: BytesMut,
+    limit: u32,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// A reader that accepts frames up to [`MAX_FRAME_BYTES`].
     pub fn new(reader: R) -> FrameReader<R> {
+        FrameReader::with_limit(reader, MAX_FRAME_BYTES)
+    }
+
+    /// A reader that refuses a frame longer than `limit` bytes (capped at
+    /// [`MAX_FRAME_BYTES`]) as soon as its length prefix arrives, so what it
+    /// buffers stays below `limit` plus one read.
+    pub fn with_limit(reader: R, limit: u32) -> FrameReader<R> {
         FrameReader {
             reader,
             buf: BytesMut::new(),
+            limit: limit.min(MAX_FRAME_BYTES),
         }
+    }
+
+    /// Bytes held for frames not yet returned (read ahead, or a frame still
+    /// arriving).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
     }
 
     /// The next frame. `Ok(None)` when the peer closed cleanly between
@@ -185,9 +201,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             return Ok(None);
         };
         let len = u32::from_be_bytes(*prefix);
-        if len > MAX_FRAME_BYTES {
+        if len > self.limit {
             return Err(WireError::TooLarge {
                 len: u64::from(len),
+                limit: self.limit,
             });
         }
         let total = 4 + len as usize;

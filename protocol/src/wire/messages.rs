@@ -41,7 +41,24 @@ use crate::page::RecordsPage;
 use crate::record::RequestRecord;
 
 /// Bumped whenever a message or field changes shape.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
+
+/// The most bytes a frame from a proxy may have, for a config whose longest
+/// `upstream_model` is `longest_upstream_model` bytes. The supervisor
+/// refuses a longer frame as soon as its length prefix arrives, so a peer
+/// cannot make it hold more than this (plus one read) per connection.
+///
+/// Sized from the largest real message, a record (`Finish`,
+/// `SubmitRecord`): under 1 KiB of numbers, flags and fixed strings in
+/// bincode, plus its request ID (under 64 bytes), three model names (config
+/// IDs and aliases, at most 128 bytes each) and the upstream model name,
+/// which the config does not bound. A cache-lookup answer holds at most the
+/// 256 tickets asked for (about 6 KiB). 64 KiB plus twice the upstream name
+/// leaves ample room (`protocol/tests/wire.rs` checks the largest of each).
+pub fn proxy_frame_limit(longest_upstream_model: usize) -> u32 {
+    let limit = 64 * 1024 + 2 * longest_upstream_model as u64;
+    limit.min(u64::from(super::MAX_FRAME_BYTES)) as u32
+}
 
 /// A ticket's identifier, chosen by the proxy, unique within one
 /// connection.
@@ -97,6 +114,7 @@ pub enum ProxyMessage {
         ticket: TicketId,
         model: String,
         tier: ServiceTier,
+        request: TicketRequest,
     },
     /// Legacy mode: the upstream response headers of this lease arrived, so
     /// the engine lock passes on. (Wait-first mode sends nothing here.)
@@ -132,6 +150,20 @@ pub enum ProxyMessage {
         lookup: u64,
         scores: Result<CacheScores, LookupFailure>,
     },
+}
+
+/// What the supervisor keeps of an enqueued request besides its model and
+/// tier, so that it can write the request's record itself when the proxy's
+/// connection closes before the ticket's `Finish` (a proxy crash). Only
+/// what a record may hold: a recognised model identifier, a flag, a time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TicketRequest {
+    /// The configured model ID or alias the client asked for.
+    pub model_requested: String,
+    pub stream: bool,
+    /// When the proxy received the request's headers, in milliseconds since
+    /// the Unix epoch (the record's `arrived_at`).
+    pub arrived_unix_ms: u64,
 }
 
 /// Supervisor to proxy.

@@ -61,9 +61,12 @@ pub async fn enqueue(
         trace.numbered(None);
         return Err(ChatError::SupervisorUnavailable);
     }
-    let (ticket, mut events) = app
-        .link
-        .enqueue(model, chat.tier, chat.upstream_body.clone());
+    let (ticket, mut events) = app.link.enqueue(
+        model,
+        chat.tier,
+        trace.ticket_request(),
+        chat.upstream_body.clone(),
+    );
     trace.ticket = Some(ticket);
     match events.next_event().await {
         TicketEvent::Queued(arrival) => {

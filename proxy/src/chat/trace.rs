@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use strata_protocol::ids;
-use strata_protocol::wire::{ArrivalInfo, ServiceTier};
+use strata_protocol::wire::{ArrivalInfo, ServiceTier, TicketRequest};
 use time::OffsetDateTime;
 
 use crate::app::{App, LastStream};
 use crate::link::TicketHandle;
 use crate::observe::Observed;
-use strata_protocol::record::{CHAT_ENDPOINT, RequestRecord, SCHEMA_VERSION};
+use strata_protocol::record::{CHAT_ENDPOINT, RequestRecord, SCHEMA_VERSION, format_timestamp};
 
 pub use strata_protocol::record::{Phase, Reason};
 
@@ -178,11 +178,6 @@ impl Trace {
     }
 }
 
-/// RFC3339 UTC with milliseconds, ending in `Z`.
-const TIMESTAMP: &[time::format_description::FormatItem<'static>] = time::macros::format_description!(
-    "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-);
-
 fn millis(from: Instant, to: Instant) -> u64 {
     to.saturating_duration_since(from).as_millis() as u64
 }
@@ -192,9 +187,18 @@ impl Trace {
     /// timestamps of one record agree with its durations.
     fn timestamp(&self, at: Instant) -> String {
         let offset = at.saturating_duration_since(self.arrived);
-        let when = self.arrived_at + offset;
-        when.format(TIMESTAMP)
-            .unwrap_or_else(|_| String::from("1970-01-01T00:00:00.000Z"))
+        format_timestamp(self.arrived_at + offset)
+    }
+
+    /// What the supervisor keeps of this request with its ticket, to write
+    /// its record should this proxy die before finishing it.
+    pub fn ticket_request(&self) -> TicketRequest {
+        let since_epoch = self.arrived_at - OffsetDateTime::UNIX_EPOCH;
+        TicketRequest {
+            model_requested: self.model_requested.clone().unwrap_or_default(),
+            stream: self.stream,
+            arrived_unix_ms: u64::try_from(since_epoch.whole_milliseconds()).unwrap_or(0),
+        }
     }
 
     fn record(

@@ -300,6 +300,7 @@ impl Session {
                 ticket,
                 model,
                 tier,
+                request,
                 body,
                 events,
             } => {
@@ -314,6 +315,7 @@ impl Session {
                     ticket,
                     model,
                     tier,
+                    request,
                 }
             }
             LinkCommand::HeadersReceived { ticket } => ProxyMessage::HeadersReceived { ticket },

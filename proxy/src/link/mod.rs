@@ -28,7 +28,7 @@ use strata_protocol::page::RecordsPage;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
     ArrivalInfo, BackendInstance, Grant, LeaseFailure, LoadPhase, RevokeReason, RouterMetrics,
-    RouterState, ServiceTier, TicketId,
+    RouterState, ServiceTier, TicketId, TicketRequest,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -91,6 +91,7 @@ pub(crate) enum LinkCommand {
         ticket: TicketId,
         model: String,
         tier: ServiceTier,
+        request: TicketRequest,
         /// Kept while the ticket waits, for cache lookups.
         body: Bytes,
         events: mpsc::UnboundedSender<TicketEvent>,
@@ -194,6 +195,7 @@ impl SupervisorLink {
         &self,
         model: &str,
         tier: ServiceTier,
+        request: TicketRequest,
         body: Bytes,
     ) -> (TicketHandle, TicketEvents) {
         let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
@@ -205,6 +207,7 @@ impl SupervisorLink {
                 ticket,
                 model: model.to_owned(),
                 tier,
+                request,
                 body,
                 events: events_tx,
             })

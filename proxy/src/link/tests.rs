@@ -22,7 +22,7 @@ use strata_protocol::config::Config;
 use strata_protocol::page::RecordsPage;
 use strata_protocol::wire::{
     CacheScores, LoadPhase, LookupFailure, PROTOCOL_VERSION, ProxyMessage, RequestLogStats,
-    SupervisorMessage, TicketScore, read_frame, write_frame,
+    SupervisorMessage, TicketRequest, TicketScore, read_frame, write_frame,
 };
 use strata_test_support::record_json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -150,8 +150,14 @@ impl Peer {
                 ticket,
                 model: got,
                 tier: got_tier,
+                request,
             } => {
                 assert_eq!((got.as_str(), got_tier), (model, tier));
+                assert_eq!(
+                    request,
+                    ticket_request(),
+                    "the request facts pass unchanged"
+                );
                 ticket
             }
             other => panic!("expected Enqueue, got {other:?}"),
@@ -163,6 +169,15 @@ const SERVING: BackendInstance = BackendInstance {
     epoch: 3,
     pid: 4242,
 };
+
+/// What a request tells the supervisor with its ticket (fixed, so tests can compare it).
+fn ticket_request() -> TicketRequest {
+    TicketRequest {
+        model_requested: "fam".into(),
+        stream: true,
+        arrived_unix_ms: 1_764_474_000_123,
+    }
+}
 
 fn router_state(backend: Option<BackendInstance>) -> RouterState {
     RouterState {
@@ -352,7 +367,8 @@ async fn a_refused_hello_is_final() {
         )
         .await;
         assert!(again.is_err(), "a refused link reconnected");
-        let (_handle, mut events) = link.enqueue("m", ServiceTier::Default, Bytes::new());
+        let (_handle, mut events) =
+            link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
         assert_eq!(event(&mut events).await, TicketEvent::LinkLost);
         assert_eq!(link.arrival().await, None);
     }
@@ -366,9 +382,11 @@ async fn a_refused_hello_is_final() {
 #[tokio::test]
 async fn ticket_events_reach_their_own_ticket_in_order() {
     let (_fake, link, mut peer) = connected().await;
-    let (_first_handle, mut first) = link.enqueue("m", ServiceTier::Priority, Bytes::new());
+    let (_first_handle, mut first) =
+        link.enqueue("m", ServiceTier::Priority, ticket_request(), Bytes::new());
     let one = peer.enqueued("m", ServiceTier::Priority).await;
-    let (_second_handle, mut second) = link.enqueue("n", ServiceTier::Flex, Bytes::new());
+    let (_second_handle, mut second) =
+        link.enqueue("n", ServiceTier::Flex, ticket_request(), Bytes::new());
     let two = peer.enqueued("n", ServiceTier::Flex).await;
     assert_ne!(one, two);
 
@@ -429,7 +447,8 @@ async fn ticket_events_reach_their_own_ticket_in_order() {
 #[tokio::test]
 async fn a_revoked_lease_ends_but_is_held_until_finished() {
     let (_fake, link, mut peer) = connected().await;
-    let (handle, mut events) = link.enqueue("m", ServiceTier::Default, Bytes::new());
+    let (handle, mut events) =
+        link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
     let ticket = peer.enqueued("m", ServiceTier::Default).await;
     let backend = "127.0.0.1:9".parse().unwrap();
     peer.send(SupervisorMessage::Granted(grant(ticket, backend)))
@@ -465,7 +484,7 @@ async fn a_revoked_lease_ends_but_is_held_until_finished() {
 #[tokio::test]
 async fn the_handle_sends_headers_received_and_finish_for_its_ticket() {
     let (_fake, link, mut peer) = connected().await;
-    let (handle, _events) = link.enqueue("m", ServiceTier::Default, Bytes::new());
+    let (handle, _events) = link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
     let ticket = peer.enqueued("m", ServiceTier::Default).await;
     handle.headers_received();
     assert_eq!(peer.recv().await, ProxyMessage::HeadersReceived { ticket });
@@ -503,7 +522,7 @@ async fn a_dropped_trace_finishes_its_ticket_as_a_client_disconnect() {
     let (_fake, link, mut peer) = connected().await;
     let app = crate::app::App::new(proxy_config(), link.clone());
     let mut trace = crate::chat::Trace::start(&app);
-    let (handle, _events) = link.enqueue("m", ServiceTier::Default, Bytes::new());
+    let (handle, _events) = link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
     let ticket = peer.enqueued("m", ServiceTier::Default).await;
     trace.ticket = Some(handle);
     drop(trace);
@@ -529,9 +548,11 @@ async fn a_dropped_trace_finishes_its_ticket_as_a_client_disconnect() {
 #[tokio::test]
 async fn losing_the_link_ends_every_ticket_of_it() {
     let (mut fake, link, mut peer) = connected().await;
-    let (_waiting_handle, mut waiting) = link.enqueue("m", ServiceTier::Default, Bytes::new());
+    let (_waiting_handle, mut waiting) =
+        link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
     let _ = peer.enqueued("m", ServiceTier::Default).await;
-    let (_granted_handle, mut granted) = link.enqueue("m", ServiceTier::Default, Bytes::new());
+    let (_granted_handle, mut granted) =
+        link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
     let ticket = peer.enqueued("m", ServiceTier::Default).await;
     peer.send(SupervisorMessage::Granted(grant(
         ticket,
@@ -571,16 +592,19 @@ async fn losing_the_link_ends_every_ticket_of_it() {
 #[tokio::test]
 async fn the_link_reconnects_and_delivers_what_waited() {
     let (mut fake, link, mut peer) = connected().await;
-    let (old_handle, _old_events) = link.enqueue("m", ServiceTier::Default, Bytes::new());
+    let (old_handle, _old_events) =
+        link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
     let _ = peer.enqueued("m", ServiceTier::Default).await;
-    let (later_handle, _later_events) = link.enqueue("m", ServiceTier::Default, Bytes::new());
+    let (later_handle, _later_events) =
+        link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
     let _ = peer.enqueued("m", ServiceTier::Default).await;
 
     fake.unbind();
     drop(peer);
     wait_state(&link, |state| !state.connected).await;
 
-    let (_handle, mut events) = link.enqueue("m", ServiceTier::Default, Bytes::new());
+    let (_handle, mut events) =
+        link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
     assert_eq!(event(&mut events).await, TicketEvent::LinkLost);
     assert_eq!(link.arrival().await, None);
     assert_eq!(link.records(None, 10).await, None);
@@ -615,7 +639,8 @@ async fn the_link_reconnects_and_delivers_what_waited() {
 #[tokio::test]
 async fn an_undecodable_frame_from_the_supervisor_is_a_lost_link() {
     let (fake, link, mut peer) = connected().await;
-    let (_handle, mut events) = link.enqueue("m", ServiceTier::Default, Bytes::new());
+    let (_handle, mut events) =
+        link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
     let _ = peer.enqueued("m", ServiceTier::Default).await;
     // Variant index 200 does not exist.
     peer.stream.write_all(&[0, 0, 0, 1, 200]).await.unwrap();
@@ -972,7 +997,12 @@ async fn score_tickets_is_answered_with_the_held_bodies() {
     let mut tickets = Vec::new();
     let mut handles = Vec::new();
     for n in 0..3 {
-        let (handle, events) = link.enqueue("m", ServiceTier::Default, body_of(100 + n));
+        let (handle, events) = link.enqueue(
+            "m",
+            ServiceTier::Default,
+            ticket_request(),
+            body_of(100 + n),
+        );
         tickets.push(peer.enqueued("m", ServiceTier::Default).await);
         handles.push((handle, events));
     }

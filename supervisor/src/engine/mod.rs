@@ -13,6 +13,7 @@
 //! on the backend.
 
 mod control_ops;
+mod ledger;
 mod ops;
 pub mod scheduler;
 mod state;
@@ -23,8 +24,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use strata_protocol::config::Config;
 use strata_protocol::wire::{
     ArrivalInfo, CacheScores, LookupFailure, ServiceTier, SupervisorMessage, TicketId,
+    TicketRequest,
 };
 use tokio::sync::{mpsc, oneshot};
+
+pub use ledger::OpenTicket;
 
 /// One proxy connection on the supervisor socket.
 pub type ConnId = u64;
@@ -52,15 +56,18 @@ pub enum Command {
         events: mpsc::UnboundedSender<SupervisorMessage>,
     },
     /// The proxy's connection closed: all its leases end and its tickets
-    /// leave the queue.
+    /// leave the queue. `orphans` gets the tickets whose `Finish` never
+    /// came, so the link can write their records.
     Disconnect {
         conn: ConnId,
+        orphans: oneshot::Sender<Vec<OpenTicket>>,
     },
     Enqueue {
         conn: ConnId,
         ticket: TicketId,
         model: String,
         tier: ServiceTier,
+        request: TicketRequest,
     },
     HeadersReceived {
         conn: ConnId,

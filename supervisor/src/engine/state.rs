@@ -9,17 +9,20 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use strata_protocol::config::{Config, ModelStatus};
+use strata_protocol::record::unix_ms;
 use strata_protocol::wire::{
     ArrivalInfo, BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure,
     ModelStatusEntry, RevokeReason, RouterState, ServiceTier, SupervisorMessage, TicketId,
+    TicketRequest,
 };
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::control_ops::ControlOp;
+use super::ledger::Ledger;
 use super::ops::{self, OpOutcome, OpProgress, ProgressEvent};
 use super::scheduler::{
     self, CacheState, Decision, Failure, Hold, Mode, Rules, TicketKey, Waiting,
@@ -137,6 +140,9 @@ pub struct Engine {
     /// to the running load.
     queue: Vec<Waiting>,
     tickets: HashMap<TicketKey, TicketInfo>,
+    /// Every ticket from `Enqueue` to `Finish`, granted and failed ones
+    /// too: what a substitute record needs if its proxy disappears.
+    ledger: Ledger,
     /// Granted leases. A lease ends only when its proxy finishes it or its
     /// connection closes (a revoked one too), so the backend it names stays
     /// untouched while it exists.
@@ -194,6 +200,7 @@ impl Engine {
             conns: HashMap::new(),
             queue: Vec::new(),
             tickets: HashMap::new(),
+            ledger: Ledger::default(),
             leases: HashMap::new(),
             op: None,
             op_seq: 0,
@@ -237,19 +244,26 @@ impl Engine {
                 );
                 tracing::info!(conn, pid, "proxy connected");
             }
-            Command::Disconnect { conn } => self.disconnect(conn),
+            Command::Disconnect { conn, orphans } => {
+                self.disconnect(conn);
+                let _ = orphans.send(self.ledger.take_conn(conn));
+            }
             Command::Enqueue {
                 conn,
                 ticket,
                 model,
                 tier,
-            } => self.enqueue(conn, ticket, model, tier),
+                request,
+            } => self.enqueue(conn, ticket, model, tier, request),
             Command::HeadersReceived { conn, ticket } => {
                 if let Some(held) = self.leases.get_mut(&(conn, ticket)) {
                     held.header_wait = false;
                 }
             }
-            Command::Finish { conn, ticket } => self.finish((conn, ticket)),
+            Command::Finish { conn, ticket } => {
+                self.ledger.close((conn, ticket));
+                self.finish((conn, ticket));
+            }
             Command::Scores {
                 conn,
                 lookup,
@@ -300,11 +314,20 @@ impl Engine {
 
     // ---- tickets ----------------------------------------------------------
 
-    fn enqueue(&mut self, conn: ConnId, ticket: TicketId, model: String, tier: ServiceTier) {
+    fn enqueue(
+        &mut self,
+        conn: ConnId,
+        ticket: TicketId,
+        model: String,
+        tier: ServiceTier,
+        request: TicketRequest,
+    ) {
         if !self.conns.contains_key(&conn) {
             return;
         }
         let arrival = self.counters.arrive();
+        let key = (conn, ticket);
+        self.ledger.open(key, &model, request, arrival);
         if let Some(failure) = self.refusal(&model) {
             self.send(
                 conn,
@@ -316,7 +339,6 @@ impl Engine {
             );
             return;
         }
-        let key = (conn, ticket);
         let deadline = self
             .config
             .queue_timeout()
@@ -480,6 +502,14 @@ impl Engine {
             return;
         };
         self.cache.invalidate();
+        if let LeaseFailure::LoadFailed {
+            model_switch,
+            load_ms,
+            ..
+        } = &failure
+        {
+            self.ledger.load_failed(key, *model_switch, *load_ms);
+        }
         self.send(
             key.0,
             SupervisorMessage::Failed {
@@ -680,6 +710,7 @@ impl Engine {
                     info.load = Some(seq);
                 }
                 self.cache.invalidate();
+                self.ledger.admitted(key, unix_ms(SystemTime::now()));
                 self.send(key.0, SupervisorMessage::Admitted { ticket: key.1 });
             }
             Decision::StartLoad { model } => {
@@ -1020,18 +1051,18 @@ impl Engine {
                 revoked: false,
             },
         );
-        self.send(
-            conn,
-            SupervisorMessage::Granted(Grant {
-                ticket: id,
-                arrival: info.arrival,
-                backend: addr,
-                instance,
-                upstream_model,
-                model_switch: switch,
-                load_ms,
-            }),
-        );
+        let grant = Grant {
+            ticket: id,
+            arrival: info.arrival,
+            backend: addr,
+            instance,
+            upstream_model,
+            model_switch: switch,
+            load_ms,
+        };
+        self.ledger
+            .granted((conn, id), &grant, unix_ms(SystemTime::now()));
+        self.send(conn, SupervisorMessage::Granted(grant));
     }
 
     fn backend_instance(&self, backend: &Backend) -> BackendInstance {

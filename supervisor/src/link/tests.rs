@@ -22,7 +22,7 @@ use strata_protocol::config::Config;
 use strata_protocol::wire::read_frame;
 use strata_protocol::wire::{
     ArrivalInfo, BackendInstance, Grant, LeaseFailure, LookupFailure, MAX_FRAME_BYTES,
-    RevokeReason, RouterState, ServiceTier,
+    RevokeReason, RouterState, ServiceTier, TicketRequest,
 };
 use strata_test_support::record_json;
 use tokio::io::AsyncWriteExt;
@@ -38,14 +38,61 @@ const FINGERPRINT: u64 = 0x5eed_f00d;
 const INSTANCE: &str = "4242-1700000000000";
 /// The connection number the tests give `handle_connection`.
 const CONN: u64 = 7;
+/// The frame limit of a config whose upstream names are short.
+const PROXY_FRAME_LIMIT: u32 = 64 * 1024;
 
 fn shared(capacity: usize) -> Arc<LinkShared> {
+    // The peer of a socket pair is this test process, which never exits.
+    shared_with(capacity, |_| true)
+}
+
+/// [`shared`], with `is_alive` saying whether a proxy process still runs.
+fn shared_with(capacity: usize, is_alive: fn(u32) -> bool) -> Arc<LinkShared> {
     Arc::new(LinkShared {
         fingerprint: FINGERPRINT,
+        proxy_frame_limit: PROXY_FRAME_LIMIT,
         instance_id: INSTANCE.into(),
         counters: Arc::new(Counters::default()),
         accounting: Accounting::new(capacity, None),
+        orphans: Orphans::with_liveness(is_alive),
     })
+}
+
+/// Every stored record, oldest first.
+fn stored(shared: &LinkShared) -> Vec<serde_json::Value> {
+    shared
+        .accounting
+        .page(Some(0), 1000)
+        .records
+        .iter()
+        .map(|text| serde_json::from_str(text).expect("a stored record is JSON"))
+        .collect()
+}
+
+/// Polls until `count` records are stored (bounded), then returns them.
+async fn stored_when(shared: &LinkShared, count: usize) -> Vec<serde_json::Value> {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let records = stored(shared);
+        if records.len() >= count {
+            return records;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} of {count} records were stored: {records:?}",
+            records.len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// What a proxy says of a non-streaming request for `m` that arrived now.
+fn test_request() -> TicketRequest {
+    TicketRequest {
+        model_requested: "m".into(),
+        stream: false,
+        arrived_unix_ms: strata_protocol::record::unix_ms(std::time::SystemTime::now()),
+    }
 }
 
 /// A complete record, as a proxy would send it.
@@ -109,7 +156,7 @@ fn start(engine: EngineHandle, shared: Arc<LinkShared>) -> (Proxy, JoinHandle<()
 fn start_conn(conn: u64, engine: EngineHandle, shared: Arc<LinkShared>) -> (Proxy, JoinHandle<()>) {
     let (proxy, supervisor) = UnixStream::pair().expect("socketpair");
     let task = tokio::spawn(async move {
-        handle_connection(supervisor, conn, engine, &shared, None).await;
+        handle_connection(supervisor, conn, engine, shared, None).await;
     });
     (Proxy { stream: proxy }, task)
 }
@@ -366,6 +413,7 @@ async fn ticket_messages_reach_the_engine_as_commands_of_this_connection() {
             ticket: 11,
             model: "m".into(),
             tier: ServiceTier::Priority,
+            request: test_request(),
         })
         .await;
     proxy
@@ -387,10 +435,14 @@ async fn ticket_messages_reach_the_engine_as_commands_of_this_connection() {
             ticket,
             model,
             tier,
-        } => assert_eq!(
-            (conn, ticket, model.as_str(), tier),
-            (CONN, 11, "m", ServiceTier::Priority)
-        ),
+            request,
+        } => {
+            assert_eq!(
+                (conn, ticket, model.as_str(), tier),
+                (CONN, 11, "m", ServiceTier::Priority)
+            );
+            assert_eq!(request.model_requested, "m");
+        }
         other => panic!("expected Enqueue, got {other:?}"),
     }
     match command(&mut commands).await {
@@ -481,7 +533,8 @@ async fn finish_stores_the_record_and_ends_the_ticket() {
 // ---- connection end -----------------------------------------------------
 
 /// However the connection ends after the hello (a clean close, a close in
-/// the middle of a frame, a length prefix over the limit), the engine is
+/// the middle of a frame, a length prefix over the general limit or over the
+/// proxy frame limit, though under the general one), the engine is
 /// told once that this proxy is gone (which ends all its tickets and
 /// leases there), and the socket is closed.
 #[tokio::test]
@@ -491,8 +544,14 @@ async fn the_end_of_the_connection_tells_the_engine_once() {
         Close,
         CloseMidFrame,
         TooLarge,
+        OverProxyLimit,
     }
-    for end in [End::Close, End::CloseMidFrame, End::TooLarge] {
+    for end in [
+        End::Close,
+        End::CloseMidFrame,
+        End::TooLarge,
+        End::OverProxyLimit,
+    ] {
         let (engine, mut commands) = EngineHandle::detached();
         let (mut proxy, task) = start(engine, shared(8));
         let _events = handshake(&mut proxy, &mut commands).await;
@@ -501,6 +560,7 @@ async fn the_end_of_the_connection_tells_the_engine_once() {
                 ticket: 1,
                 model: "m".into(),
                 tier: ServiceTier::Default,
+                request: test_request(),
             })
             .await;
         assert!(matches!(
@@ -520,9 +580,16 @@ async fn the_end_of_the_connection_tells_the_engine_once() {
                 proxy.send_raw(&(MAX_FRAME_BYTES + 1).to_be_bytes()).await;
                 proxy.expect_closed().await;
             }
+            End::OverProxyLimit => {
+                // Closed at the prefix: the supervisor does not wait for (or keep) the
+                // payload, though the proxy has started sending it.
+                proxy.send_raw(&(PROXY_FRAME_LIMIT + 1).to_be_bytes()).await;
+                proxy.send_raw(&[0; 1024]).await;
+                proxy.expect_closed().await;
+            }
         }
         match command(&mut commands).await {
-            Command::Disconnect { conn } => assert_eq!(conn, CONN, "{end:?}"),
+            Command::Disconnect { conn, .. } => assert_eq!(conn, CONN, "{end:?}"),
             other => panic!("{end:?}: expected Disconnect, got {other:?}"),
         }
         ended(task).await;
@@ -544,6 +611,7 @@ async fn a_stopped_engine_closes_the_connection() {
             ticket: 1,
             model: "m".into(),
             tier: ServiceTier::Default,
+            request: test_request(),
         })
         .await;
     proxy.expect_closed().await;
@@ -801,6 +869,7 @@ async fn the_real_engine_answers_through_the_link_and_forgets_a_closed_proxy() {
         ticket: 1,
         model: "nope".into(),
         tier: ServiceTier::Default,
+        request: test_request(),
     })
     .await;
     assert_eq!(
@@ -815,6 +884,7 @@ async fn the_real_engine_answers_through_the_link_and_forgets_a_closed_proxy() {
         ticket: 2,
         model: "m".into(),
         tier: ServiceTier::Default,
+        request: test_request(),
     })
     .await;
     match a.recv().await {
@@ -898,4 +968,163 @@ async fn connections_without_a_hello_are_capped() {
         tokio::task::yield_now().await;
     }
     server.abort();
+}
+
+/// Before the hello too: a first frame over the proxy limit is refused as a bad hello that
+/// names the limit, and the engine hears nothing.
+#[tokio::test]
+async fn a_first_frame_over_the_proxy_limit_is_refused_at_its_prefix() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let (mut proxy, task) = start(engine, shared(8));
+    proxy.send_raw(&(PROXY_FRAME_LIMIT + 1).to_be_bytes()).await;
+    match proxy.recv().await {
+        SupervisorMessage::Refused { reason } => assert!(
+            reason.contains(&format!("{PROXY_FRAME_LIMIT}-byte limit")),
+            "{reason}"
+        ),
+        other => panic!("expected Refused, got {other:?}"),
+    }
+    proxy.expect_closed().await;
+    ended(task).await;
+    engine_heard_nothing(&mut commands);
+}
+
+// ---- records of a closed connection's open tickets ----------------------------
+
+/// With the real engine: tickets the engine answered (here refused: the model is not
+/// installed) but whose `Finish` never came get one substitute record each when the
+/// connection closes and the proxy process is gone; a finished one keeps its own record
+/// and gets no second. A real record arriving later (from a reconnected proxy) is dropped.
+#[tokio::test]
+async fn a_closed_connections_unfinished_tickets_get_one_substitute_record_each() {
+    let shared = shared_with(64, |_| false);
+    let (engine, engine_task) =
+        crate::engine::spawn(config(), INSTANCE.into(), shared.counters.clone());
+    let (mut a, task_a) = start(engine.clone(), shared.clone());
+    a.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+    assert!(matches!(a.recv().await, SupervisorMessage::Welcome { .. }));
+    assert!(matches!(a.recv().await, SupervisorMessage::State(_)));
+    for ticket in 1..=3 {
+        a.send(&ProxyMessage::Enqueue {
+            ticket,
+            model: "m".into(),
+            tier: ServiceTier::Flex,
+            request: TicketRequest {
+                model_requested: "m".into(),
+                stream: ticket == 2,
+                arrived_unix_ms: 1_764_474_000_000,
+            },
+        })
+        .await;
+        assert!(matches!(a.recv().await, SupervisorMessage::Failed { .. }));
+    }
+    // Ticket 1 finishes with its own record; 2 and 3 never do.
+    let own = record(1, &format!("{INSTANCE}-1"));
+    a.send(&ProxyMessage::Finish {
+        ticket: 1,
+        record: Box::new(own),
+    })
+    .await;
+    drop(a);
+    ended(task_a).await;
+
+    let records = stored_when(&shared, 3).await;
+    let ids: Vec<&str> = records
+        .iter()
+        .map(|record| record["request_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            format!("{INSTANCE}-1"),
+            format!("{INSTANCE}-2"),
+            format!("{INSTANCE}-3")
+        ]
+    );
+    assert_eq!(records[0]["reason"], "completed");
+    for (substitute, stream) in records[1..].iter().zip([true, false]) {
+        assert_eq!(substitute["reason"], "shutdown");
+        assert_eq!(substitute["status"], serde_json::Value::Null);
+        assert_eq!(substitute["success"], false);
+        assert_eq!(substitute["stream"], stream);
+        assert_eq!(substitute["model_requested"], "m");
+        assert_eq!(substitute["model_resolved"], "m");
+        assert_eq!(substitute["arrived_at"], "2025-11-30T03:40:00.000Z");
+        assert_eq!(substitute["disconnect_phase"], serde_json::Value::Null);
+    }
+
+    // The proxy comes back after all with the record of ticket 2: dropped.
+    let (mut b, _task_b) = start_conn(CONN + 1, engine.clone(), shared.clone());
+    b.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+    assert!(matches!(b.recv().await, SupervisorMessage::Welcome { .. }));
+    let late = record(2, &format!("{INSTANCE}-2"));
+    b.send(&ProxyMessage::SubmitRecord {
+        record: Box::new(late),
+    })
+    .await;
+    // A record after it is stored, so the late one was handled before it.
+    let next = record(9, &format!("{INSTANCE}-9"));
+    b.send(&ProxyMessage::SubmitRecord {
+        record: Box::new(next),
+    })
+    .await;
+    let records = stored_when(&shared, 4).await;
+    assert_eq!(records.len(), 4, "{records:?}");
+    assert_eq!(records[3]["request_id"], format!("{INSTANCE}-9"));
+    drop(engine);
+    engine_task.abort();
+}
+
+static PROXY_ALIVE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// While the proxy process still runs (it lost the link, not its requests), substitutes
+/// wait: a real record sent after it reconnects replaces its substitute; once the process
+/// is gone, the rest are written.
+#[tokio::test]
+async fn a_live_proxys_real_records_replace_their_substitutes() {
+    let shared = shared_with(64, |_| PROXY_ALIVE.load(Ordering::SeqCst));
+    let (engine, mut commands) = EngineHandle::detached();
+    let (mut proxy, task) = start(engine.clone(), shared.clone());
+    let _events = handshake(&mut proxy, &mut commands).await;
+    drop(proxy);
+    let Command::Disconnect { orphans, .. } = command(&mut commands).await else {
+        panic!("expected Disconnect");
+    };
+    let open = |ticket: u64| crate::engine::OpenTicket {
+        ticket,
+        model: "m".into(),
+        request: test_request(),
+        arrival: arrival(ticket),
+        admitted_unix_ms: None,
+        granted: false,
+        upstream_model: None,
+        model_switch: false,
+        load_ms: None,
+    };
+    orphans.send(vec![open(1), open(2)]).unwrap();
+    ended(task).await;
+    assert_eq!(shared.orphans.waiting(), 2);
+    assert!(
+        stored(&shared).is_empty(),
+        "nothing is written while the proxy lives"
+    );
+
+    // The same proxy reconnects and sends the record it kept for ticket 1.
+    let (mut again, _task) = start(engine.clone(), shared.clone());
+    let _events = handshake(&mut again, &mut commands).await;
+    again
+        .send(&ProxyMessage::SubmitRecord {
+            record: Box::new(record(1, &format!("{INSTANCE}-1"))),
+        })
+        .await;
+    let records = stored_when(&shared, 1).await;
+    assert_eq!(records[0]["reason"], "completed");
+    assert_eq!(shared.orphans.waiting(), 1);
+
+    // It dies: ticket 2's substitute is written, and only it.
+    PROXY_ALIVE.store(false, Ordering::SeqCst);
+    let records = stored_when(&shared, 2).await;
+    assert_eq!(records[1]["request_id"], format!("{INSTANCE}-2"));
+    assert_eq!(records[1]["reason"], "shutdown");
+    assert_eq!(shared.orphans.waiting(), 0);
 }
