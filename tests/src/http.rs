@@ -434,6 +434,12 @@ impl Conn {
         })
     }
 
+    /// Reads the status line and headers within `timeout` and returns the body reader, or
+    /// the error (the connection closed or failed first, or the time ran out).
+    pub fn try_into_stream(self, timeout: Duration) -> std::io::Result<Stream> {
+        Stream::start(self, Instant::now() + timeout)
+    }
+
     /// Reads the status line and headers within `timeout` and returns the body reader;
     /// panics on an error.
     pub fn into_stream(self, timeout: Duration) -> Stream {

@@ -134,6 +134,27 @@ impl Supervisor {
         self.wait_serving();
     }
 
+    /// A graceful restart, as `systemctl restart` does it: SIGTERM, a clean exit (0) within
+    /// `DEADLINE`, then a new supervisor on the same config, waited for until it serves.
+    pub fn restart(&mut self) {
+        self.daemon.kill(Signal::SIGTERM);
+        let status = self.daemon.wait_exit(DEADLINE);
+        assert!(
+            status.success(),
+            "strata-supervisor exited with {status} after SIGTERM\n{}",
+            self.daemon.stderr_report()
+        );
+        let name = format!("supervisor{}", self.crashed.len() + 2);
+        let daemon = Daemon::spawn(
+            &name,
+            supervisor_command(&self.config),
+            self.config.dir.path(),
+        );
+        self.crashed
+            .push(std::mem::replace(&mut self.daemon, daemon));
+        self.wait_serving();
+    }
+
     /// The supervisor's PID.
     pub fn pid(&self) -> u32 {
         self.daemon.pid()

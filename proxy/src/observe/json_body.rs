@@ -30,6 +30,12 @@ impl JsonBody {
         }
     }
 
+    /// Bytes held of the body.
+    #[cfg(test)]
+    pub(super) fn buffered(&self) -> usize {
+        self.body.len()
+    }
+
     pub(super) fn finish(&mut self) -> Observed {
         let mut out = Observed::default();
         if self.oversized {

@@ -37,6 +37,8 @@ mod sse;
 mod summary;
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
 
 use std::fmt;
@@ -105,6 +107,17 @@ impl ResponseObserver {
     /// stream, failed ones included, with `[DONE]`.
     pub fn sse_unfinished(&self) -> bool {
         matches!(&self.body, Body::Sse(sse) if !sse.saw_done())
+    }
+
+    /// Bytes the observer holds of the body (an unfinished SSE line, or the
+    /// JSON body so far).
+    #[cfg(test)]
+    pub fn buffered(&self) -> usize {
+        match &self.body {
+            Body::Sse(sse) => sse.buffered(),
+            Body::Json(json) => json.buffered(),
+            Body::Other => 0,
+        }
     }
 
     /// Called once at EOF (or cancellation): reads a final unterminated

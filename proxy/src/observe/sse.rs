@@ -31,6 +31,12 @@ impl SseObserver {
         self.lines.feed(chunk, |line| state.line(line, now));
     }
 
+    /// Bytes held for an unfinished line.
+    #[cfg(test)]
+    pub(super) fn buffered(&self) -> usize {
+        self.lines.partial.len()
+    }
+
     /// `data: [DONE]` has been seen.
     pub(super) fn saw_done(&self) -> bool {
         self.state.out.saw_done

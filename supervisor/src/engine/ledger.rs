@@ -170,7 +170,6 @@ impl Ledger {
         taken
     }
 
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.open.len()
     }

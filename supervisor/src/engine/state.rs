@@ -34,6 +34,10 @@ use crate::backend::{Backend, LaunchSpec, StartError, StartProgress};
 /// budgets (and re-decides).
 const TICK: Duration = Duration::from_millis(50);
 
+/// How long a stopping supervisor waits for the records of tickets that
+/// ended without a lease during its drain.
+const RECORDS_GRACE: Duration = Duration::from_secs(2);
+
 /// The most tickets one cache lookup scores.
 const MAX_LOOKUP_TICKETS: usize = 256;
 
@@ -110,6 +114,10 @@ pub(super) struct ShutdownState {
     /// The drain ran out or a second signal came: leases were revoked,
     /// waiting tickets failed and a load cancelled.
     pub(super) forced: bool,
+    /// Set once nothing runs but some tickets' records have not arrived
+    /// (tickets refused or failed during the drain): wait for them until
+    /// then.
+    pub(super) records_until: Option<Instant>,
 }
 
 pub struct Engine {
@@ -1089,6 +1097,7 @@ impl Engine {
             done: Some(done),
             deadline: (drain_ms > 0).then(|| Instant::now() + Duration::from_millis(drain_ms)),
             forced: false,
+            records_until: None,
         });
         self.broadcast_state();
     }
@@ -1132,6 +1141,27 @@ impl Engine {
         if self.backend.is_some() {
             self.start_stop(StopReason::Shutdown);
             return true;
+        }
+        // A ticket failed or refused during the drain ends with its proxy's
+        // `Finish`, which carries its record: stopping before it arrives
+        // would lose the record. A proxy sends it within milliseconds, so
+        // the wait is bounded.
+        if self.ledger.len() > 0 {
+            let until = *self
+                .shutdown
+                .as_mut()
+                .map(|s| {
+                    s.records_until
+                        .get_or_insert(Instant::now() + RECORDS_GRACE)
+                })
+                .expect("shutting down");
+            if Instant::now() < until {
+                return true;
+            }
+            tracing::warn!(
+                open = self.ledger.len(),
+                "stopping without the records of some requests"
+            );
         }
         self.finished = true;
         if let Some(done) = self.shutdown.as_mut().and_then(|s| s.done.take()) {
