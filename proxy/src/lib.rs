@@ -17,6 +17,7 @@ mod errors;
 mod health;
 pub mod link;
 pub mod listener;
+mod memory;
 mod models;
 pub mod observe;
 mod requests;

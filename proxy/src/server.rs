@@ -29,6 +29,7 @@ use crate::app::App;
 use crate::body::ProxyBody;
 use crate::errors::{EndpointError, json_response};
 use crate::link::SupervisorLink;
+use crate::memory::{self, ConnectionGauge};
 use crate::{chat, health, models, requests};
 
 /// A client that opens a connection and sends no complete header within
@@ -176,6 +177,8 @@ pub async fn run(
     // inside its own future, so the signal and link branches are served meanwhile.
     let mut backoff = AcceptBackoff::default();
     let mut last_accept_error = None;
+    let connections = Arc::new(ConnectionGauge::default());
+    let trimmer = tokio::spawn(memory::trim_after_bursts(connections.clone()));
     loop {
         tokio::select! {
             accepted = accept_after(&listener, backoff.retry_at()) => {
@@ -202,7 +205,9 @@ pub async fn run(
                     service_fn(move |request| route(app.clone(), request)),
                 );
                 let connection = graceful.watch(connection);
+                let open = connections.opened();
                 tokio::spawn(async move {
+                    let _open = open;
                     if let Err(err) = connection.await {
                         tracing::debug!(error = %err, "client connection ended with an error");
                     }
@@ -228,6 +233,7 @@ pub async fn run(
     }
 
     drop(listener);
+    trimmer.abort();
     tracing::info!("draining: no new connections, finishing accepted requests");
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     link.set_draining(true);

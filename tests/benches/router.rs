@@ -47,7 +47,8 @@
 //! - RSS: `VmRSS` after the warm-up, `VmHWM` after the rounds. Waiting clients: the third
 //!   router's single slot is kept busy by one endless paced stream, then N streaming requests
 //!   are opened and held until the proxy's `/metrics` shows all N queued; the RSS growth of
-//!   each daemon over N.
+//!   each daemon over N; then the busy stream ends, every waiting client is served and reads
+//!   its answer, and both daemons' RSS 3 s later (what a burst leaves behind).
 //! - model switch: requests alternate between two models whose backends take 100–200 ms to
 //!   load (random, so the ready file does not appear at a fixed phase of the supervisor's
 //!   polling); from the `ready_ns` the new backend logged right after renaming its ready file
@@ -664,6 +665,9 @@ struct Waiting {
     proxy_after_kib: u64,
     supervisor_before_kib: u64,
     supervisor_after_kib: u64,
+    /// Three seconds after every waiting client was served and left.
+    proxy_finished_kib: u64,
+    supervisor_finished_kib: u64,
 }
 
 /// Holds `n` streaming clients waiting (the one slot of `sw-a` busy with a long stream) and
@@ -707,7 +711,7 @@ async fn waiting(
             if !head.content_type.starts_with("text/event-stream") {
                 return Err(format!("a waiting client got {head:?}"));
             }
-            Ok::<_, Error>(conn)
+            Ok::<_, Error>((conn, head))
         });
     }
     let mut held = Vec::with_capacity(n);
@@ -718,17 +722,30 @@ async fn waiting(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let proxy_after_kib = procstat::rss_kib(proxy).unwrap_or(0);
     let supervisor_after_kib = procstat::rss_kib(supervisor).unwrap_or(0);
-    drop(held);
-    wait_metric(addr, "queue_depth", 0, Duration::from_secs(60)).await?;
+    // The busy stream ends; every waiting client is served in turn and reads its answer.
     let _ = stop.send(());
     let _ = reader.await;
+    let mut served = tokio::task::JoinSet::new();
+    for (mut conn, head) in held {
+        served.spawn(async move { conn.read_body(&head, |_, _| {}).await });
+    }
+    while let Some(joined) = served.join_next().await {
+        joined.map_err(|err| format!("client panicked: {err}"))??;
+    }
+    wait_metric(addr, "queue_depth", 0, Duration::from_secs(60)).await?;
     wait_metric(addr, "in_flight", 0, Duration::from_secs(20)).await?;
+    // What stays once the burst is over (the proxy hands memory back within its 2 s check).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let proxy_finished_kib = procstat::rss_kib(proxy).unwrap_or(0);
+    let supervisor_finished_kib = procstat::rss_kib(supervisor).unwrap_or(0);
     Ok(Waiting {
         clients: n,
         proxy_before_kib,
         proxy_after_kib,
         supervisor_before_kib,
         supervisor_after_kib,
+        proxy_finished_kib,
+        supervisor_finished_kib,
     })
 }
 
@@ -1414,6 +1431,14 @@ fn report(opts: &Options, world: &World, res: &Results, extras: &RouterExtras) -
     router.row(vec![
         "supervisor RSS per waiting client".into(),
         per_client(w.supervisor_before_kib, w.supervisor_after_kib),
+    ]);
+    router.row(vec![
+        "proxy / supervisor RSS 3 s after every waiting client was served".into(),
+        format!(
+            "{} / {}",
+            format_value(w.proxy_finished_kib as f64, Unit::MiB),
+            format_value(w.supervisor_finished_kib as f64, Unit::MiB)
+        ),
     ]);
     router.row(vec![
         "proxy RSS of that router before the busy stream (model loaded, idle)".into(),
