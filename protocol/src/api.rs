@@ -33,6 +33,13 @@ pub struct ErrorDetail {
     /// The HTTP status an in-band error frame stands for (only there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
+    /// A failed or cooling-down start (`model_load_error`): the generic
+    /// cause the supervisor made of it (only there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// With `last_error`: what is left of the model's start cooldown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown_remaining_ms: Option<u64>,
 }
 
 /// `GET /health`: 200 with `status: "ok"` while the supervisor is
@@ -139,6 +146,11 @@ pub struct ConcreteModel {
     pub fine_tune: Option<String>,
     pub quantization: String,
     pub status: ModelStatus,
+    /// The generic cause of the model's last failed start (until it starts
+    /// again), or null.
+    pub last_error: Option<String>,
+    /// What is left of the model's start cooldown, or null when none runs.
+    pub cooldown_remaining_ms: Option<u64>,
     /// Operator metadata from the config, passed through as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,

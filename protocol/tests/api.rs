@@ -27,6 +27,8 @@ fn an_error_is_message_type_code_and_status_only_in_band() {
             kind: "invalid_request_error".into(),
             code: "model_not_found".into(),
             status: None,
+            last_error: None,
+            cooldown_remaining_ms: None,
         },
     };
     pins(
@@ -37,6 +39,22 @@ fn an_error_is_message_type_code_and_status_only_in_band() {
     pins(
         &body,
         json!({"error": {"message": "model not found", "type": "invalid_request_error", "code": "model_not_found", "status": 404}}),
+    );
+    // A failed start also says why, and how long its cooldown still runs.
+    let load = ErrorBody {
+        error: ErrorDetail {
+            message: "the model failed to load".into(),
+            kind: "server_error".into(),
+            code: "model_load_error".into(),
+            status: None,
+            last_error: Some("backend exited during startup (exit code 3)".into()),
+            cooldown_remaining_ms: Some(29_500),
+        },
+    };
+    pins(
+        &load,
+        json!({"error": {"message": "the model failed to load", "type": "server_error", "code": "model_load_error",
+                         "last_error": "backend exited during startup (exit code 3)", "cooldown_remaining_ms": 29_500}}),
     );
 }
 
@@ -124,6 +142,8 @@ fn the_model_list_has_concrete_models_and_aliases_by_kind() {
                 fine_tune: None,
                 quantization: "q4".into(),
                 status: ModelStatus::Verified,
+                last_error: Some("backend exited during startup (exit code 3)".into()),
+                cooldown_remaining_ms: None,
                 meta: Some(json!({"k": 1})),
                 architecture: None,
                 thinking: None,
@@ -143,7 +163,8 @@ fn the_model_list_has_concrete_models_and_aliases_by_kind() {
         json!({"object": "list", "data": [
             {"id": "m-q4", "object": "model", "owned_by": "strata-router", "kind": "concrete",
              "family": "fam", "fine_tune": null, "quantization": "q4", "status": "verified",
-             "meta": {"k": 1}},
+             "last_error": "backend exited during startup (exit code 3)",
+             "cooldown_remaining_ms": null, "meta": {"k": 1}},
             {"id": "fam", "object": "model", "owned_by": "strata-router", "kind": "alias",
              "family": "fam", "allowed_models": ["m-q4"], "preferred": "m-q4"}
         ]}),

@@ -139,10 +139,14 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
                 ModelStatusEntry {
                     id: "a".into(),
                     status: ModelStatus::Loaded,
+                    last_error: None,
+                    cooldown_remaining_ms: None,
                 },
                 ModelStatusEntry {
                     id: "b".into(),
                     status: ModelStatus::InvalidProfile,
+                    last_error: Some("backend exited during startup (exit code 3)".into()),
+                    cooldown_remaining_ms: Some(29_000),
                 },
             ],
         }),

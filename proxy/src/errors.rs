@@ -44,33 +44,49 @@ fn to_json(value: &impl Serialize) -> String {
     serde_json::to_string(value).expect("an API document serializes")
 }
 
+/// Why a model's start failed, for the body of its `model_load_error`: the
+/// generic cause the supervisor made (bounded, no request or backend text)
+/// and what is left of that model's start cooldown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartFailure {
+    pub last_error: String,
+    pub cooldown_remaining_ms: u64,
+}
+
 impl ErrorReply {
-    fn document(&self, status: Option<u16>) -> ErrorBody {
+    fn document(&self, status: Option<u16>, start: Option<&StartFailure>) -> ErrorBody {
         ErrorBody {
             error: ErrorDetail {
                 message: self.message.into(),
                 kind: self.kind.into(),
                 code: self.code.into(),
                 status,
+                last_error: start.map(|start| start.last_error.clone()),
+                cooldown_remaining_ms: start.map(|start| start.cooldown_remaining_ms),
             },
         }
     }
 
-    /// The JSON document's text.
-    pub fn body(&self) -> String {
-        to_json(&self.document(None))
+    /// The JSON document's text; a failed start's adds its cause.
+    pub fn body_with(&self, start: Option<&StartFailure>) -> String {
+        to_json(&self.document(None, start))
     }
 
     /// The in-band form used after SSE headers went out: one `event: error`
     /// frame whose JSON also carries the HTTP status it stands for.
     pub fn sse_frame(&self) -> Bytes {
-        let value = to_json(&self.document(Some(self.status.as_u16())));
+        let value = to_json(&self.document(Some(self.status.as_u16()), None));
         Bytes::from(format!("event: error\ndata: {value}\n\n"))
     }
 
     /// The JSON response, with `Retry-After` when there is one.
     pub fn into_response(self) -> hyper::Response<ProxyBody> {
-        let mut response = hyper::Response::new(ProxyBody::full(self.body()));
+        self.into_response_with(None)
+    }
+
+    /// [`ErrorReply::into_response`], with a failed start's cause in the body.
+    pub fn into_response_with(self, start: Option<&StartFailure>) -> hyper::Response<ProxyBody> {
+        let mut response = hyper::Response::new(ProxyBody::full(self.body_with(start)));
         *response.status_mut() = self.status;
         response
             .headers_mut()

@@ -13,7 +13,14 @@ use crate::app::App;
 
 const OWNED_BY: &str = "strata-router";
 
-fn concrete(entry: &ModelEntry, status: ModelStatus) -> ModelItem {
+/// What the supervisor last said of one model.
+struct Live {
+    status: ModelStatus,
+    last_error: Option<String>,
+    cooldown_remaining_ms: Option<u64>,
+}
+
+fn concrete(entry: &ModelEntry, live: Live) -> ModelItem {
     let metadata = entry.effective_metadata();
     ModelItem::Concrete(ConcreteModel {
         id: entry.id.clone(),
@@ -22,7 +29,9 @@ fn concrete(entry: &ModelEntry, status: ModelStatus) -> ModelItem {
         family: entry.family.as_str().into(),
         fine_tune: entry.fine_tune.clone(),
         quantization: entry.quantization.clone(),
-        status,
+        status: live.status,
+        last_error: live.last_error,
+        cooldown_remaining_ms: live.cooldown_remaining_ms,
         meta: metadata.meta,
         architecture: metadata.architecture,
         thinking: metadata.thinking,
@@ -33,18 +42,34 @@ fn concrete(entry: &ModelEntry, status: ModelStatus) -> ModelItem {
 pub fn listing(app: &App) -> ModelList {
     let registry = &app.config.registry;
     let state = app.link.state();
-    let live_status = |id: &str| {
-        state.router.as_ref().and_then(|router| {
-            router
-                .statuses
-                .iter()
-                .find(|entry| entry.id == id)
-                .map(|entry| entry.status)
-        })
+    // A cooldown counts down from when the state that reported it arrived.
+    let since_state = state
+        .router_at
+        .map_or(0, |at| at.elapsed().as_millis() as u64);
+    let live = |entry: &ModelEntry| {
+        let reported = state
+            .router
+            .as_ref()
+            .and_then(|router| router.statuses.iter().find(|live| live.id == entry.id));
+        match reported {
+            Some(reported) => Live {
+                status: reported.status,
+                last_error: reported.last_error.clone(),
+                cooldown_remaining_ms: reported
+                    .cooldown_remaining_ms
+                    .map(|left| left.saturating_sub(since_state))
+                    .filter(|left| *left > 0),
+            },
+            None => Live {
+                status: entry.prepared,
+                last_error: None,
+                cooldown_remaining_ms: None,
+            },
+        }
     };
     let mut data: Vec<ModelItem> = registry
         .enabled_models()
-        .map(|entry| concrete(entry, live_status(&entry.id).unwrap_or(entry.prepared)))
+        .map(|entry| concrete(entry, live(entry)))
         .collect();
     for alias in registry.aliases() {
         data.push(ModelItem::Alias(AliasModel {

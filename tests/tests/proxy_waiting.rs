@@ -131,11 +131,14 @@ fn a_failed_load_is_a_real_503_within_the_hold_and_an_error_event_after_it() {
 }
 
 /// During the cooldown after a failed start, streams fail at once in-band and non-streaming
-/// requests get 503 with `Retry-After`, without another launch.
+/// requests get 503 with `Retry-After`, without another launch. The 503 body and the model's
+/// `/v1/models` entry say why (the supervisor's generic cause) and how long the cooldown
+/// still runs; the cooldown is the broken model's only, so a healthy one loads meanwhile.
 #[test]
 fn cooldown_failures_get_a_real_status_and_retry_after() {
     let config = ConfigBuilder::new("cooldown")
         .model(ModelSpec::new(A).start_failure("exit"))
+        .model(ModelSpec::new(B))
         .cooldown_ms(30_000)
         .wait_when_busy(true)
         .build();
@@ -162,11 +165,51 @@ fn cooldown_failures_get_a_real_status_and_retry_after() {
         .expect("Retry-After in seconds");
     assert!((1..=30).contains(&retry), "{again}");
     assert_eq!(again.header("x-should-retry"), Some("false"), "{again}");
+    let cause = "backend exited during startup (exit code 3)";
+    for failed in [&first, &again] {
+        let error = &failed.json()["error"];
+        assert_eq!(error["last_error"], cause, "{failed}");
+        assert!(
+            error["cooldown_remaining_ms"]
+                .as_u64()
+                .is_some_and(|ms| ms > 0 && ms <= 30_000),
+            "{failed}"
+        );
+        // The fixed client message stays as it was.
+        assert!(
+            !error["message"].as_str().unwrap().contains("exit"),
+            "{failed}"
+        );
+    }
     assert_eq!(
         stack.fake_log().starts().len(),
         1,
         "no launch during cooldown"
     );
+    let entry = |id: &str| {
+        stack.get("/v1/models").json()["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|item| item["id"] == id)
+            .cloned()
+            .unwrap()
+    };
+    let broken = entry(A);
+    assert_eq!(broken["last_error"], cause, "{broken}");
+    let left = broken["cooldown_remaining_ms"].as_u64();
+    assert!(left.is_some_and(|ms| ms > 0 && ms <= 30_000), "{broken}");
+    // A healthy model loads during A's cooldown, and its entry has no cause.
+    let healthy = stack.chat(&chat_body(B, false));
+    assert_eq!(healthy.status, 200, "{healthy}");
+    let healthy = entry(B);
+    assert_eq!(healthy["status"], "loaded", "{healthy}");
+    assert_eq!(healthy["last_error"], serde_json::Value::Null, "{healthy}");
+    assert_eq!(healthy["cooldown_remaining_ms"], serde_json::Value::Null);
+    // A's cause stays, its cooldown counts down.
+    let broken = entry(A);
+    assert_eq!(broken["last_error"], cause, "{broken}");
+    assert!(broken["cooldown_remaining_ms"].as_u64() <= left, "{broken}");
     stack.stop();
 }
 

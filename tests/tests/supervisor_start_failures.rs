@@ -237,8 +237,9 @@ async fn start_failure_busy_backend_port_spawns_nothing() {
     .await;
 }
 
-/// After a failed start, lease requests that need a launch fail at once with `Cooldown`
-/// (for any model) without launching; an explicit `on` ignores the cooldown.
+/// After a failed start, lease requests that need a launch of that model fail at once with
+/// `Cooldown` without launching; the cooldown is per model, so a healthy model still loads
+/// meanwhile; an explicit `on` ignores the cooldown.
 #[tokio::test]
 async fn cooldown_fails_leases_without_relaunch_but_on_ignores_it() {
     let config = ConfigBuilder::new("cooldown")
@@ -268,36 +269,45 @@ async fn cooldown_fails_leases_without_relaunch_but_on_ignores_it() {
     assert_eq!(cooldown_ms, 60_000, "the cooldown it started");
     assert_eq!(log.start_count(&upstream), 1);
 
-    // Within the cooldown: immediate Cooldown, no queueing, no launch.
-    for (lease, model) in [(2, MODEL), (3, "flash-ok")] {
-        let asked = Instant::now();
-        proxy.acquire(lease, model).await;
-        let failure = proxy
-            .wait_outcome_within(lease, Duration::from_secs(5))
-            .await
-            .expect_err("no grant during the cooldown");
-        assert!(
-            asked.elapsed() < Duration::from_secs(2),
-            "Cooldown must be immediate, took {:?}",
-            asked.elapsed()
-        );
-        match failure {
-            LeaseFailure::Cooldown {
-                message: cooldown_message,
-                remaining_ms,
-            } => {
-                assert_eq!(cooldown_message, message);
-                assert!(remaining_ms > 0 && remaining_ms <= 60_000, "{remaining_ms}");
-            }
-            other => panic!("lease {lease} on {model}: expected Cooldown, got {other:?}"),
+    // Within its cooldown: immediate Cooldown, no queueing, no launch.
+    let asked = Instant::now();
+    proxy.acquire(2, MODEL).await;
+    let failure = proxy
+        .wait_outcome_within(2, Duration::from_secs(5))
+        .await
+        .expect_err("no grant during the cooldown");
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "Cooldown must be immediate, took {:?}",
+        asked.elapsed()
+    );
+    match failure {
+        LeaseFailure::Cooldown {
+            message: cooldown_message,
+            remaining_ms,
+        } => {
+            assert_eq!(cooldown_message, message);
+            assert!(remaining_ms > 0 && remaining_ms <= 60_000, "{remaining_ms}");
         }
-        assert!(
-            proxy.phases(lease).is_empty(),
-            "a cooldown failure is not queued first: {:?}",
-            proxy.phases(lease)
-        );
+        other => panic!("expected Cooldown, got {other:?}"),
     }
-    assert_eq!(log.starts().len(), 1, "no relaunch\n{}", log.dump());
+    assert!(
+        proxy.phases(2).is_empty(),
+        "a cooldown failure is not queued first: {:?}",
+        proxy.phases(2)
+    );
+    // The cooldown is the broken model's own: a healthy one loads and serves meanwhile.
+    proxy.acquire(3, "flash-ok").await;
+    let grant = proxy.wait_granted(3).await;
+    assert_eq!(grant.upstream_model, "up-flash-ok");
+    assert!(grant.load_ms.is_some(), "it was launched: {grant:?}");
+    proxy.release(3).await;
+    assert_eq!(
+        log.start_count(&upstream),
+        1,
+        "no relaunch of the broken model\n{}",
+        log.dump()
+    );
     let status = control.status();
     assert!(
         status["cooldown_remaining_ms"]
@@ -315,9 +325,14 @@ async fn cooldown_fails_leases_without_relaunch_but_on_ignores_it() {
         "on must launch\n{}",
         log.dump()
     );
-    // ...and of a healthy one, which then serves leases again.
+    // ...and of a healthy one, which then serves leases again. The broken model's cooldown
+    // (restarted by its failed `on`) still runs.
     control.on(Some("flash-ok")).assert_ok();
-    assert_eq!(control.status()["cooldown_remaining_ms"], Value::Null);
+    assert!(
+        control.status()["cooldown_remaining_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms > 0)
+    );
     proxy.acquire(4, "flash-ok").await;
     let grant = proxy.wait_granted(4).await;
     assert_eq!(grant.upstream_model, "up-flash-ok");

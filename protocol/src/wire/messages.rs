@@ -41,7 +41,7 @@ use crate::page::RecordsPage;
 use crate::record::RequestRecord;
 
 /// Bumped whenever a message or field changes shape.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// The most bytes a frame from a proxy may have, for a config whose longest
 /// `upstream_model` is `longest_upstream_model` bytes. The supervisor
@@ -390,6 +390,12 @@ pub enum LookupFailure {
 pub struct ModelStatusEntry {
     pub id: String,
     pub status: ModelStatus,
+    /// The generic cause of this model's last failed start, until it next
+    /// starts (`/v1/models` `last_error`).
+    pub last_error: Option<String>,
+    /// What was left of this model's start cooldown when the state was
+    /// made (the proxy counts it down from the state's arrival).
+    pub cooldown_remaining_ms: Option<u64>,
 }
 
 /// What the supervisor streams to every proxy.

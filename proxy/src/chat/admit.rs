@@ -19,6 +19,7 @@ use hyper::header::HeaderValue;
 use strata_protocol::wire::{Grant, LeaseFailure};
 
 use crate::app::App;
+use crate::errors::StartFailure;
 use crate::link::{LeaseEnd, TicketEvent, TicketEvents};
 use crate::observe::ModelGate;
 
@@ -197,10 +198,14 @@ fn failed(trace: &mut Trace, failure: LeaseFailure) -> ChatError {
             message,
             model_switch,
             load_ms,
-            ..
+            cooldown_ms,
         } => {
             trace.model_switch = *model_switch;
             trace.model_load_ms = *load_ms;
+            trace.start_failure = Some(StartFailure {
+                last_error: message.clone(),
+                cooldown_remaining_ms: *cooldown_ms,
+            });
             tracing::debug!(
                 request_id = %trace.request_id,
                 error = %message,
@@ -211,6 +216,10 @@ fn failed(trace: &mut Trace, failure: LeaseFailure) -> ChatError {
             message,
             remaining_ms,
         } => {
+            trace.start_failure = Some(StartFailure {
+                last_error: message.clone(),
+                cooldown_remaining_ms: *remaining_ms,
+            });
             tracing::debug!(
                 request_id = %trace.request_id,
                 error = %message,

@@ -753,7 +753,7 @@ mod tests {
             },
         ];
         for failure in &failures {
-            let body = ChatError::from(failure).reply().body();
+            let body = ChatError::from(failure).reply().body_with(None);
             for leak in ["exit", "startup", "9", "not_installed"] {
                 assert!(!body.contains(leak), "{failure:?}: {body}");
             }

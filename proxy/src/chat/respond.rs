@@ -69,11 +69,18 @@ impl StrataHeaders {
 pub fn reject(mut trace: Trace, headers: &StrataHeaders, error: ChatError) -> Response<ProxyBody> {
     // A client that went away mid-upload reads no answer (it is sent for
     // form's sake), so its record keeps status null.
+    // A failed or cooling start says why (the supervisor's generic cause).
+    let start = trace.start_failure.take().filter(|_| {
+        matches!(
+            error,
+            ChatError::LoadFailed { .. } | ChatError::Cooldown { .. }
+        )
+    });
     if error != ChatError::BodyAbandoned {
         trace.status = Some(error.status().as_u16());
-        trace.router_body_bytes = error.reply().body().len() as u64;
+        trace.router_body_bytes = error.reply().body_with(start.as_ref()).len() as u64;
     }
-    let mut response = error.into_response();
+    let mut response = error.reply().into_response_with(start.as_ref());
     headers.apply(response.headers_mut());
     trace.finish(error.reason());
     response

@@ -17,6 +17,7 @@ use strata_protocol::wire::{ArrivalInfo, ServiceTier, TicketRequest};
 use time::OffsetDateTime;
 
 use crate::app::{App, LastStream};
+use crate::errors::StartFailure;
 use crate::link::TicketHandle;
 use crate::observe::Observed;
 use strata_protocol::record::{CHAT_ENDPOINT, RequestRecord, SCHEMA_VERSION, format_timestamp};
@@ -53,6 +54,9 @@ pub struct Trace {
     /// The request's ticket, once it has one: finishing the trace finishes
     /// it.
     pub ticket: Option<TicketHandle>,
+    /// The model's start failed (or is cooling down): the cause for the
+    /// error body.
+    pub start_failure: Option<StartFailure>,
     finished: bool,
 }
 
@@ -84,6 +88,7 @@ impl Trace {
             granted: false,
             router_body_bytes: 0,
             ticket: None,
+            start_failure: None,
             finished: false,
         }
     }

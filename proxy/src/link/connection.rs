@@ -374,6 +374,7 @@ impl Session {
             SupervisorMessage::State(router) => {
                 state.send_modify(|state| {
                     state.router = Some(router);
+                    state.router_at = Some(std::time::Instant::now());
                     state.connected = true;
                 });
             }

@@ -42,6 +42,8 @@ pub struct LinkState {
     /// The supervisor's latest state snapshot (kept while disconnected, so
     /// `/v1/models` can still show the last known statuses).
     pub router: Option<RouterState>,
+    /// When `router` arrived (its cooldowns count down from then).
+    pub router_at: Option<std::time::Instant>,
     /// The supervisor refused this proxy for good (a different build or
     /// configuration). The proxy must exit with this message.
     pub refused: Option<String>,

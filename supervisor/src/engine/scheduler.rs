@@ -36,7 +36,7 @@
 //!
 //! Ordering key of a ticket: (tier, model-group rule, cache rank, arrival).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use strata_protocol::wire::{ServiceTier, TicketId};
@@ -140,8 +140,8 @@ pub struct View<'a> {
     /// When the last lease ended (or a load or `on` finished): the start of
     /// the grace and idle clocks.
     pub quiet_since: Instant,
-    /// No launch before this (a recent start failed).
-    pub cooldown_until: Option<Instant>,
+    /// Per model: no launch of it before this (its last start failed).
+    pub cooldowns: &'a BTreeMap<String, Instant>,
     pub hold: Hold,
     pub cache: CacheView<'a>,
 }
@@ -375,8 +375,9 @@ fn wait_first(
             return;
         }
     }
-    if cooling_down(view, plan) {
-        fail_launches(waiting, model, plan);
+    if cooling_down(view, &first.model, plan) {
+        // Its tickets fail now; the next round looks at the others.
+        fail_launches(waiting, &first.model, plan);
         return;
     }
     plan.decisions.push(Decision::StartLoad {
@@ -393,10 +394,11 @@ fn wait_first(
     }
 }
 
-/// Whether a launch is refused now; wakes the plan when the cooldown ends.
-fn cooling_down(view: &View, plan: &mut Plan) -> bool {
-    match view.cooldown_until {
-        Some(until) if view.now < until => {
+/// Whether a launch of `model` is refused now; wakes the plan when its
+/// cooldown ends.
+fn cooling_down(view: &View, model: &str, plan: &mut Plan) -> bool {
+    match view.cooldowns.get(model) {
+        Some(&until) if view.now < until => {
             plan.wake(until);
             true
         }
@@ -404,10 +406,11 @@ fn cooling_down(view: &View, plan: &mut Plan) -> bool {
     }
 }
 
-/// Fails every waiting ticket that would need a launch.
-fn fail_launches(waiting: &[&Waiting], serving: Option<&str>, plan: &mut Plan) {
+/// Fails every waiting ticket for `model`, whose launch is cooling down
+/// (tickets for other models stay: they may load meanwhile).
+fn fail_launches(waiting: &[&Waiting], model: &str, plan: &mut Plan) {
     for ticket in waiting {
-        if Some(ticket.model.as_str()) != serving {
+        if ticket.model == model {
             plan.decisions
                 .push(Decision::Fail(ticket.key, Failure::Cooldown));
         }
@@ -450,7 +453,7 @@ fn legacy(view: &View, waiting: &[&Waiting], top: ServiceTier, admitted: usize, 
                 Order::Lookup(keys) => plan.decisions.push(Decision::StartLookup(keys)),
             }
         }
-        Backend::Serving { model } => {
+        Backend::Serving { .. } => {
             if view.leases > 0 {
                 return;
             }
@@ -461,8 +464,8 @@ fn legacy(view: &View, waiting: &[&Waiting], top: ServiceTier, admitted: usize, 
                     return;
                 }
             }
-            if cooling_down(view, plan) {
-                fail_launches(waiting, Some(model), plan);
+            if cooling_down(view, &head.model, plan) {
+                fail_launches(waiting, &head.model, plan);
                 return;
             }
             plan.decisions.push(Decision::StartLoad {
@@ -474,8 +477,8 @@ fn legacy(view: &View, waiting: &[&Waiting], top: ServiceTier, admitted: usize, 
             if view.leases > 0 {
                 return;
             }
-            if cooling_down(view, plan) {
-                fail_launches(waiting, None, plan);
+            if cooling_down(view, &head.model, plan) {
+                fail_launches(waiting, &head.model, plan);
                 return;
             }
             plan.decisions.push(Decision::StartLoad {

@@ -7,7 +7,7 @@
 //! unloads, cache lookups. Timers are the plan's `wake_at` plus a 50 ms
 //! maintenance tick (child death, drain deadline, lookup budgets).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -142,7 +142,12 @@ pub struct Engine {
     pub(super) last_loaded: Option<String>,
     pub(super) verified: BTreeSet<String>,
     pub(super) last_startup_error: Option<String>,
-    pub(super) cooldown_until: Option<Instant>,
+    /// Per model: no launch before this (its last start failed). One
+    /// broken build does not keep the others from loading.
+    pub(super) cooldowns: BTreeMap<String, Instant>,
+    /// Per model: the generic cause of its last failed start, until it
+    /// starts.
+    pub(super) start_errors: BTreeMap<String, String>,
     pub(super) conns: HashMap<ConnId, Conn>,
     /// Every ticket not yet granted, in arrival order: waiting, or admitted
     /// to the running load.
@@ -204,7 +209,8 @@ impl Engine {
             last_loaded: None,
             verified: BTreeSet::new(),
             last_startup_error: None,
-            cooldown_until: None,
+            cooldowns: BTreeMap::new(),
+            start_errors: BTreeMap::new(),
             conns: HashMap::new(),
             queue: Vec::new(),
             tickets: HashMap::new(),
@@ -397,7 +403,7 @@ impl Engine {
             });
         }
         let needs_launch = !self.is_serving(model) && !self.is_loading(model);
-        if needs_launch && let Some(failure) = self.cooldown_failure() {
+        if needs_launch && let Some(failure) = self.cooldown_failure(model) {
             return Some(failure);
         }
         if scheduler::queue_is_full(&self.rules, self.queue.len(), self.leases.len()) {
@@ -541,13 +547,21 @@ impl Engine {
         self.broadcast_state();
     }
 
-    fn cooldown_failure(&self) -> Option<LeaseFailure> {
-        let until = self.cooldown_until?;
-        let remaining = until.checked_duration_since(Instant::now())?;
+    /// What is left of `model`'s start cooldown, if one runs.
+    fn cooldown_remaining(&self, model: &str) -> Option<Duration> {
+        let until = self.cooldowns.get(model)?;
+        until
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
+    }
+
+    fn cooldown_failure(&self, model: &str) -> Option<LeaseFailure> {
+        let remaining = self.cooldown_remaining(model)?;
         Some(LeaseFailure::Cooldown {
             message: self
-                .last_startup_error
-                .clone()
+                .start_errors
+                .get(model)
+                .cloned()
                 .unwrap_or_else(|| "a recent backend start failed".into()),
             remaining_ms: remaining.as_millis() as u64,
         })
@@ -663,7 +677,7 @@ impl Engine {
                     leases: self.leases.len(),
                     header_waits: self.leases.values().filter(|held| held.header_wait).count(),
                     quiet_since: self.quiet_since,
-                    cooldown_until: self.cooldown_until,
+                    cooldowns: &self.cooldowns,
                     hold,
                     cache: self.cache.view(usable),
                 };
@@ -728,10 +742,18 @@ impl Engine {
                 self.fail(key, LeaseFailure::QueueTimeout)
             }
             Decision::Fail(key, Failure::Cooldown) => {
-                let failure = self.cooldown_failure().unwrap_or(LeaseFailure::Cooldown {
-                    message: "a recent backend start failed".into(),
-                    remaining_ms: 0,
-                });
+                let model = self
+                    .queue
+                    .iter()
+                    .find(|ticket| ticket.key == key)
+                    .map(|ticket| ticket.model.clone())
+                    .unwrap_or_default();
+                let failure = self
+                    .cooldown_failure(&model)
+                    .unwrap_or(LeaseFailure::Cooldown {
+                        message: "a recent backend start failed".into(),
+                        remaining_ms: 0,
+                    });
                 self.fail(key, failure);
             }
             Decision::Unload => {
@@ -982,7 +1004,8 @@ impl Engine {
                 self.selected = Some(model.clone());
                 self.last_loaded = Some(model.clone());
                 self.verified.insert(model.clone());
-                self.cooldown_until = None;
+                self.cooldowns.remove(&model);
+                self.start_errors.remove(&model);
                 self.quiet_since = Instant::now();
                 // The new backend goes out before the grants that name it:
                 // a proxy checks a grant's instance against the last state.
@@ -1018,8 +1041,11 @@ impl Engine {
                 let message = err.to_string();
                 tracing::warn!(model, error = %message, "backend start failed");
                 self.last_startup_error = Some(message.clone());
-                self.cooldown_until =
-                    Some(Instant::now() + Duration::from_millis(self.config.timers.cooldown_ms));
+                self.start_errors.insert(model.clone(), message.clone());
+                self.cooldowns.insert(
+                    model.clone(),
+                    Instant::now() + Duration::from_millis(self.config.timers.cooldown_ms),
+                );
                 for key in admitted {
                     self.fail(
                         key,
@@ -1201,6 +1227,10 @@ impl Engine {
                 ModelStatusEntry {
                     id: entry.id.clone(),
                     status,
+                    last_error: self.start_errors.get(&entry.id).cloned(),
+                    cooldown_remaining_ms: self
+                        .cooldown_remaining(&entry.id)
+                        .map(|left| left.as_millis() as u64),
                 }
             })
             .collect();
@@ -1259,9 +1289,12 @@ impl Engine {
             proxies: self.conns.len(),
             active_leases: self.leases.len(),
             waiting_requests: self.queue.len(),
+            // The longest of the models' cooldowns (each model has its own).
             cooldown_remaining_ms: self
-                .cooldown_until
-                .and_then(|until| until.checked_duration_since(Instant::now()))
+                .cooldowns
+                .keys()
+                .filter_map(|model| self.cooldown_remaining(model))
+                .max()
                 .map(|left| left.as_millis() as u64),
         }
     }

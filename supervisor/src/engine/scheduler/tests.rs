@@ -1,7 +1,7 @@
 //! The scheduling rules, one table or scenario each, and the timers under
 //! tokio's paused clock.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use strata_protocol::wire::ServiceTier::{self, Default as D, Flex as F, Priority as P};
@@ -41,7 +41,7 @@ struct World {
     leases: usize,
     header_waits: usize,
     quiet_since: Instant,
-    cooldown_until: Option<Instant>,
+    cooldowns: BTreeMap<String, Instant>,
     hold: Hold,
     usable: bool,
     ranks: Option<HashMap<TicketKey, f64>>,
@@ -61,7 +61,7 @@ impl World {
             header_waits: 0,
             // Quiet long enough that grace never holds unless a test says so.
             quiet_since: now - GRACE * 10,
-            cooldown_until: None,
+            cooldowns: BTreeMap::new(),
             hold: Hold::None,
             usable: false,
             ranks: None,
@@ -115,7 +115,7 @@ impl World {
             leases: self.leases,
             header_waits: self.header_waits,
             quiet_since: self.quiet_since,
-            cooldown_until: self.cooldown_until,
+            cooldowns: &self.cooldowns,
             hold: self.hold,
             cache: CacheView {
                 usable: self.usable,
@@ -352,22 +352,51 @@ fn no_switch_while_any_lease_or_admission_exists() {
     assert_eq!(busy.decide().decisions, [], "a stop is running");
 }
 
+/// The start cooldown is per model: the cooling model's tickets fail (all of them, they
+/// all need its launch), and a healthy model still loads meanwhile.
 #[test]
-fn a_start_cooldown_fails_tickets_that_need_a_launch_only() {
+fn a_start_cooldown_fails_only_the_cooling_models_tickets() {
     let mut world = World::new(Mode::WaitFirst, 16).serving("a").queue(&[
         (1, "b", D),
         (2, "a", F),
         (3, "c", D),
+        (4, "b", F),
     ]);
-    world.cooldown_until = Some(world.now + Duration::from_secs(5));
+    world
+        .cooldowns
+        .insert("b".into(), world.now + Duration::from_secs(5));
+    let plan = world.decide();
     assert_eq!(
-        world.decide().decisions,
+        plan.decisions,
         [
             Decision::Fail((1, 1), Failure::Cooldown),
-            Decision::Fail((1, 3), Failure::Cooldown),
+            Decision::Fail((1, 4), Failure::Cooldown),
         ]
     );
-    world.cooldown_until = Some(world.now);
+    assert_eq!(plan.wake_at, Some(world.now + Duration::from_secs(5)));
+    // The engine applies the failures and decides again: c, not cooling, loads.
+    world.queue.retain(|ticket| ticket.model != "b");
+    assert_eq!(world.decide().decisions, load("c", &[3]));
+
+    // Legacy mode, the same: the cooling head fails, the next head loads.
+    let mut legacy = World::new(Mode::Legacy, 16).queue(&[(1, "b", D), (2, "c", D)]);
+    legacy
+        .cooldowns
+        .insert("b".into(), legacy.now + Duration::from_secs(5));
+    assert_eq!(
+        legacy.decide().decisions,
+        [Decision::Fail((1, 1), Failure::Cooldown)]
+    );
+    legacy.queue.retain(|ticket| ticket.model != "b");
+    assert_eq!(legacy.decide().decisions, load("c", &[2]));
+}
+
+#[test]
+fn an_expired_cooldown_lets_its_model_load_again() {
+    let mut world = World::new(Mode::WaitFirst, 16)
+        .serving("a")
+        .queue(&[(1, "b", D), (2, "a", F)]);
+    world.cooldowns.insert("b".into(), world.now);
     assert_eq!(
         world.decide().decisions,
         load("b", &[1]),
@@ -698,7 +727,9 @@ async fn legacy_queue_ms_fails_a_ticket_stuck_behind_the_lock() {
 #[tokio::test(start_paused = true)]
 async fn the_cooldown_refuses_launches_until_it_ends() {
     let mut world = World::new(Mode::WaitFirst, 16).queue(&[(1, "b", D)]);
-    world.cooldown_until = Some(Instant::now() + Duration::from_secs(30));
+    world
+        .cooldowns
+        .insert("b".into(), Instant::now() + Duration::from_secs(30));
     let log = run_timers(&mut world, Duration::from_secs(60)).await;
     assert_eq!(
         log,
@@ -707,7 +738,7 @@ async fn the_cooldown_refuses_launches_until_it_ends() {
     // A ticket that comes after the cooldown ends starts the launch.
     tokio::time::sleep(Duration::from_secs(30)).await;
     let mut world = World {
-        cooldown_until: world.cooldown_until,
+        cooldowns: world.cooldowns.clone(),
         ..World::new(Mode::WaitFirst, 16).queue(&[(2, "b", D)])
     };
     let log = run_timers(&mut world, Duration::from_secs(1)).await;
