@@ -131,9 +131,18 @@ impl Frame {
         self.event.is_none() && self.data.is_empty() && !self.comments.is_empty()
     }
 
-    /// Whether this is a `: keep-alive` comment frame.
+    /// Whether this is a keepalive: a comment-only frame, either `: keep-alive` or one of the
+    /// router's progress comments for a waiting stream (`: loading MODEL, 23s of 120s`).
     pub fn is_keepalive(&self) -> bool {
-        self.is_comment() && self.comments.iter().all(|c| c == "keep-alive")
+        self.is_comment()
+    }
+
+    /// The frame's one comment line, if it is a comment-only frame of one line.
+    pub fn comment(&self) -> Option<&str> {
+        match self.comments.as_slice() {
+            [one] if self.is_comment() => Some(one.trim_start()),
+            _ => None,
+        }
     }
 
     /// Whether the frame has data that is not `[DONE]`.

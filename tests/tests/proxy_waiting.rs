@@ -79,9 +79,93 @@ fn keepalive_comments_while_a_slow_load_runs() {
         first_data_after > headers_after,
         "the head came before the load ended ({headers_after:?}, data {first_data_after:?})"
     );
+    // The comments say why the stream waits: the model's load, counted against startup_ms.
+    let startup_s = stack.config().json["startup_ms"]
+        .as_u64()
+        .unwrap_or(120_000)
+        .div_ceil(1000);
+    for frame in &before_data[..before_data.len() - 1] {
+        let line = frame
+            .comment()
+            .unwrap_or_else(|| panic!("one line: {frame:?}"));
+        let seconds = line
+            .strip_prefix(&format!("loading {A}, "))
+            .and_then(|rest| rest.strip_suffix(&format!("s of {startup_s}s")))
+            .unwrap_or_else(|| panic!("a load progress comment: {line:?}"));
+        let seconds: u64 = seconds.parse().expect("whole seconds");
+        assert!((3..=7).contains(&seconds), "{line:?}");
+    }
     let rest = stream.remaining_frames(DEADLINE);
     assert!(rest.last().is_some_and(Frame::is_done), "{rest:#?}");
     assert_eq!(stack.fake_log().starts().len(), 1);
+    stack.stop();
+}
+
+/// A stream queued behind another model's lease says so, in one comment line at a time,
+/// on the keepalive clock (at least every 5 s), and every comment byte is in the record's
+/// `response_bytes`.
+#[test]
+fn a_queued_stream_is_told_what_it_waits_for_on_the_keepalive_clock() {
+    let config = ConfigBuilder::new("progress")
+        .model(ModelSpec::new(A))
+        .model(ModelSpec::new(B))
+        .wait_when_busy(true)
+        .build();
+    let stack = Stack::start(config);
+    // A's lease holds off the switch to B for about 12 s.
+    let mut busy_body = chat_body(A, true);
+    busy_body["fake"] = json!({"tokens": 120, "token_delay_ms": 100});
+    let mut busy = stack.open_chat(&busy_body);
+    busy.frames_until(DEADLINE, "A's first data", Frame::is_data);
+    let mut waiting_body = chat_body(B, true);
+    waiting_body["service_tier"] = json!("priority");
+    let mut waiting = stack.open_chat(&waiting_body);
+    let head_at = Instant::now();
+    let mut comments = Vec::new();
+    let mut last = head_at;
+    loop {
+        let frames = waiting.frames_until(Duration::from_secs(30), "a frame", |_| true);
+        let frame = frames.last().unwrap().clone();
+        let now = Instant::now();
+        if frame.is_data() {
+            break;
+        }
+        let line = frame
+            .comment()
+            .unwrap_or_else(|| panic!("a one-line comment: {frame:?}"))
+            .to_owned();
+        if line.starts_with("queued") {
+            assert!(
+                now - last < Duration::from_millis(6500),
+                "comments at least every 5 s: {:?} after the last",
+                now - last
+            );
+        }
+        last = now;
+        comments.push(line);
+    }
+    let queued: Vec<&String> = comments
+        .iter()
+        .filter(|line| line.starts_with(&format!("queued for {B} (priority), ")))
+        .collect();
+    assert!(queued.len() >= 2, "{comments:#?}");
+    for line in &comments {
+        assert!(
+            line.starts_with(&format!("queued for {B} (priority), "))
+                || line.starts_with(&format!("stopping the previous model to load {B}"))
+                || line.starts_with(&format!("loading {B}, "))
+                || line.starts_with(&format!("waiting for {B} to answer")),
+            "{line:?} in {comments:#?}"
+        );
+        assert!(line.ends_with('s'), "{line:?}");
+    }
+    let rest = waiting.remaining_frames(DEADLINE);
+    assert!(rest.last().is_some_and(Frame::is_done), "{rest:#?}");
+    let id = waiting.header("x-strata-request-id").unwrap().to_owned();
+    let total = waiting.received_len();
+    drop(busy);
+    let record = strata_e2e::accounting::wait_record(stack.addr(), &id);
+    assert_eq!(record.u64("response_bytes"), total, "{record}");
     stack.stop();
 }
 

@@ -24,6 +24,7 @@ use crate::link::{LeaseEnd, TicketEvent, TicketEvents};
 use crate::observe::ModelGate;
 
 use super::error::ChatError;
+use super::progress::WaitProgress;
 use super::request::ChatRequest;
 use super::respond::body_kind;
 use super::upstream::{self, Upstream};
@@ -87,7 +88,7 @@ pub async fn enqueue(
             Err(ChatError::SupervisorLost)
         }
         // Not a first answer; the supervisor never sends these first.
-        TicketEvent::Admitted | TicketEvent::Progress(_) | TicketEvent::Revoked(_) => {
+        TicketEvent::Admitted | TicketEvent::Progress(..) | TicketEvent::Revoked(_) => {
             trace.numbered(None);
             Err(ChatError::SupervisorUnavailable)
         }
@@ -108,12 +109,20 @@ async fn while_leased<T>(
 impl Job {
     /// Waits for the grant, then sends the request; returns once the
     /// backend's response headers are in.
-    pub async fn admit_and_send(mut self, trace: &mut Trace) -> Result<Dispatched, ChatError> {
+    /// `progress`, for a waiting stream, learns where the request is.
+    pub async fn admit_and_send(
+        mut self,
+        trace: &mut Trace,
+        progress: Option<&WaitProgress>,
+    ) -> Result<Dispatched, ChatError> {
         let grant = match self.granted.take() {
             Some(grant) => grant,
-            None => wait_for_grant(&mut self.events, trace).await?,
+            None => wait_for_grant(&mut self.events, trace, progress).await?,
         };
         granted(trace, &grant);
+        if let Some(progress) = progress {
+            progress.sent(Instant::now());
+        }
         let config = &self.app.config;
         let deadline = config
             .response_timeout()
@@ -175,11 +184,26 @@ fn granted(trace: &mut Trace, grant: &Grant) {
 
 /// Waits on a queued ticket until it is granted or fails. Legacy
 /// `queue_ms` is the supervisor's to enforce (it fails the ticket).
-async fn wait_for_grant(events: &mut TicketEvents, trace: &mut Trace) -> Result<Grant, ChatError> {
+async fn wait_for_grant(
+    events: &mut TicketEvents,
+    trace: &mut Trace,
+    progress: Option<&WaitProgress>,
+) -> Result<Grant, ChatError> {
     loop {
         match events.next_event().await {
             TicketEvent::Queued(_) => {}
-            TicketEvent::Admitted | TicketEvent::Progress(_) => trace.admitted(),
+            TicketEvent::Admitted => {
+                trace.admitted();
+                if let Some(progress) = progress {
+                    progress.admitted(Instant::now());
+                }
+            }
+            TicketEvent::Progress(phase, elapsed_ms) => {
+                trace.admitted();
+                if let Some(progress) = progress {
+                    progress.load_progress(phase, elapsed_ms, Instant::now());
+                }
+            }
             TicketEvent::Granted(grant) => return Ok(*grant),
             TicketEvent::Failed { failure, .. } => return Err(failed(trace, failure)),
             TicketEvent::Revoked(reason) => {

@@ -19,6 +19,7 @@
 mod admit;
 mod error;
 mod forward;
+mod progress;
 mod read;
 mod request;
 mod respond;
@@ -82,7 +83,7 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
         headers.tier = Some(chat.tier);
         return respond::respond_wait_first(job, trace, headers).await;
     }
-    match job.admit_and_send(&mut trace).await {
+    match job.admit_and_send(&mut trace, None).await {
         Err(error) => respond::reject(trace, &headers, error),
         Ok(dispatched) => {
             headers.tier = Some(chat.tier);

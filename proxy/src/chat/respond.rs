@@ -7,7 +7,6 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
@@ -20,9 +19,8 @@ use crate::observe::{BodyKind, ResponseObserver};
 
 use super::admit::{Dispatched, Job};
 use super::error::ChatError;
-use super::forward::{
-    self, AfterHeaders, ForwardEnd, KEEPALIVE_COMMENT, KEEPALIVE_INTERVAL, Watch,
-};
+use super::forward::{self, AfterHeaders, ForwardEnd, KEEPALIVE_INTERVAL, Watch};
+use super::progress::WaitProgress;
 use super::upstream::Upstream;
 use super::{Reason, Trace};
 
@@ -174,6 +172,7 @@ fn end_reason(end: ForwardEnd, upstream_ok: bool) -> Reason {
 async fn with_keepalive<T>(
     tx: &BodySender,
     observer: &mut ResponseObserver,
+    progress: &WaitProgress,
     work: impl Future<Output = T>,
 ) -> Option<T> {
     tokio::pin!(work);
@@ -189,8 +188,9 @@ async fn with_keepalive<T>(
                 // need another one; nothing here may wait for the client.
                 match tx.try_reserve() {
                     Ok(permit) => {
-                        let comment = Bytes::from_static(KEEPALIVE_COMMENT);
-                        observer.observe(&comment, Instant::now());
+                        let now = Instant::now();
+                        let comment = progress.comment(now);
+                        observer.observe(&comment, now);
                         permit.send(Ok(comment));
                     }
                     Err(tokio::sync::mpsc::error::TrySendError::Full(())) => {}
@@ -255,11 +255,18 @@ async fn wait_first(
     let mut observer = ResponseObserver::new(BodyKind::Sse);
     let mut answer = Some(answer);
     let mut body = Some(body);
+    let progress = WaitProgress::new(
+        trace.model_resolved.as_deref().unwrap_or_default(),
+        trace.tier,
+        trace.queue_depth_at_arrival as u64,
+        trace.arrived,
+        app.config.timers.startup_ms,
+    );
 
     // Admission, with the head held. Boxed: the waiting task does not
     // carry the send's state (see `admit_and_send`).
     let held = {
-        let mut admit = Box::pin(job.admit_and_send(&mut trace));
+        let mut admit = Box::pin(job.admit_and_send(&mut trace, Some(&progress)));
         let first = {
             let client_gone = closed(&mut answer);
             tokio::pin!(client_gone);
@@ -273,11 +280,12 @@ async fn wait_first(
             Some(held) => held,
             // The first keepalive is due: the head goes out with it.
             None => {
-                let comment = Bytes::from_static(KEEPALIVE_COMMENT);
-                observer.observe(&comment, Instant::now());
+                let now = Instant::now();
+                let comment = progress.comment(now);
+                observer.observe(&comment, now);
                 let _ = tx.try_reserve().map(|permit| permit.send(Ok(comment)));
                 if commit(&mut answer, &mut body, &headers) {
-                    Held::Committed(with_keepalive(&tx, &mut observer, admit).await)
+                    Held::Committed(with_keepalive(&tx, &mut observer, &progress, admit).await)
                 } else {
                     Held::ClientGone
                 }

@@ -384,8 +384,12 @@ impl Session {
             SupervisorMessage::Admitted { ticket } => {
                 self.to_ticket(ticket, TicketEvent::Admitted);
             }
-            SupervisorMessage::Progress { ticket, phase, .. } => {
-                self.to_ticket(ticket, TicketEvent::Progress(phase));
+            SupervisorMessage::Progress {
+                ticket,
+                phase,
+                elapsed_ms,
+            } => {
+                self.to_ticket(ticket, TicketEvent::Progress(phase, elapsed_ms));
             }
             SupervisorMessage::Granted(grant) => {
                 let ticket = grant.ticket;

@@ -420,7 +420,7 @@ async fn ticket_events_reach_their_own_ticket_in_order() {
     assert_eq!(event(&mut first).await, TicketEvent::Admitted);
     assert_eq!(
         event(&mut first).await,
-        TicketEvent::Progress(LoadPhase::WaitingForReadiness)
+        TicketEvent::Progress(LoadPhase::WaitingForReadiness, 10)
     );
     assert_eq!(
         event(&mut first).await,
