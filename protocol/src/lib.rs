@@ -17,6 +17,7 @@ pub mod ids;
 pub mod os;
 pub mod page;
 pub mod record;
+pub mod stats;
 pub mod wire;
 
 pub mod config;

@@ -7,9 +7,9 @@ use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
     ArrivalInfo, BackendInstance, CacheScores, FrameReader, Grant, LeaseFailure, LoadPhase,
     LookupFailure, MAX_FRAME_BYTES, ModelStatusEntry, PROTOCOL_VERSION, ProxyMessage,
-    RequestLogStats, RevokeReason, RouterMetrics, RouterState, ServiceTier, SupervisorMessage,
-    TicketRequest, TicketScore, WireError, decode_payload, encode_frame, encode_frame_into,
-    proxy_frame_limit, read_frame, write_frame,
+    RequestLogStats, RevokeReason, RouterMetrics, RouterState, ServiceTier, SubmittedRecord,
+    SupervisorMessage, TicketRequest, TicketScore, WireError, decode_payload, encode_frame,
+    encode_frame_into, proxy_frame_limit, read_frame, write_frame,
 };
 
 fn sample_request() -> TicketRequest {
@@ -69,12 +69,18 @@ fn proxy_messages() -> Vec<ProxyMessage> {
         ProxyMessage::HeadersReceived { ticket: 8 },
         ProxyMessage::Finish {
             ticket: u64::MAX,
-            record: Box::new(sample_record()),
+            record: Box::new(SubmittedRecord {
+                record: sample_record(),
+                tier: ServiceTier::Priority,
+            }),
         },
         ProxyMessage::SetDraining { draining: true },
         ProxyMessage::Arrive { token: 99 },
         ProxyMessage::SubmitRecord {
-            record: Box::new(sample_record()),
+            record: Box::new(SubmittedRecord {
+                record: sample_record(),
+                tier: ServiceTier::Flex,
+            }),
         },
         ProxyMessage::QueryRecords {
             query: 1,
@@ -203,7 +209,15 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
             metrics: RouterMetrics {
                 queue_depth: 6,
                 queue_depth_by_tier: [1, 2, 3],
+                queue_depth_by_model: [("a".to_owned(), 4), ("b".to_owned(), 2)].into(),
                 in_flight: 2,
+                proxies: 1,
+                model_loads: [(("a".to_owned(), "verified".to_owned()), 3)].into(),
+                requests: {
+                    let mut stats = strata_protocol::stats::RequestStats::default();
+                    stats.observe(&sample_record(), ServiceTier::Priority);
+                    stats
+                },
                 request_log: RequestLogStats {
                     write_errors: 1,
                     write_drops: 2,
@@ -451,10 +465,16 @@ fn the_largest_real_proxy_messages_fit_the_proxy_frame_limit() {
     let messages = [
         ProxyMessage::Finish {
             ticket: u64::MAX,
-            record: Box::new(record.clone()),
+            record: Box::new(SubmittedRecord {
+                record: record.clone(),
+                tier: ServiceTier::Priority,
+            }),
         },
         ProxyMessage::SubmitRecord {
-            record: Box::new(record),
+            record: Box::new(SubmittedRecord {
+                record,
+                tier: ServiceTier::Flex,
+            }),
         },
         ProxyMessage::Enqueue {
             ticket: u64::MAX,

@@ -20,6 +20,7 @@ pub mod listener;
 mod memory;
 mod models;
 pub mod observe;
+mod prometheus;
 mod requests;
 mod server;
 mod tasks;

@@ -85,6 +85,7 @@ async fn run_with(
         counters: counters.clone(),
         accounting,
         orphans: Default::default(),
+        stats: Default::default(),
     });
     let (engine, mut engine_task) = engine::spawn(config.clone(), instance_id.clone(), counters);
     let control_task = tokio::spawn(crate::control::serve(control_listener, engine.clone()));

@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use strata_protocol::record::RequestRecord;
+use strata_protocol::stats::RequestStats;
 use strata_protocol::wire::{
-    FrameReader, PROTOCOL_VERSION, ProxyMessage, RequestLogStats, RouterMetrics, SupervisorMessage,
-    WireError, encode_frame_into, write_frame,
+    FrameReader, PROTOCOL_VERSION, ProxyMessage, RequestLogStats, RouterMetrics, ServiceTier,
+    SubmittedRecord, SupervisorMessage, WireError, encode_frame_into, write_frame,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
@@ -54,13 +55,16 @@ pub struct LinkShared {
     pub accounting: Accounting,
     /// Substitute records for the tickets of closed connections.
     pub orphans: Orphans,
+    /// Counters and histograms over every stored record.
+    pub stats: std::sync::Mutex<RequestStats>,
 }
 
 impl LinkShared {
     /// Stores a finished request's record: assigns its completion `seq`
     /// (and its arrival number if the proxy could not get one), then keeps
     /// and writes the one serialized text.
-    fn store(&self, record: RequestRecord) {
+    fn store(&self, submitted: SubmittedRecord) {
+        let SubmittedRecord { record, tier } = submitted;
         if self.orphans.claim(&record.request_id) == Claim::Duplicate {
             tracing::info!(
                 request_id = %record.request_id,
@@ -68,11 +72,11 @@ impl LinkShared {
             );
             return;
         }
-        self.store_new(record);
+        self.store_new(record, tier);
     }
 
     /// Stores a record no substitute can stand for.
-    fn store_new(&self, mut record: RequestRecord) {
+    fn store_new(&self, mut record: RequestRecord, tier: ServiceTier) {
         if record.arrival_seq == 0 {
             record.arrival_seq = self.counters.next_arrival();
         }
@@ -82,6 +86,10 @@ impl LinkShared {
             record.request_id =
                 strata_protocol::ids::request_id(&self.instance_id, record.arrival_seq);
         }
+        self.stats
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .observe(&record, tier);
         self.accounting.submit(|seq| {
             record.seq = seq;
             Arc::from(record.to_json())
@@ -96,9 +104,12 @@ impl LinkShared {
             return;
         }
         let ended = strata_protocol::record::unix_ms(std::time::SystemTime::now());
-        let records: Vec<RequestRecord> = open
+        let records: Vec<SubmittedRecord> = open
             .iter()
-            .map(|ticket| ticket.substitute_record(&self.instance_id, ended))
+            .map(|ticket| SubmittedRecord {
+                record: ticket.substitute_record(&self.instance_id, ended),
+                tier: ticket.tier,
+            })
             .collect();
         tracing::warn!(
             pid,
@@ -107,9 +118,9 @@ impl LinkShared {
         );
         if !self.orphans.is_alive(pid) {
             self.orphans.written(&records);
-            records
-                .into_iter()
-                .for_each(|record| self.store_new(record));
+            for SubmittedRecord { record, tier } in records {
+                self.store_new(record, tier);
+            }
             return;
         }
         let ids = self.orphans.wait(pid, records);
@@ -118,26 +129,35 @@ impl LinkShared {
             while shared.orphans.is_alive(pid) && !shared.orphans.all_claimed(&ids) {
                 tokio::time::sleep(orphans::PEER_POLL).await;
             }
-            for record in shared.orphans.take_unclaimed(&ids) {
-                shared.store_new(record);
+            for SubmittedRecord { record, tier } in shared.orphans.take_unclaimed(&ids) {
+                shared.store_new(record, tier);
             }
         });
     }
 
     /// At exit: writes the waiting substitutes whose proxy is gone.
     pub fn write_orphans_of_gone_proxies(&self) {
-        for record in self.orphans.take_of_gone_proxies() {
-            self.store_new(record);
+        for SubmittedRecord { record, tier } in self.orphans.take_of_gone_proxies() {
+            self.store_new(record, tier);
         }
     }
 
     fn metrics(&self) -> RouterMetrics {
         let stats = self.accounting.stats();
         let (queue_depth, queue_depth_by_tier, in_flight) = self.counters.totals();
+        let (queue_depth_by_model, proxies) = self.counters.by_model_and_proxies();
         RouterMetrics {
             queue_depth,
             queue_depth_by_tier,
+            queue_depth_by_model,
             in_flight,
+            proxies,
+            model_loads: self.counters.loads(),
+            requests: self
+                .stats
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .clone(),
             request_log: RequestLogStats {
                 write_errors: stats.write_errors,
                 write_drops: stats.write_drops,

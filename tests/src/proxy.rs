@@ -178,7 +178,10 @@ impl FakeProxy {
     pub async fn release(&mut self, lease: LeaseId) {
         self.send(&ProxyMessage::Finish {
             ticket: lease,
-            record: Box::new(placeholder_record(lease)),
+            record: Box::new(strata_protocol::wire::SubmittedRecord {
+                record: placeholder_record(lease),
+                tier: ServiceTier::Default,
+            }),
         })
         .await;
     }

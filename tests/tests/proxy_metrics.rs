@@ -136,3 +136,152 @@ fn prometheus_text_has_the_same_figures() {
     }
     stack.stop();
 }
+
+/// The Prometheus samples of one scrape: `name{labels}` to value.
+fn samples(text: &str) -> std::collections::BTreeMap<String, f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| {
+            let (key, value) = line.rsplit_once(' ').expect("a sample line");
+            (key.to_owned(), value.parse().expect("a number"))
+        })
+        .collect()
+}
+
+/// `promtool check metrics` on a scrape. Skipped with the reason when promtool is not
+/// installed, unless `STRATA_REQUIRE_PROMTOOL=1` (as `.ci/run` sets it).
+fn promtool_check(text: &str) {
+    use std::io::Write;
+    let spawned = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(err) if std::env::var("STRATA_REQUIRE_PROMTOOL").as_deref() != Ok("1") => {
+            eprintln!("skipping promtool check metrics: promtool not runnable ({err})");
+            return;
+        }
+        Err(err) => panic!("promtool is required (STRATA_REQUIRE_PROMTOOL=1): {err}"),
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "promtool check metrics failed:\n{}{}\n{text}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Under traffic (streams and JSON on two models, so loads and a switch; a request for an
+/// unknown model), the supervisor's counters and histograms match the records one for one,
+/// the scrape passes `promtool check metrics`, and the counts survive a proxy restart.
+#[test]
+fn prometheus_counters_match_the_records_and_pass_promtool() {
+    let mut stack = Stack::start(config("prom-traffic"));
+    let addr = stack.addr();
+    let mut sent = 0;
+    for (model, stream) in [(A, true), (A, false), (B, true), (A, true), (B, false)] {
+        let mut body = chat_body(model, stream);
+        body["fake"] = json!({"tokens": 4, "token_delay_ms": 5});
+        if stream {
+            let mut response = stack.open_chat(&body);
+            response.read_to_end(DEADLINE);
+        } else {
+            stack.chat(&body).expect_status(200);
+        }
+        sent += 1;
+    }
+    stack
+        .chat(&chat_body("no-such-model", false))
+        .expect_status(404);
+    sent += 1;
+    let records = strata_e2e::accounting::wait_records(addr, sent);
+    let scrape = |stack: &Stack| {
+        http::request(stack.addr(), "GET", "/metrics?format=prometheus", &[], b"").text()
+    };
+    let text = scrape(&stack);
+    promtool_check(&text);
+    let got = samples(&text);
+
+    // One count per record, under its labels.
+    let mut expected: std::collections::BTreeMap<String, f64> = Default::default();
+    let mut bytes = 0.0;
+    for record in &records {
+        let v = &record.json;
+        let status_class = v["status"]
+            .as_u64()
+            .map_or("none".to_owned(), |s| format!("{}xx", s / 100));
+        let key = format!(
+            "strata_router_requests_total{{model=\"{}\",reason=\"{}\",status_class=\"{status_class}\",tier=\"default\",stream=\"{}\"}}",
+            v["model_resolved"].as_str().unwrap_or("none"),
+            v["reason"].as_str().unwrap(),
+            v["stream"]
+        );
+        *expected.entry(key).or_default() += 1.0;
+        bytes += v["response_bytes"].as_f64().unwrap();
+    }
+    let counted: std::collections::BTreeMap<String, f64> = got
+        .iter()
+        .filter(|(key, _)| key.starts_with("strata_router_requests_total{"))
+        .map(|(key, value)| (key.clone(), *value))
+        .collect();
+    assert_eq!(counted, expected, "{text}");
+    assert_eq!(got["strata_router_response_bytes_total"], bytes);
+    for model in [A, B] {
+        let with_ttft = records
+            .iter()
+            .filter(|r| r.json["model_resolved"] == model && r.json["ttft_ms"].is_u64())
+            .count() as f64;
+        assert_eq!(
+            got[&format!("strata_router_ttft_seconds_count{{model=\"{model}\"}}")],
+            with_ttft,
+            "{text}"
+        );
+        let total = records
+            .iter()
+            .filter(|r| r.json["model_resolved"] == model)
+            .count() as f64;
+        assert_eq!(
+            got[&format!("strata_router_total_seconds_bucket{{model=\"{model}\",le=\"+Inf\"}}")],
+            total
+        );
+        let starts = stack
+            .fake_log()
+            .start_count(&stack.config().upstream(model)) as f64;
+        assert_eq!(
+            got[&format!(
+                "strata_router_model_loads_total{{model=\"{model}\",outcome=\"verified\"}}"
+            )],
+            starts,
+            "{text}"
+        );
+    }
+    assert_eq!(got["strata_router_proxies"], 1.0);
+    assert_eq!(
+        got[&format!("strata_router_model_loaded{{model=\"{A}\"}}")]
+            + got[&format!("strata_router_model_loaded{{model=\"{B}\"}}")],
+        1.0
+    );
+    assert_eq!(
+        got[&format!("strata_router_last_startup_error{{model=\"{A}\"}}")],
+        0.0
+    );
+    assert_eq!(got["strata_router_routing"], 1.0);
+
+    // A new proxy reads the same counters from the supervisor.
+    stack.restart_proxy();
+    let again = samples(&scrape(&stack));
+    for (key, value) in &counted {
+        assert_eq!(again.get(key), Some(value), "{key} after a proxy restart");
+    }
+    stack.stop();
+}

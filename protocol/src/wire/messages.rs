@@ -36,12 +36,15 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
 use crate::config::ModelStatus;
 use crate::page::RecordsPage;
 use crate::record::RequestRecord;
+use crate::stats::RequestStats;
 
 /// Bumped whenever a message or field changes shape.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// The most bytes a frame from a proxy may have, for a config whose longest
 /// `upstream_model` is `longest_upstream_model` bytes. The supervisor
@@ -124,7 +127,7 @@ pub enum ProxyMessage {
     /// No answer.
     Finish {
         ticket: TicketId,
-        record: Box<RequestRecord>,
+        record: Box<SubmittedRecord>,
     },
     /// A chat request that ends before it gets a ticket (a rejected body,
     /// an unknown model) needs its arrival number for its request ID.
@@ -133,7 +136,7 @@ pub enum ProxyMessage {
     /// The record of a request that never had a ticket; the supervisor
     /// assigns its `seq` (and its `arrival_seq` when the proxy sent 0).
     /// No answer.
-    SubmitRecord { record: Box<RequestRecord> },
+    SubmitRecord { record: Box<SubmittedRecord> },
     /// The proxy stopped accepting connections and is draining accepted work.
     SetDraining { draining: bool },
     /// A `/requests` read: records with `seq > after` (or the newest
@@ -164,6 +167,14 @@ pub struct TicketRequest {
     /// When the proxy received the request's headers, in milliseconds since
     /// the Unix epoch (the record's `arrived_at`).
     pub arrived_unix_ms: u64,
+}
+
+/// A finished request's record as a proxy hands it over, with the tier it
+/// waited in (for the router's counters; the tier is not a record field).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubmittedRecord {
+    pub record: RequestRecord,
+    pub tier: ServiceTier,
 }
 
 /// Supervisor to proxy.
@@ -246,12 +257,20 @@ pub struct ArrivalInfo {
 
 /// The router-wide figures behind `/metrics`, counted by the engine over
 /// every proxy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RouterMetrics {
     pub queue_depth: u64,
     /// Indexed by [`ServiceTier::index`].
     pub queue_depth_by_tier: [u64; 3],
+    /// Waiting tickets per model, every configured model listed.
+    pub queue_depth_by_model: BTreeMap<String, u64>,
     pub in_flight: u64,
+    /// Connected proxies.
+    pub proxies: u64,
+    /// Finished loads by (model, outcome: `verified`, `failed`, `cancelled`).
+    pub model_loads: BTreeMap<(String, String), u64>,
+    /// Counted over every stored record of this instance.
+    pub requests: RequestStats,
     pub request_log: RequestLogStats,
 }
 

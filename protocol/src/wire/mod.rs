@@ -21,6 +21,6 @@ pub use frame::{
 pub use messages::{
     ArrivalInfo, BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure,
     ModelStatusEntry, PROTOCOL_VERSION, ProxyMessage, RequestLogStats, RevokeReason, RouterMetrics,
-    RouterState, ServiceTier, SupervisorMessage, TicketId, TicketRequest, TicketScore,
-    proxy_frame_limit,
+    RouterState, ServiceTier, SubmittedRecord, SupervisorMessage, TicketId, TicketRequest,
+    TicketScore, proxy_frame_limit,
 };

@@ -164,8 +164,8 @@ impl Trace {
         let disconnect_phase = (reason == Reason::ClientDisconnect).then_some(self.phase);
         let record = self.record(reason, success, disconnect_phase);
         match self.ticket.take() {
-            Some(ticket) => ticket.finish(record),
-            None => self.app.link.submit_record(record),
+            Some(ticket) => ticket.finish(record, self.tier),
+            None => self.app.link.submit_record(record, self.tier),
         }
         tracing::debug!(
             request_id = %self.request_id,

@@ -12,10 +12,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use strata_protocol::page::RecordsPage;
-use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
     ArrivalInfo, CacheScores, FrameReader, LookupFailure, PROTOCOL_VERSION, ProxyMessage,
-    RouterMetrics, SupervisorMessage, TicketId, encode_frame_into, write_frame,
+    RouterMetrics, SubmittedRecord, SupervisorMessage, TicketId, encode_frame_into, write_frame,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
@@ -89,7 +88,7 @@ pub(super) async fn run(
 /// the oldest are dropped (and the loss logged).
 const MAX_UNSENT_RECORDS: usize = 8192;
 
-fn keep_unsent(unsent: &mut VecDeque<Box<RequestRecord>>, record: Box<RequestRecord>) {
+fn keep_unsent(unsent: &mut VecDeque<Box<SubmittedRecord>>, record: Box<SubmittedRecord>) {
     if unsent.len() == MAX_UNSENT_RECORDS {
         unsent.pop_front();
         tracing::warn!("supervisor unreachable too long: dropped an accounting record");
@@ -100,7 +99,7 @@ fn keep_unsent(unsent: &mut VecDeque<Box<RequestRecord>>, record: Box<RequestRec
 fn refuse_while_disconnected(
     command: LinkCommand,
     draining: &mut bool,
-    unsent: &mut VecDeque<Box<RequestRecord>>,
+    unsent: &mut VecDeque<Box<SubmittedRecord>>,
 ) {
     match command {
         LinkCommand::Enqueue { events, .. } => {
@@ -128,7 +127,7 @@ async fn serve(
     commands: &mut mpsc::UnboundedReceiver<LinkCommand>,
     state: &watch::Sender<LinkState>,
     draining: &mut bool,
-    unsent: &mut VecDeque<Box<RequestRecord>>,
+    unsent: &mut VecDeque<Box<SubmittedRecord>>,
 ) -> Ended {
     let (reader, mut writer) = stream.into_split();
     let mut reader = FrameReader::new(reader);
@@ -262,7 +261,7 @@ struct Batch {
     /// The records in `out`, kept until the write succeeded. Boxed as the
     /// messages and the unsent queue hold them, so none is moved twice.
     #[allow(clippy::vec_box)]
-    records: Vec<Box<RequestRecord>>,
+    records: Vec<Box<SubmittedRecord>>,
     /// Flushes to answer once `out` is written.
     flushed: Vec<oneshot::Sender<()>>,
 }

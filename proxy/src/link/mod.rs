@@ -28,7 +28,7 @@ use strata_protocol::page::RecordsPage;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
     ArrivalInfo, BackendInstance, Grant, LeaseFailure, LoadPhase, RevokeReason, RouterMetrics,
-    RouterState, ServiceTier, TicketId, TicketRequest,
+    RouterState, ServiceTier, SubmittedRecord, TicketId, TicketRequest,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -103,13 +103,13 @@ pub(crate) enum LinkCommand {
     },
     Finish {
         ticket: TicketId,
-        record: Box<RequestRecord>,
+        record: Box<SubmittedRecord>,
     },
     Arrive {
         reply: oneshot::Sender<ArrivalInfo>,
     },
     SetDraining(bool),
-    SubmitRecord(Box<RequestRecord>),
+    SubmitRecord(Box<SubmittedRecord>),
     QueryRecords {
         after: Option<u64>,
         limit: u32,
@@ -248,11 +248,14 @@ impl SupervisorLink {
     /// Hands the record of a request without a ticket to the supervisor.
     /// Records made while the supervisor is unreachable wait (bounded) and
     /// are sent after the next hello.
-    pub fn submit_record(&self, record: RequestRecord) {
+    pub fn submit_record(&self, record: RequestRecord, tier: ServiceTier) {
         let _ = self
             .shared
             .commands
-            .send(LinkCommand::SubmitRecord(Box::new(record)));
+            .send(LinkCommand::SubmitRecord(Box::new(SubmittedRecord {
+                record,
+                tier,
+            })));
     }
 
     /// The `/requests` document for a page of records; `None` while the
@@ -316,10 +319,10 @@ impl TicketHandle {
     /// Ends the ticket (withdraws it, or ends its lease) and hands over the
     /// request's record, in one message. Records made while the supervisor
     /// is unreachable wait like [`SupervisorLink::submit_record`]'s.
-    pub fn finish(self, record: RequestRecord) {
+    pub fn finish(self, record: RequestRecord, tier: ServiceTier) {
         let _ = self.shared.commands.send(LinkCommand::Finish {
             ticket: self.id,
-            record: Box::new(record),
+            record: Box::new(SubmittedRecord { record, tier }),
         });
     }
 }

@@ -22,7 +22,7 @@ use strata_protocol::config::Config;
 use strata_protocol::page::RecordsPage;
 use strata_protocol::wire::{
     CacheScores, LoadPhase, LookupFailure, PROTOCOL_VERSION, ProxyMessage, RequestLogStats,
-    SupervisorMessage, TicketRequest, TicketScore, read_frame, write_frame,
+    SubmittedRecord, SupervisorMessage, TicketRequest, TicketScore, read_frame, write_frame,
 };
 use strata_test_support::record_json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -244,7 +244,7 @@ fn record(request_id: &str) -> RequestRecord {
 
 fn submitted(message: ProxyMessage) -> String {
     match message {
-        ProxyMessage::SubmitRecord { record } => record.request_id,
+        ProxyMessage::SubmitRecord { record } => record.record.request_id,
         other => panic!("expected SubmitRecord, got {other:?}"),
     }
 }
@@ -466,14 +466,14 @@ async fn a_revoked_lease_ends_but_is_held_until_finished() {
         Err(LeaseEnd::Revoked(RevokeReason::Shutdown))
     );
 
-    handle.finish(record("r-1"));
+    handle.finish(record("r-1"), ServiceTier::Default);
     match peer.recv().await {
         ProxyMessage::Finish {
             ticket: got,
             record,
         } => {
             assert_eq!(got, ticket);
-            assert_eq!(record.request_id, "r-1");
+            assert_eq!(record.record.request_id, "r-1");
         }
         other => panic!("expected Finish, got {other:?}"),
     }
@@ -488,12 +488,15 @@ async fn the_handle_sends_headers_received_and_finish_for_its_ticket() {
     let ticket = peer.enqueued("m", ServiceTier::Default).await;
     handle.headers_received();
     assert_eq!(peer.recv().await, ProxyMessage::HeadersReceived { ticket });
-    handle.finish(record("r-2"));
+    handle.finish(record("r-2"), ServiceTier::Default);
     assert_eq!(
         peer.recv().await,
         ProxyMessage::Finish {
             ticket,
-            record: Box::new(record("r-2"))
+            record: Box::new(SubmittedRecord {
+                record: record("r-2"),
+                tier: ServiceTier::Default,
+            })
         }
     );
 }
@@ -532,8 +535,11 @@ async fn a_dropped_trace_finishes_its_ticket_as_a_client_disconnect() {
             record,
         } => {
             assert_eq!(got, ticket);
-            assert_eq!(record.reason, crate::chat::Reason::ClientDisconnect);
-            assert_eq!(record.disconnect_phase, Some(crate::chat::Phase::Queued));
+            assert_eq!(record.record.reason, crate::chat::Reason::ClientDisconnect);
+            assert_eq!(
+                record.record.disconnect_phase,
+                Some(crate::chat::Phase::Queued)
+            );
         }
         other => panic!("expected Finish, got {other:?}"),
     }
@@ -612,8 +618,8 @@ async fn the_link_reconnects_and_delivers_what_waited() {
     // Answered `false` at once, not when its own (long) bound runs out.
     let flushed = tokio::time::timeout(LIMIT, link.flush(LIMIT * 100)).await;
     assert_eq!(flushed, Ok(false));
-    link.submit_record(record("kept-1"));
-    old_handle.finish(record("kept-2"));
+    link.submit_record(record("kept-1"), ServiceTier::Default);
+    old_handle.finish(record("kept-2"), ServiceTier::Default);
     link.set_draining(true);
 
     fake.rebind();
@@ -628,7 +634,7 @@ async fn the_link_reconnects_and_delivers_what_waited() {
     let state = wait_state(&link, |state| state.connected).await;
     assert_eq!(state.instance_id.as_deref(), Some("inst-2"));
 
-    later_handle.finish(record("late"));
+    later_handle.finish(record("late"), ServiceTier::Default);
     assert_eq!(submitted(peer.recv().await), "late");
 }
 
@@ -709,7 +715,11 @@ async fn questions_are_matched_to_their_answers_by_token() {
     let metrics = RouterMetrics {
         queue_depth: 1,
         queue_depth_by_tier: [0, 1, 0],
+        queue_depth_by_model: Default::default(),
         in_flight: 2,
+        proxies: 1,
+        model_loads: Default::default(),
+        requests: Default::default(),
         request_log: RequestLogStats {
             write_errors: 0,
             write_drops: 0,
@@ -758,8 +768,8 @@ async fn questions_are_matched_to_their_answers_by_token() {
 #[tokio::test]
 async fn records_are_submitted_and_flushed() {
     let (_fake, link, mut peer) = connected().await;
-    link.submit_record(record("solo-1"));
-    link.submit_record(record("solo-2"));
+    link.submit_record(record("solo-1"), ServiceTier::Default);
+    link.submit_record(record("solo-2"), ServiceTier::Default);
     assert!(link.flush(LIMIT).await);
     assert_eq!(submitted(peer.recv().await), "solo-1");
     assert_eq!(submitted(peer.recv().await), "solo-2");

@@ -13,7 +13,7 @@ use strata_protocol::ids;
 use strata_protocol::record::{
     CHAT_ENDPOINT, Reason, RequestRecord, SCHEMA_VERSION, format_unix_ms,
 };
-use strata_protocol::wire::{ArrivalInfo, Grant, TicketId, TicketRequest};
+use strata_protocol::wire::{ArrivalInfo, Grant, ServiceTier, TicketId, TicketRequest};
 
 use super::ConnId;
 use super::scheduler::TicketKey;
@@ -24,6 +24,7 @@ pub struct OpenTicket {
     pub ticket: TicketId,
     /// The concrete model ID it was queued for.
     pub model: String,
+    pub tier: ServiceTier,
     pub request: TicketRequest,
     pub arrival: ArrivalInfo,
     /// Admission (the first of `Admitted` or the grant), in milliseconds
@@ -105,6 +106,7 @@ impl Ledger {
         &mut self,
         key: TicketKey,
         model: &str,
+        tier: ServiceTier,
         request: TicketRequest,
         arrival: ArrivalInfo,
     ) {
@@ -113,6 +115,7 @@ impl Ledger {
             OpenTicket {
                 ticket: key.1,
                 model: model.to_owned(),
+                tier,
                 request,
                 arrival,
                 admitted_unix_ms: None,
@@ -213,7 +216,7 @@ mod tests {
     #[test]
     fn a_waiting_tickets_record_has_arrival_facts_only() {
         let mut ledger = Ledger::default();
-        ledger.open((1, 5), "m", request(true), arrival(9));
+        ledger.open((1, 5), "m", ServiceTier::Default, request(true), arrival(9));
         let open = ledger.take_conn(1).pop().unwrap();
         let record = open.substitute_record("42-1", 1_764_474_000_250);
         assert_eq!(record.reason, Reason::Shutdown);
@@ -241,7 +244,13 @@ mod tests {
     #[test]
     fn a_granted_tickets_record_has_its_lease_and_load() {
         let mut ledger = Ledger::default();
-        ledger.open((1, 5), "m", request(false), arrival(1));
+        ledger.open(
+            (1, 5),
+            "m",
+            ServiceTier::Default,
+            request(false),
+            arrival(1),
+        );
         ledger.admitted((1, 5), 1_764_474_000_100);
         ledger.granted((1, 5), &grant(5), 1_764_474_000_900);
         let record = ledger.take_conn(1)[0].substitute_record("42-1", 1_764_474_001_000);
@@ -258,7 +267,13 @@ mod tests {
     #[test]
     fn a_failed_loads_figures_are_kept_without_a_queue_wait() {
         let mut ledger = Ledger::default();
-        ledger.open((1, 5), "m", request(false), arrival(1));
+        ledger.open(
+            (1, 5),
+            "m",
+            ServiceTier::Default,
+            request(false),
+            arrival(1),
+        );
         ledger.admitted((1, 5), 1_764_474_000_100);
         ledger.load_failed((1, 5), true, Some(300));
         let record = ledger.take_conn(1)[0].substitute_record("42-1", 1_764_474_000_500);
@@ -273,10 +288,34 @@ mod tests {
     #[test]
     fn only_a_connections_unclosed_tickets_are_taken_in_arrival_order() {
         let mut ledger = Ledger::default();
-        ledger.open((1, 1), "m", request(false), arrival(30));
-        ledger.open((1, 2), "m", request(false), arrival(10));
-        ledger.open((1, 3), "m", request(false), arrival(20));
-        ledger.open((2, 1), "m", request(false), arrival(40));
+        ledger.open(
+            (1, 1),
+            "m",
+            ServiceTier::Default,
+            request(false),
+            arrival(30),
+        );
+        ledger.open(
+            (1, 2),
+            "m",
+            ServiceTier::Default,
+            request(false),
+            arrival(10),
+        );
+        ledger.open(
+            (1, 3),
+            "m",
+            ServiceTier::Default,
+            request(false),
+            arrival(20),
+        );
+        ledger.open(
+            (2, 1),
+            "m",
+            ServiceTier::Default,
+            request(false),
+            arrival(40),
+        );
         ledger.close((1, 3));
         let taken: Vec<u64> = ledger
             .take_conn(1)
@@ -292,7 +331,13 @@ mod tests {
     #[test]
     fn an_end_before_the_arrival_gives_zero_durations() {
         let mut ledger = Ledger::default();
-        ledger.open((1, 1), "m", request(false), arrival(1));
+        ledger.open(
+            (1, 1),
+            "m",
+            ServiceTier::Default,
+            request(false),
+            arrival(1),
+        );
         let record = ledger.take_conn(1)[0].substitute_record("42-1", 1_764_473_999_000);
         assert_eq!(record.total_ms, 0);
         assert_eq!(record.completed_at, record.arrived_at);

@@ -18,8 +18,9 @@ mod ops;
 pub mod scheduler;
 mod state;
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use strata_protocol::config::Config;
 use strata_protocol::wire::{
@@ -136,6 +137,11 @@ pub struct Counters {
     queue_depth: AtomicU64,
     queue_by_tier: [AtomicU64; 3],
     in_flight: AtomicU64,
+    /// Waiting tickets per configured model.
+    queue_by_model: Mutex<BTreeMap<String, u64>>,
+    proxies: AtomicU64,
+    /// Finished loads by (model, outcome).
+    loads: Mutex<BTreeMap<(String, String), u64>>,
 }
 
 impl Counters {
@@ -162,14 +168,48 @@ impl Counters {
         )
     }
 
-    fn publish(&self, by_tier: [u64; 3], in_flight: u64) {
+    fn publish(
+        &self,
+        by_tier: [u64; 3],
+        in_flight: u64,
+        by_model: BTreeMap<String, u64>,
+        proxies: u64,
+    ) {
         for (slot, count) in self.queue_by_tier.iter().zip(by_tier) {
             slot.store(count, Ordering::Relaxed);
         }
         self.queue_depth
             .store(by_tier.iter().sum(), Ordering::Relaxed);
         self.in_flight.store(in_flight, Ordering::Relaxed);
+        *lock(&self.queue_by_model) = by_model;
+        self.proxies.store(proxies, Ordering::Relaxed);
     }
+
+    /// Waiting tickets per model, and connected proxies.
+    pub fn by_model_and_proxies(&self) -> (BTreeMap<String, u64>, u64) {
+        (
+            lock(&self.queue_by_model).clone(),
+            self.proxies.load(Ordering::Relaxed),
+        )
+    }
+
+    /// One finished load of `model`: `verified`, `failed` or `cancelled`.
+    fn count_load(&self, model: &str, outcome: &str) {
+        *lock(&self.loads)
+            .entry((model.to_owned(), outcome.to_owned()))
+            .or_default() += 1;
+    }
+
+    /// Finished loads so far.
+    pub fn loads(&self) -> BTreeMap<(String, String), u64> {
+        lock(&self.loads).clone()
+    }
+}
+
+/// Every change under these locks is one assignment, so a poisoned lock
+/// still holds consistent data.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
 /// A cheap, cloneable handle to the engine task.

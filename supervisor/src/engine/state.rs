@@ -341,7 +341,7 @@ impl Engine {
         }
         let arrival = self.counters.arrive();
         let key = (conn, ticket);
-        self.ledger.open(key, &model, request, arrival);
+        self.ledger.open(key, &model, tier, request, arrival);
         if let Some(failure) = self.refusal(&model) {
             self.send(
                 conn,
@@ -783,8 +783,28 @@ impl Engine {
             }
         }
         let admitted = self.queue.iter().filter(|ticket| ticket.admitted).count();
-        self.counters
-            .publish(by_tier, (self.leases.len() + admitted) as u64);
+        let mut by_model: BTreeMap<String, u64> = self
+            .config
+            .registry
+            .models()
+            .iter()
+            .map(|entry| (entry.id.clone(), 0))
+            .collect();
+        for ticket in self
+            .queue
+            .iter()
+            .filter(|ticket| !ticket.admitted || legacy)
+        {
+            if let Some(count) = by_model.get_mut(&ticket.model) {
+                *count += 1;
+            }
+        }
+        self.counters.publish(
+            by_tier,
+            (self.leases.len() + admitted) as u64,
+            by_model,
+            self.conns.len() as u64,
+        );
     }
 
     // ---- ops --------------------------------------------------------------
@@ -999,6 +1019,7 @@ impl Engine {
         match result {
             Ok(backend) => {
                 tracing::info!(model, pid = backend.pid(), load_ms, "backend verified");
+                self.counters.count_load(&model, "verified");
                 self.backend_epoch += 1;
                 self.backend = Some(backend);
                 self.selected = Some(model.clone());
@@ -1022,6 +1043,7 @@ impl Engine {
                 self.selected = None;
                 if matches!(err, StartError::Cancelled) || cancelled.is_some() {
                     tracing::info!(model, "load cancelled");
+                    self.counters.count_load(&model, "cancelled");
                     // Requests admitted to a load that its `on` client
                     // abandoned go back to waiting; a new load follows.
                     for ticket in &mut self.queue {
@@ -1040,6 +1062,7 @@ impl Engine {
                 }
                 let message = err.to_string();
                 tracing::warn!(model, error = %message, "backend start failed");
+                self.counters.count_load(&model, "failed");
                 self.last_startup_error = Some(message.clone());
                 self.start_errors.insert(model.clone(), message.clone());
                 self.cooldowns.insert(

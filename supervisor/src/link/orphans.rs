@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use strata_protocol::record::RequestRecord;
+use strata_protocol::wire::SubmittedRecord;
 
 /// How often a waiting batch checks whether its proxy process is gone.
 pub const PEER_POLL: Duration = Duration::from_millis(100);
@@ -49,7 +49,7 @@ struct State {
     /// By request ID (which names the instance, so a record from an older
     /// supervisor's request can never match).
     /// Each with the PID of the proxy that held it.
-    waiting: HashMap<String, (u32, RequestRecord)>,
+    waiting: HashMap<String, (u32, SubmittedRecord)>,
     written: HashSet<String>,
     written_order: VecDeque<String>,
 }
@@ -94,12 +94,12 @@ impl Orphans {
 
     /// Makes the substitutes of proxy `pid` wait for their real records;
     /// returns their IDs.
-    pub fn wait(&self, pid: u32, records: Vec<RequestRecord>) -> Vec<String> {
+    pub fn wait(&self, pid: u32, records: Vec<SubmittedRecord>) -> Vec<String> {
         let mut state = self.state();
         records
             .into_iter()
             .map(|record| {
-                let id = record.request_id.clone();
+                let id = record.record.request_id.clone();
                 state.waiting.insert(id.clone(), (pid, record));
                 id
             })
@@ -114,15 +114,15 @@ impl Orphans {
 
     /// Takes the substitutes of `ids` still waiting, to be written now, and
     /// remembers them as written.
-    pub fn take_unclaimed(&self, ids: &[String]) -> Vec<RequestRecord> {
+    pub fn take_unclaimed(&self, ids: &[String]) -> Vec<SubmittedRecord> {
         let mut state = self.state();
-        let taken: Vec<RequestRecord> = ids
+        let taken: Vec<SubmittedRecord> = ids
             .iter()
             .filter_map(|id| state.waiting.remove(id))
             .map(|(_, record)| record)
             .collect();
         for record in &taken {
-            state.remember_written(record.request_id.clone());
+            state.remember_written(record.record.request_id.clone());
         }
         taken
     }
@@ -130,7 +130,7 @@ impl Orphans {
     /// At exit: takes the waiting substitutes whose proxy is gone (a proxy
     /// that still runs keeps the real records and sends them to the next
     /// supervisor), remembering them as written.
-    pub fn take_of_gone_proxies(&self) -> Vec<RequestRecord> {
+    pub fn take_of_gone_proxies(&self) -> Vec<SubmittedRecord> {
         let mut state = self.state();
         let gone: Vec<String> = state
             .waiting
@@ -138,23 +138,23 @@ impl Orphans {
             .filter(|(_, (pid, _))| !(self.is_alive)(*pid))
             .map(|(id, _)| id.clone())
             .collect();
-        let mut taken: Vec<RequestRecord> = gone
+        let mut taken: Vec<SubmittedRecord> = gone
             .iter()
             .filter_map(|id| state.waiting.remove(id))
             .map(|(_, record)| record)
             .collect();
-        taken.sort_by_key(|record| record.arrival_seq);
+        taken.sort_by_key(|record| record.record.arrival_seq);
         for record in &taken {
-            state.remember_written(record.request_id.clone());
+            state.remember_written(record.record.request_id.clone());
         }
         taken
     }
 
     /// Remembers substitutes written at once (their proxy was already gone).
-    pub fn written(&self, records: &[RequestRecord]) {
+    pub fn written(&self, records: &[SubmittedRecord]) {
         let mut state = self.state();
         for record in records {
-            state.remember_written(record.request_id.clone());
+            state.remember_written(record.record.request_id.clone());
         }
     }
 
@@ -196,8 +196,11 @@ mod tests {
 
     use super::*;
 
-    fn record(request_id: &str) -> RequestRecord {
-        serde_json::from_value(record_json(request_id)).expect("a valid record")
+    fn record(request_id: &str) -> SubmittedRecord {
+        SubmittedRecord {
+            record: serde_json::from_value(record_json(request_id)).expect("a valid record"),
+            tier: strata_protocol::wire::ServiceTier::Default,
+        }
     }
 
     #[test]
@@ -208,7 +211,7 @@ mod tests {
         assert!(!orphans.all_claimed(&ids));
         let written = orphans.take_unclaimed(&ids);
         assert_eq!(written.len(), 1);
-        assert_eq!(written[0].request_id, "i-2");
+        assert_eq!(written[0].record.request_id, "i-2");
         assert_eq!(orphans.waiting(), 0);
     }
 
@@ -233,7 +236,7 @@ mod tests {
         let taken: Vec<String> = orphans
             .take_of_gone_proxies()
             .into_iter()
-            .map(|record| record.request_id)
+            .map(|record| record.record.request_id)
             .collect();
         assert_eq!(taken.len(), 2);
         assert!(taken.contains(&"i-2".to_owned()) && taken.contains(&"i-3".to_owned()));
@@ -244,7 +247,7 @@ mod tests {
     #[test]
     fn the_memory_of_written_substitutes_is_bounded() {
         let orphans = Orphans::default();
-        let many: Vec<RequestRecord> = (0..=WRITTEN_REMEMBERED)
+        let many: Vec<SubmittedRecord> = (0..=WRITTEN_REMEMBERED)
             .map(|n| record(&format!("i-{n}")))
             .collect();
         orphans.written(&many);

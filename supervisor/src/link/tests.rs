@@ -19,10 +19,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use strata_protocol::config::Config;
+use strata_protocol::stats::RequestStats;
 use strata_protocol::wire::read_frame;
 use strata_protocol::wire::{
     ArrivalInfo, BackendInstance, Grant, LeaseFailure, LookupFailure, MAX_FRAME_BYTES,
-    RevokeReason, RouterState, ServiceTier, TicketRequest,
+    RevokeReason, RouterState, ServiceTier, SubmittedRecord, TicketRequest,
 };
 use strata_test_support::record_json;
 use tokio::io::AsyncWriteExt;
@@ -55,6 +56,7 @@ fn shared_with(capacity: usize, is_alive: fn(u32) -> bool) -> Arc<LinkShared> {
         counters: Arc::new(Counters::default()),
         accounting: Accounting::new(capacity, None),
         orphans: Orphans::with_liveness(is_alive),
+        stats: Default::default(),
     })
 }
 
@@ -83,6 +85,14 @@ async fn stored_when(shared: &LinkShared, count: usize) -> Vec<serde_json::Value
             records.len()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// [`record`] as a proxy hands it over (it waited in the default tier).
+fn submitted(arrival_seq: u64, request_id: &str) -> SubmittedRecord {
+    SubmittedRecord {
+        record: record(arrival_seq, request_id),
+        tier: ServiceTier::Default,
     }
 }
 
@@ -515,7 +525,7 @@ async fn finish_stores_the_record_and_ends_the_ticket() {
     proxy
         .send(&ProxyMessage::Finish {
             ticket: 9,
-            record: Box::new(record(5, "x-5")),
+            record: Box::new(submitted(5, "x-5")),
         })
         .await;
     match command(&mut commands).await {
@@ -699,12 +709,12 @@ async fn submitted_records_are_numbered_stored_and_read_back() {
     let _events = handshake(&mut proxy, &mut commands).await;
     proxy
         .send(&ProxyMessage::SubmitRecord {
-            record: Box::new(record(0, "")),
+            record: Box::new(submitted(0, "")),
         })
         .await;
     proxy
         .send(&ProxyMessage::SubmitRecord {
-            record: Box::new(record(9, "other-9")),
+            record: Box::new(submitted(9, "other-9")),
         })
         .await;
     proxy
@@ -747,7 +757,7 @@ async fn metrics_come_from_the_shared_counters_and_the_store() {
     for n in 1..=3 {
         proxy
             .send(&ProxyMessage::SubmitRecord {
-                record: Box::new(record(n, &format!("r-{n}"))),
+                record: Box::new(submitted(n, &format!("r-{n}"))),
             })
             .await;
     }
@@ -759,7 +769,18 @@ async fn metrics_come_from_the_shared_counters_and_the_store() {
             metrics: RouterMetrics {
                 queue_depth: 0,
                 queue_depth_by_tier: [0, 0, 0],
+                queue_depth_by_model: Default::default(),
                 in_flight: 0,
+                proxies: 0,
+                model_loads: Default::default(),
+                // Counted over all three stored records, the evicted one too.
+                requests: {
+                    let mut stats = RequestStats::default();
+                    for n in 1..=3 {
+                        stats.observe(&record(n, &format!("r-{n}")), ServiceTier::Default);
+                    }
+                    stats
+                },
                 request_log: RequestLogStats {
                     write_errors: 0,
                     write_drops: 0,
@@ -1019,7 +1040,7 @@ async fn a_closed_connections_unfinished_tickets_get_one_substitute_record_each(
         assert!(matches!(a.recv().await, SupervisorMessage::Failed { .. }));
     }
     // Ticket 1 finishes with its own record; 2 and 3 never do.
-    let own = record(1, &format!("{INSTANCE}-1"));
+    let own = submitted(1, &format!("{INSTANCE}-1"));
     a.send(&ProxyMessage::Finish {
         ticket: 1,
         record: Box::new(own),
@@ -1057,13 +1078,13 @@ async fn a_closed_connections_unfinished_tickets_get_one_substitute_record_each(
     let (mut b, _task_b) = start_conn(CONN + 1, engine.clone(), shared.clone());
     b.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
     assert!(matches!(b.recv().await, SupervisorMessage::Welcome { .. }));
-    let late = record(2, &format!("{INSTANCE}-2"));
+    let late = submitted(2, &format!("{INSTANCE}-2"));
     b.send(&ProxyMessage::SubmitRecord {
         record: Box::new(late),
     })
     .await;
     // A record after it is stored, so the late one was handled before it.
-    let next = record(9, &format!("{INSTANCE}-9"));
+    let next = submitted(9, &format!("{INSTANCE}-9"));
     b.send(&ProxyMessage::SubmitRecord {
         record: Box::new(next),
     })
@@ -1093,6 +1114,7 @@ async fn a_live_proxys_real_records_replace_their_substitutes() {
     let open = |ticket: u64| crate::engine::OpenTicket {
         ticket,
         model: "m".into(),
+        tier: ServiceTier::Default,
         request: test_request(),
         arrival: arrival(ticket),
         admitted_unix_ms: None,
@@ -1114,7 +1136,7 @@ async fn a_live_proxys_real_records_replace_their_substitutes() {
     let _events = handshake(&mut again, &mut commands).await;
     again
         .send(&ProxyMessage::SubmitRecord {
-            record: Box::new(record(1, &format!("{INSTANCE}-1"))),
+            record: Box::new(submitted(1, &format!("{INSTANCE}-1"))),
         })
         .await;
     let records = stored_when(&shared, 1).await;

@@ -1,0 +1,233 @@
+//! Router-wide request counters and histograms, kept by the supervisor (the
+//! one place that sees every record, so they survive a proxy restart and
+//! match `/requests`) and exposed by the proxy in Prometheus form.
+//!
+//! Label values are only configured model IDs (a record's `model_resolved`,
+//! which is one or null) and fixed enums: never client input.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::RequestRecord;
+use crate::wire::ServiceTier;
+
+/// Upper bounds (seconds) of the duration histograms' buckets.
+pub const SECONDS_BUCKETS: [f64; 15] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// Upper bounds (tokens per second) of the decode-rate histogram's buckets.
+pub const RATE_BUCKETS: [f64; 12] = [
+    1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 200.0, 500.0,
+];
+
+/// The `model` label of a record without a resolved model.
+pub const NO_MODEL: &str = "none";
+
+/// One histogram: a count per bucket (not cumulative; the last one is
+/// `+Inf`), the sum and the count of observations.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Histogram {
+    pub buckets: Vec<u64>,
+    pub sum: f64,
+    pub count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, bounds: &[f64], value: f64) {
+        if self.buckets.len() != bounds.len() + 1 {
+            self.buckets = vec![0; bounds.len() + 1];
+        }
+        let index = bounds
+            .iter()
+            .position(|bound| value <= *bound)
+            .unwrap_or(bounds.len());
+        self.buckets[index] += 1;
+        self.sum += value;
+        self.count += 1;
+    }
+
+    /// `(upper bound, cumulative count)` for every bucket, `+Inf` last.
+    pub fn cumulative<'a>(&'a self, bounds: &'a [f64]) -> impl Iterator<Item = (f64, u64)> + 'a {
+        let mut total = 0;
+        bounds
+            .iter()
+            .copied()
+            .chain([f64::INFINITY])
+            .enumerate()
+            .map(move |(index, bound)| {
+                total += self.buckets.get(index).copied().unwrap_or(0);
+                (bound, total)
+            })
+    }
+}
+
+/// One model's histograms.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelHistograms {
+    pub queue_wait: Histogram,
+    pub model_load: Histogram,
+    pub ttft: Histogram,
+    pub ttft_after_lease: Histogram,
+    pub total: Histogram,
+    pub decode_rate: Histogram,
+}
+
+/// The labels of `strata_router_requests_total`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RequestLabels {
+    pub model: String,
+    pub reason: String,
+    /// `2xx`, `4xx`, `5xx` or `none` (no status: the client left first).
+    pub status_class: String,
+    pub tier: String,
+    pub stream: bool,
+}
+
+/// Everything counted over the stored records.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestStats {
+    pub requests: BTreeMap<RequestLabels, u64>,
+    pub response_bytes: u64,
+    pub by_model: BTreeMap<String, ModelHistograms>,
+}
+
+fn seconds(ms: Option<u64>) -> Option<f64> {
+    ms.map(|ms| ms as f64 / 1000.0)
+}
+
+/// The decode rate a record shows: the backend's own figure, else the
+/// generated tokens after the first over the generation time.
+fn decode_rate(record: &RequestRecord) -> Option<f64> {
+    if let Some(rate) = record.predicted_per_second.filter(|rate| rate.is_finite()) {
+        return Some(rate);
+    }
+    let tokens = record.completion_tokens.filter(|tokens| *tokens >= 2)?;
+    let ms = record.generation_ms.filter(|ms| *ms > 0)?;
+    Some((tokens - 1) as f64 / (ms as f64 / 1000.0))
+}
+
+impl RequestStats {
+    /// Counts one stored record, which waited in `tier`.
+    pub fn observe(&mut self, record: &RequestRecord, tier: ServiceTier) {
+        let model = record
+            .model_resolved
+            .clone()
+            .unwrap_or_else(|| NO_MODEL.to_owned());
+        let status_class = match record.status {
+            Some(status) => format!("{}xx", status / 100),
+            None => "none".to_owned(),
+        };
+        let labels = RequestLabels {
+            model: model.clone(),
+            reason: record.reason.as_str().to_owned(),
+            status_class,
+            tier: tier.as_str().to_owned(),
+            stream: record.stream,
+        };
+        *self.requests.entry(labels).or_default() += 1;
+        self.response_bytes += record.response_bytes;
+        if record.model_resolved.is_none() {
+            return;
+        }
+        let histograms = self.by_model.entry(model).or_default();
+        let pairs = [
+            (&mut histograms.queue_wait, seconds(record.queue_wait_ms)),
+            (&mut histograms.model_load, seconds(record.model_load_ms)),
+            (&mut histograms.ttft, seconds(record.ttft_ms)),
+            (
+                &mut histograms.ttft_after_lease,
+                seconds(record.ttft_after_lease_ms),
+            ),
+            (&mut histograms.total, seconds(Some(record.total_ms))),
+        ];
+        for (histogram, value) in pairs {
+            if let Some(value) = value {
+                histogram.observe(&SECONDS_BUCKETS, value);
+            }
+        }
+        if let Some(rate) = decode_rate(record) {
+            histograms.decode_rate.observe(&RATE_BUCKETS, rate);
+        }
+    }
+
+    /// Requests counted so far.
+    pub fn total_requests(&self) -> u64 {
+        self.requests.values().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(json: serde_json::Value) -> RequestRecord {
+        let mut base = serde_json::json!({
+            "schema_version": 1, "seq": 1, "arrival_seq": 1, "request_id": "i-1",
+            "endpoint": "/v1/chat/completions", "stream": true, "model_requested": "m",
+            "model_resolved": "m", "upstream_model": "up-m",
+            "arrived_at": "2026-01-01T00:00:00.000Z", "completed_at": "2026-01-01T00:00:01.000Z",
+            "lease_at": null, "first_token_at": null, "last_token_at": null,
+            "queue_depth_at_arrival": 0, "in_flight_at_arrival": 0, "queue_wait_ms": 20,
+            "model_switch": false, "model_load_ms": null, "upstream_headers_ms": null,
+            "ttft_ms": 150, "ttft_after_lease_ms": 130, "generation_ms": 900, "total_ms": 1000,
+            "prompt_tokens": null, "completion_tokens": 10, "reasoning_tokens": null,
+            "prompt_n": null, "cache_n": null, "predicted_n": null, "prompt_ms": null,
+            "predicted_ms": null, "prompt_per_second": null, "predicted_per_second": null,
+            "finish_reason": null, "status": 200, "upstream_status": 200, "success": true,
+            "reason": "completed", "response_bytes": 100, "disconnect_phase": null
+        });
+        for (key, value) in json.as_object().unwrap() {
+            base[key] = value.clone();
+        }
+        serde_json::from_value(base).unwrap()
+    }
+
+    #[test]
+    fn records_are_counted_by_their_labels_and_measured_per_model() {
+        let mut stats = RequestStats::default();
+        stats.observe(&record(serde_json::json!({})), ServiceTier::Priority);
+        stats.observe(&record(serde_json::json!({})), ServiceTier::Priority);
+        stats.observe(
+            &record(
+                serde_json::json!({"model_resolved": null, "model_requested": null,
+                "upstream_model": null, "status": 400, "reason": "invalid_request",
+                "stream": false, "response_bytes": 50}),
+            ),
+            ServiceTier::Default,
+        );
+        assert_eq!(stats.total_requests(), 3);
+        assert_eq!(stats.response_bytes, 250);
+        let completed = RequestLabels {
+            model: "m".into(),
+            reason: "completed".into(),
+            status_class: "2xx".into(),
+            tier: "priority".into(),
+            stream: true,
+        };
+        assert_eq!(stats.requests[&completed], 2);
+        let rejected = RequestLabels {
+            model: NO_MODEL.into(),
+            reason: "invalid_request".into(),
+            status_class: "4xx".into(),
+            tier: "default".into(),
+            stream: false,
+        };
+        assert_eq!(stats.requests[&rejected], 1);
+        // Only resolved requests are measured.
+        assert_eq!(stats.by_model.len(), 1);
+        let m = &stats.by_model["m"];
+        assert_eq!(m.ttft.count, 2);
+        assert!((m.ttft.sum - 0.3).abs() < 1e-9);
+        assert_eq!(m.model_load.count, 0, "no load, no observation");
+        // 9 tokens after the first in 0.9 s.
+        assert!((m.decode_rate.sum - 20.0).abs() < 1e-9);
+        // 0.15 s falls in the 0.25 bucket; cumulative counts end at the total.
+        let cumulative: Vec<(f64, u64)> = m.ttft.cumulative(&SECONDS_BUCKETS).collect();
+        assert_eq!(cumulative.len(), SECONDS_BUCKETS.len() + 1);
+        assert_eq!(cumulative[4], (0.1, 0));
+        assert_eq!(cumulative[5], (0.25, 2));
+        assert_eq!(cumulative.last().unwrap().1, 2);
+    }
+}

@@ -1,0 +1,424 @@
+//! `GET /metrics?format=prometheus`: the router's figures in the Prometheus
+//! text format (version 0.0.4).
+//!
+//! The counters and histograms are the supervisor's, counted over every
+//! record it stored (so they survive a proxy restart and match
+//! `/requests`; they start again with a new supervisor instance, which
+//! Prometheus treats as a counter reset). While the supervisor is not
+//! reachable, its families are listed without samples. Label values are
+//! configured model IDs and fixed enums only.
+
+use std::fmt::Write;
+
+use strata_protocol::api::Metrics;
+use strata_protocol::config::Config;
+use strata_protocol::stats::{Histogram, RATE_BUCKETS, SECONDS_BUCKETS};
+use strata_protocol::wire::{RouterMetrics, RouterState, ServiceTier};
+
+/// The text of one scrape.
+pub fn render(
+    config: &Config,
+    doc: &Metrics,
+    router: Option<&RouterState>,
+    metrics: Option<&RouterMetrics>,
+) -> String {
+    let mut out = Exposition::default();
+    let flag = |on: bool| if on { 1.0 } else { 0.0 };
+
+    // Counters.
+    out.family(
+        "requests_total",
+        "counter",
+        "Finished chat requests, one per record.",
+    );
+    if let Some(metrics) = metrics {
+        for (labels, count) in &metrics.requests.requests {
+            let stream = if labels.stream { "true" } else { "false" };
+            out.sample(
+                "requests_total",
+                &[
+                    ("model", &labels.model),
+                    ("reason", &labels.reason),
+                    ("status_class", &labels.status_class),
+                    ("tier", &labels.tier),
+                    ("stream", stream),
+                ],
+                *count as f64,
+            );
+        }
+    }
+    out.family(
+        "model_loads_total",
+        "counter",
+        "Finished model loads by outcome (verified, failed, cancelled).",
+    );
+    if let Some(metrics) = metrics {
+        for ((model, outcome), count) in &metrics.model_loads {
+            out.sample(
+                "model_loads_total",
+                &[("model", model), ("outcome", outcome)],
+                *count as f64,
+            );
+        }
+    }
+    out.family(
+        "response_bytes_total",
+        "counter",
+        "Response bytes sent to clients, over every record.",
+    );
+    if let Some(metrics) = metrics {
+        out.sample(
+            "response_bytes_total",
+            &[],
+            metrics.requests.response_bytes as f64,
+        );
+    }
+
+    // Histograms, per model.
+    type Pick = fn(&strata_protocol::stats::ModelHistograms) -> &Histogram;
+    let histograms: [(&str, &str, &[f64], Pick); 6] = [
+        (
+            "queue_wait_seconds",
+            "Arrival to lease, for granted requests.",
+            &SECONDS_BUCKETS,
+            |m| &m.queue_wait,
+        ),
+        (
+            "model_load_seconds",
+            "Model load (stop, start, readiness) done for a request.",
+            &SECONDS_BUCKETS,
+            |m| &m.model_load,
+        ),
+        (
+            "ttft_seconds",
+            "Arrival to the first generated token (streams).",
+            &SECONDS_BUCKETS,
+            |m| &m.ttft,
+        ),
+        (
+            "ttft_after_lease_seconds",
+            "Lease to the first generated token (streams).",
+            &SECONDS_BUCKETS,
+            |m| &m.ttft_after_lease,
+        ),
+        (
+            "total_seconds",
+            "Arrival to the end of the response.",
+            &SECONDS_BUCKETS,
+            |m| &m.total,
+        ),
+        (
+            "decode_tokens_per_second",
+            "Decode rate of a response.",
+            &RATE_BUCKETS,
+            |m| &m.decode_rate,
+        ),
+    ];
+    for (name, help, bounds, pick) in histograms {
+        out.family(name, "histogram", help);
+        let Some(metrics) = metrics else { continue };
+        for (model, by_model) in &metrics.requests.by_model {
+            out.histogram(name, model, bounds, pick(by_model));
+        }
+    }
+
+    // Gauges.
+    let models: Vec<&str> = config
+        .registry
+        .models()
+        .iter()
+        .map(|entry| entry.id.as_str())
+        .collect();
+    out.family(
+        "model_loaded",
+        "gauge",
+        "1 for the loaded model, 0 for every other configured model.",
+    );
+    out.family(
+        "model_loading",
+        "gauge",
+        "1 for the model being loaded, 0 for every other.",
+    );
+    out.family(
+        "last_startup_error",
+        "gauge",
+        "1 for a model whose last start failed (until it starts again).",
+    );
+    if let Some(router) = router {
+        for model in &models {
+            let loaded = router.loaded.as_deref() == Some(*model);
+            out.sample("model_loaded", &[("model", model)], flag(loaded));
+        }
+        for model in &models {
+            let loading = router.loading.as_deref() == Some(*model);
+            out.sample("model_loading", &[("model", model)], flag(loading));
+        }
+        for model in &models {
+            let failed = router
+                .statuses
+                .iter()
+                .any(|entry| entry.id == *model && entry.last_error.is_some());
+            out.sample("last_startup_error", &[("model", model)], flag(failed));
+        }
+    }
+    let gauge = |out: &mut Exposition, name: &str, help: &str, value: Option<f64>| {
+        out.family(name, "gauge", help);
+        if let Some(value) = value {
+            out.sample(name, &[], value);
+        }
+    };
+    gauge(
+        &mut out,
+        "supervisor_connected",
+        "1 while this proxy is connected to the supervisor.",
+        Some(flag(doc.supervisor_connected)),
+    );
+    gauge(
+        &mut out,
+        "routing",
+        "1 while routing is on.",
+        router.map(|r| flag(r.routing)),
+    );
+    gauge(
+        &mut out,
+        "draining",
+        "1 while a proxy or the supervisor drains.",
+        router.map(|r| flag(r.draining)),
+    );
+    gauge(
+        &mut out,
+        "in_flight",
+        "Admitted requests (loading or leased).",
+        doc.in_flight.map(|n| n as f64),
+    );
+    gauge(
+        &mut out,
+        "queue_depth",
+        "Requests waiting for admission.",
+        doc.queue_depth.map(|n| n as f64),
+    );
+    gauge(
+        &mut out,
+        "proxies",
+        "Proxies connected to the supervisor.",
+        metrics.map(|m| m.proxies as f64),
+    );
+    out.family(
+        "queue_depth_by_tier",
+        "gauge",
+        "Requests waiting for admission, by service tier.",
+    );
+    if let Some(metrics) = metrics {
+        for tier in ServiceTier::ALL {
+            out.sample(
+                "queue_depth_by_tier",
+                &[("tier", tier.as_str())],
+                metrics.queue_depth_by_tier[tier.index()] as f64,
+            );
+        }
+    }
+    out.family(
+        "queue_depth_by_model",
+        "gauge",
+        "Requests waiting for admission, by model.",
+    );
+    if let Some(metrics) = metrics {
+        for (model, count) in &metrics.queue_depth_by_model {
+            out.sample("queue_depth_by_model", &[("model", model)], *count as f64);
+        }
+    }
+    gauge(
+        &mut out,
+        "max_request_body_bytes",
+        "Configured request body limit.",
+        Some(doc.max_request_body_bytes as f64),
+    );
+    gauge(
+        &mut out,
+        "last_stream_ttft_seconds",
+        "Time to first token of the last streamed request this proxy served.",
+        doc.last_stream_ttft_ms.map(|ms| ms as f64 / 1000.0),
+    );
+    gauge(
+        &mut out,
+        "last_stream_decode_tokens_per_second",
+        "Decode rate of the last streamed request this proxy served.",
+        doc.last_stream_decode_tokens_per_second,
+    );
+
+    // The request log.
+    let log = &doc.request_log;
+    for (name, kind, help, value) in [
+        (
+            "request_log_write_errors_total",
+            "counter",
+            "Records the JSONL writer failed to write.",
+            log.write_errors,
+        ),
+        (
+            "request_log_write_drops_total",
+            "counter",
+            "Records dropped because the writer queue was full.",
+            log.write_drops,
+        ),
+        (
+            "request_log_evicted_total",
+            "counter",
+            "Records evicted from the memory ring.",
+            log.evicted,
+        ),
+        (
+            "request_log_records_in_ring",
+            "gauge",
+            "Records in the memory ring.",
+            log.records_in_ring,
+        ),
+        (
+            "request_log_next_seq",
+            "gauge",
+            "The next completion sequence number.",
+            log.next_seq,
+        ),
+        (
+            "request_log_capacity",
+            "gauge",
+            "Configured ring capacity.",
+            Some(log.capacity),
+        ),
+        (
+            "request_log_max_bytes",
+            "gauge",
+            "Configured JSONL file size before rotation.",
+            Some(log.max_bytes),
+        ),
+    ] {
+        out.family(name, kind, help);
+        if let Some(value) = value {
+            out.sample(name, &[], value as f64);
+        }
+    }
+    out.text
+}
+
+/// The text being written.
+#[derive(Default)]
+struct Exposition {
+    text: String,
+}
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.text, "# HELP strata_router_{name} {help}");
+        let _ = writeln!(self.text, "# TYPE strata_router_{name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        let _ = write!(self.text, "strata_router_{name}");
+        if !labels.is_empty() {
+            self.text.push('{');
+            for (n, (label, value)) in labels.iter().enumerate() {
+                if n > 0 {
+                    self.text.push(',');
+                }
+                let _ = write!(self.text, "{label}=\"{}\"", escape(value));
+            }
+            self.text.push('}');
+        }
+        let _ = writeln!(self.text, " {}", number(value));
+    }
+
+    fn histogram(&mut self, name: &str, model: &str, bounds: &[f64], histogram: &Histogram) {
+        for (bound, count) in histogram.cumulative(bounds) {
+            let le = if bound.is_infinite() {
+                "+Inf".to_owned()
+            } else {
+                number(bound)
+            };
+            self.sample(
+                &format!("{name}_bucket"),
+                &[("model", model), ("le", &le)],
+                count as f64,
+            );
+        }
+        self.sample(&format!("{name}_sum"), &[("model", model)], histogram.sum);
+        self.sample(
+            &format!("{name}_count"),
+            &[("model", model)],
+            histogram.count as f64,
+        );
+    }
+}
+
+/// A label value with `\`, `"` and newlines escaped (model IDs never have
+/// them; this keeps the format valid whatever a label holds).
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A sample value: integers without a fraction, others as Rust prints them.
+fn number(value: f64) -> String {
+    if value.is_finite() && value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{}", value as i64)
+    } else if value.is_nan() {
+        "NaN".to_owned()
+    } else {
+        format!("{value}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_are_written_in_the_text_format() {
+        let mut out = Exposition::default();
+        out.family("x_total", "counter", "Things.");
+        out.sample("x_total", &[("model", "a\"b"), ("tier", "flex")], 3.0);
+        out.sample("x_total", &[], 0.25);
+        assert_eq!(
+            out.text,
+            "# HELP strata_router_x_total Things.\n# TYPE strata_router_x_total counter\n\
+             strata_router_x_total{model=\"a\\\"b\",tier=\"flex\"} 3\nstrata_router_x_total 0.25\n"
+        );
+    }
+
+    #[test]
+    fn a_histogram_has_cumulative_buckets_a_sum_and_a_count() {
+        let mut stats = strata_protocol::stats::RequestStats::default();
+        let record: strata_protocol::record::RequestRecord =
+            serde_json::from_value(strata_test_support::record_json("r")).unwrap();
+        stats.observe(&record, ServiceTier::Default);
+        let mut out = Exposition::default();
+        out.histogram(
+            "total_seconds",
+            "m",
+            &SECONDS_BUCKETS,
+            &stats.by_model["m"].total,
+        );
+        // total_ms 1000: 1 s falls in the le="1" bucket.
+        assert!(
+            out.text
+                .contains("strata_router_total_seconds_bucket{model=\"m\",le=\"0.5\"} 0\n")
+        );
+        assert!(
+            out.text
+                .contains("strata_router_total_seconds_bucket{model=\"m\",le=\"1\"} 1\n")
+        );
+        assert!(
+            out.text
+                .contains("strata_router_total_seconds_bucket{model=\"m\",le=\"+Inf\"} 1\n")
+        );
+        assert!(
+            out.text
+                .contains("strata_router_total_seconds_sum{model=\"m\"} 1\n")
+        );
+        assert!(
+            out.text
+                .contains("strata_router_total_seconds_count{model=\"m\"} 1\n")
+        );
+    }
+}
