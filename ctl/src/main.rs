@@ -40,6 +40,7 @@ mod off;
 mod on;
 mod requests;
 mod status;
+mod top;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -68,6 +69,8 @@ enum Command {
     Demo(demo::Args),
     /// Read per-request accounting records from a running proxy
     Requests(requests::Args),
+    /// A live view of a running router (proxy URL or control socket)
+    Top(top::Args),
 }
 
 fn main() -> ExitCode {
@@ -79,5 +82,6 @@ fn main() -> ExitCode {
         Command::Daemon(args) => daemon::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Requests(args) => requests::run(args),
+        Command::Top(args) => top::run(args),
     }
 }

@@ -203,7 +203,7 @@ impl Reader {
 
 /// `http://HOST[:PORT][/PREFIX]`.
 #[derive(Debug, PartialEq, Eq)]
-struct BaseUrl {
+pub(crate) struct BaseUrl {
     /// As given, for messages.
     url: String,
     /// `HOST[:PORT]` as given (the `Host` header).
@@ -211,11 +211,11 @@ struct BaseUrl {
     host: String,
     port: u16,
     /// The path prefix without a trailing slash (usually empty).
-    path: String,
+    pub(crate) path: String,
 }
 
 impl BaseUrl {
-    fn parse(url: &str) -> Result<BaseUrl, String> {
+    pub(crate) fn parse(url: &str) -> Result<BaseUrl, String> {
         let rest = match url.split_once("://") {
             Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
             Some((scheme, _)) => {
@@ -283,7 +283,7 @@ impl BaseUrl {
 }
 
 /// `GET TARGET` on one connection; the body of a 200 answer.
-fn get(base: &BaseUrl, target: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn get(base: &BaseUrl, target: &str) -> Result<Vec<u8>, String> {
     let addrs: Vec<_> = (base.host.as_str(), base.port)
         .to_socket_addrs()
         .map_err(|err| format!("cannot resolve {}: {err}", base.host))?

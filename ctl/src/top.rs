@@ -1,0 +1,447 @@
+//! `strata-ctl top URL|SOCKET`: a live view of a running router.
+//!
+//! With a proxy URL it polls, every `--interval` seconds, `GET /metrics`
+//! (JSON, and the Prometheus text for the per-model queue and the load
+//! counters), `GET /health` (the drain state) and `GET /requests` from a
+//! cursor, and shows the loaded or loading model (with how long the load
+//! has run), routing and drain state, the queue by tier and by model, the
+//! requests in flight, and the last records with their TTFT, decode rate
+//! and reason. With the control socket's path it shows what `status` says
+//! (records live behind the proxy). No endpoint of its own.
+//!
+//! On a terminal it draws in place (ratatui on crossterm: alternate screen,
+//! redrawn on every poll and resize) and quits on `q`, Esc or Ctrl-C; when
+//! stdout is not a terminal it prints the same lines as plain text, one
+//! snapshot per poll (`--once`: one, then exit). The screen's text is
+//! built once ([`Snapshot::lines`]) for both.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use strata_protocol::api::{Health, Metrics};
+use strata_protocol::control::{ControlRequest, Status};
+use strata_protocol::page::RecordsPage;
+
+use crate::requests::{BaseUrl, get};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The proxy's base URL (http://127.0.0.1:8088) or the control socket's path
+    pub target: String,
+    /// How many of the newest records to show
+    #[arg(long, default_value_t = 10)]
+    pub records: usize,
+    /// Seconds between polls
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
+    /// Print one plain snapshot and exit (also on a terminal)
+    #[arg(long)]
+    pub once: bool,
+}
+
+/// Where the figures come from.
+enum Source {
+    Proxy(BaseUrl),
+    Socket(std::path::PathBuf),
+}
+
+/// One record's line in the view.
+struct RecordLine {
+    seq: u64,
+    model: String,
+    reason: String,
+    status: String,
+    ttft_ms: Option<u64>,
+    decode: Option<f64>,
+    total_ms: u64,
+}
+
+/// What one poll found, and what the view remembers between polls.
+#[derive(Default)]
+pub struct Snapshot {
+    target: String,
+    error: Option<String>,
+    loaded: Option<String>,
+    loading: Option<String>,
+    /// When the current load was first seen.
+    loading_since: Option<(String, Instant)>,
+    routing: Option<bool>,
+    draining: Option<bool>,
+    in_flight: Option<u64>,
+    queue_depth: Option<u64>,
+    by_tier: Vec<(String, u64)>,
+    by_model: Vec<(String, u64)>,
+    operation: Option<String>,
+    last_startup_error: Option<String>,
+    records: VecDeque<RecordLine>,
+    cursor: u64,
+    instance: Option<String>,
+}
+
+impl Snapshot {
+    /// The view as lines of text (the terminal and the plain output alike).
+    pub fn lines(&self, now: Instant) -> Vec<String> {
+        let mut out = vec![format!("strata-router  {}", self.target)];
+        if let Some(error) = &self.error {
+            out.push(format!("unreachable: {error}"));
+        }
+        let model = match (&self.loaded, &self.loading) {
+            (_, Some(loading)) => {
+                let secs = self
+                    .loading_since
+                    .as_ref()
+                    .filter(|(model, _)| model == loading)
+                    .map_or(0, |(_, since)| now.duration_since(*since).as_secs());
+                format!("loading {loading} ({secs}s)")
+            }
+            (Some(loaded), None) => format!("loaded {loaded}"),
+            (None, None) => "no model loaded".to_owned(),
+        };
+        let flag = |value: Option<bool>, on: &str, off: &str| match value {
+            Some(true) => on.to_owned(),
+            Some(false) => off.to_owned(),
+            None => "?".to_owned(),
+        };
+        out.push(format!(
+            "model: {model}   routing: {}   drain: {}",
+            flag(self.routing, "on", "off"),
+            flag(self.draining, "draining", "no")
+        ));
+        if let Some(operation) = &self.operation {
+            out.push(format!("operation: {operation}"));
+        }
+        if let Some(error) = &self.last_startup_error {
+            out.push(format!("last startup error: {error}"));
+        }
+        let count = |n: Option<u64>| n.map_or("?".to_owned(), |n| n.to_string());
+        out.push(format!(
+            "in flight: {}   queued: {}",
+            count(self.in_flight),
+            count(self.queue_depth)
+        ));
+        if !self.by_tier.is_empty() {
+            let tiers: Vec<String> = self
+                .by_tier
+                .iter()
+                .map(|(tier, n)| format!("{tier} {n}"))
+                .collect();
+            out.push(format!("queued by tier: {}", tiers.join(", ")));
+        }
+        let models: Vec<String> = self
+            .by_model
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(model, n)| format!("{model} {n}"))
+            .collect();
+        if !models.is_empty() {
+            out.push(format!("queued by model: {}", models.join(", ")));
+        }
+        out.push(String::new());
+        out.push(format!(
+            "{:>6}  {:<28} {:<18} {:>6} {:>8} {:>9} {:>8}",
+            "seq", "model", "reason", "status", "ttft ms", "tok/s", "total ms"
+        ));
+        for record in self.records.iter().rev() {
+            out.push(format!(
+                "{:>6}  {:<28} {:<18} {:>6} {:>8} {:>9} {:>8}",
+                record.seq,
+                record.model,
+                record.reason,
+                record.status,
+                record.ttft_ms.map_or("-".to_owned(), |ms| ms.to_string()),
+                record
+                    .decode
+                    .map_or("-".to_owned(), |rate| format!("{rate:.1}")),
+                record.total_ms
+            ));
+        }
+        out
+    }
+
+    fn set_loading(&mut self, loading: Option<String>, now: Instant) {
+        match &loading {
+            Some(model) if self.loading_since.as_ref().map(|(m, _)| m) != Some(model) => {
+                self.loading_since = Some((model.clone(), now));
+            }
+            None => self.loading_since = None,
+            _ => {}
+        }
+        self.loading = loading;
+    }
+
+    fn poll(&mut self, source: &Source, keep: usize) {
+        let now = Instant::now();
+        let result = match source {
+            Source::Proxy(base) => self.poll_proxy(base, keep, now),
+            Source::Socket(path) => self.poll_socket(path, now),
+        };
+        self.error = result.err();
+    }
+
+    fn poll_proxy(&mut self, base: &BaseUrl, keep: usize, now: Instant) -> Result<(), String> {
+        let json = |body: Vec<u8>| -> Result<Value, String> {
+            serde_json::from_slice(&body).map_err(|err| format!("not JSON: {err}"))
+        };
+        let metrics: Metrics =
+            serde_json::from_value(json(get(base, &format!("{}/metrics", base.path))?)?)
+                .map_err(|err| format!("unexpected /metrics: {err}"))?;
+        self.loaded = metrics.loaded_model.clone();
+        self.set_loading(metrics.loading_model.clone(), now);
+        self.routing = metrics.routing;
+        self.in_flight = metrics.in_flight;
+        self.queue_depth = metrics.queue_depth;
+        let tiers = metrics.queue_depth_by_tier;
+        self.by_tier = [
+            ("priority", tiers.priority),
+            ("default", tiers.default),
+            ("flex", tiers.flex),
+        ]
+        .into_iter()
+        .filter_map(|(tier, n)| n.map(|n| (tier.to_owned(), n)))
+        .collect();
+        // The per-model queue is in the Prometheus text only.
+        let text = get(base, &format!("{}/metrics?format=prometheus", base.path))?;
+        self.by_model = String::from_utf8_lossy(&text)
+            .lines()
+            .filter_map(|line| {
+                let rest = line.strip_prefix("strata_router_queue_depth_by_model{model=\"")?;
+                let (model, value) = rest.split_once("\"} ")?;
+                Some((model.to_owned(), value.parse::<f64>().ok()? as u64))
+            })
+            .collect();
+        // /health answers 503 while the supervisor is away; that is no error here.
+        self.draining = get(base, &format!("{}/health", base.path))
+            .ok()
+            .and_then(|body| serde_json::from_slice::<Health>(&body).ok())
+            .and_then(|health| health.draining);
+        loop {
+            let target = format!("{}/requests?after={}&limit=1000", base.path, self.cursor);
+            let body = get(base, &target)?;
+            let text =
+                std::str::from_utf8(&body).map_err(|_| "/requests is not UTF-8".to_owned())?;
+            let page = RecordsPage::from_json(text)
+                .map_err(|err| format!("unexpected /requests: {err}"))?;
+            if self.instance.as_deref() != Some(page.instance_id.as_str()) {
+                if self.instance.is_some() {
+                    // A new router instance: sequences start again.
+                    self.records.clear();
+                    self.cursor = 0;
+                    self.instance = Some(page.instance_id);
+                    continue;
+                }
+                self.instance = Some(page.instance_id.clone());
+            }
+            if page.records.is_empty() {
+                break;
+            }
+            self.cursor = page.next_seq;
+            for text in &page.records {
+                let Ok(record) = serde_json::from_str::<Value>(text) else {
+                    continue;
+                };
+                self.records.push_back(record_line(&record));
+                while self.records.len() > keep {
+                    self.records.pop_front();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn poll_socket(&mut self, path: &Path, now: Instant) -> Result<(), String> {
+        let status = control_status(path)?;
+        self.loaded = status.loaded;
+        self.set_loading(status.loading, now);
+        self.routing = Some(status.routing);
+        self.draining = Some(status.draining);
+        self.in_flight = Some(status.active_leases as u64);
+        self.queue_depth = Some(status.waiting_requests as u64);
+        self.operation = status.operation;
+        self.last_startup_error = status.last_startup_error;
+        Ok(())
+    }
+}
+
+fn record_line(record: &Value) -> RecordLine {
+    let decode = record["predicted_per_second"].as_f64().or_else(|| {
+        let tokens = record["completion_tokens"].as_u64().filter(|n| *n >= 2)?;
+        let ms = record["generation_ms"].as_u64().filter(|ms| *ms > 0)?;
+        Some((tokens - 1) as f64 * 1000.0 / ms as f64)
+    });
+    RecordLine {
+        seq: record["seq"].as_u64().unwrap_or(0),
+        model: record["model_resolved"]
+            .as_str()
+            .unwrap_or("-")
+            .chars()
+            .take(28)
+            .collect(),
+        reason: record["reason"].as_str().unwrap_or("?").to_owned(),
+        status: record["status"]
+            .as_u64()
+            .map_or("-".to_owned(), |s| s.to_string()),
+        ttft_ms: record["ttft_ms"].as_u64(),
+        decode,
+        total_ms: record["total_ms"].as_u64().unwrap_or(0),
+    }
+}
+
+/// `status` over the control socket.
+fn control_status(path: &Path) -> Result<Status, String> {
+    let mut stream =
+        UnixStream::connect(path).map_err(|err| format!("{}: {err}", path.display()))?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    writeln!(stream, "{}", ControlRequest::Status.to_line())
+        .map_err(|err| format!("{}: {err}", path.display()))?;
+    let mut line = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut line)
+        .map_err(|err| format!("{}: {err}", path.display()))?;
+    serde_json::from_str(&line).map_err(|err| format!("unexpected status answer: {err}"))
+}
+
+pub fn run(args: Args) -> ExitCode {
+    let source = if args.target.contains("://") || !args.target.starts_with('/') {
+        match BaseUrl::parse(&args.target) {
+            Ok(base) => Source::Proxy(base),
+            Err(message) => {
+                say!("strata-ctl: top: invalid URL {:?}: {message}", args.target);
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        Source::Socket(args.target.clone().into())
+    };
+    let interval = Duration::from_secs_f64(args.interval.clamp(0.1, 3600.0));
+    let mut snapshot = Snapshot {
+        target: args.target.clone(),
+        ..Snapshot::default()
+    };
+    if args.once || !std::io::stdout().is_terminal() {
+        return plain(&mut snapshot, &source, args.records, interval, args.once);
+    }
+    match live(&mut snapshot, &source, args.records, interval) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            say!("strata-ctl: top: terminal error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Plain text, one snapshot per poll (or one with `once`).
+fn plain(
+    snapshot: &mut Snapshot,
+    source: &Source,
+    keep: usize,
+    interval: Duration,
+    once: bool,
+) -> ExitCode {
+    loop {
+        snapshot.poll(source, keep);
+        let text = snapshot.lines(Instant::now()).join("\n");
+        let mut stdout = std::io::stdout().lock();
+        if writeln!(stdout, "{text}\n")
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
+            return ExitCode::SUCCESS;
+        }
+        drop(stdout);
+        if once {
+            return if snapshot.error.is_some() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+        std::thread::sleep(interval);
+    }
+}
+
+/// The live view: alternate screen, raw mode, redrawn on every poll, until
+/// `q`, Esc or Ctrl-C.
+fn live(
+    snapshot: &mut Snapshot,
+    source: &Source,
+    keep: usize,
+    interval: Duration,
+) -> std::io::Result<()> {
+    use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+    use ratatui::widgets::Paragraph;
+
+    let mut terminal = ratatui::init();
+    let result = (|| -> std::io::Result<()> {
+        let mut next_poll = Instant::now();
+        loop {
+            if Instant::now() >= next_poll {
+                snapshot.poll(source, keep);
+                next_poll = Instant::now() + interval;
+            }
+            let text = snapshot.lines(Instant::now()).join("\n");
+            terminal.draw(|frame| frame.render_widget(Paragraph::new(text), frame.area()))?;
+            let wait = next_poll.saturating_duration_since(Instant::now());
+            if event::poll(wait.min(Duration::from_millis(250)))? {
+                match event::read()? {
+                    Event::Key(key) if key.kind == KeyEventKind::Press => {
+                        let ctrl_c = key.modifiers.contains(KeyModifiers::CONTROL)
+                            && key.code == KeyCode::Char('c');
+                        if ctrl_c || matches!(key.code, KeyCode::Char('q') | KeyCode::Esc) {
+                            return Ok(());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    })();
+    ratatui::restore();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_view_shows_the_model_the_queue_and_the_records() {
+        let now = Instant::now();
+        let mut snapshot = Snapshot {
+            target: "http://127.0.0.1:8088".into(),
+            loaded: Some("m-q4".into()),
+            routing: Some(true),
+            draining: Some(false),
+            in_flight: Some(1),
+            queue_depth: Some(2),
+            by_tier: vec![("priority".into(), 2)],
+            by_model: vec![("m-q4".into(), 0), ("n-q8".into(), 2)],
+            ..Snapshot::default()
+        };
+        snapshot.records.push_back(record_line(&serde_json::json!({
+            "seq": 7, "model_resolved": "m-q4", "reason": "completed", "status": 200,
+            "ttft_ms": 120, "completion_tokens": 11, "generation_ms": 500, "total_ms": 700
+        })));
+        let text = snapshot.lines(now).join("\n");
+        assert!(
+            text.contains("model: loaded m-q4   routing: on   drain: no"),
+            "{text}"
+        );
+        assert!(text.contains("in flight: 1   queued: 2"), "{text}");
+        assert!(text.contains("queued by tier: priority 2"), "{text}");
+        assert!(text.contains("queued by model: n-q8 2"), "{text}");
+        assert!(!text.contains("m-q4 0"), "{text}");
+        let row = text.lines().last().unwrap();
+        assert!(
+            row.contains("completed") && row.contains("120") && row.contains("20.0"),
+            "{row}"
+        );
+
+        snapshot.set_loading(Some("n-q8".into()), now - Duration::from_secs(5));
+        assert!(snapshot.lines(now)[1].starts_with("model: loading n-q8 (5s)"));
+    }
+}
