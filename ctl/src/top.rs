@@ -5,7 +5,7 @@
 //! counters), `GET /health` (the drain state) and `GET /requests` from a
 //! cursor, and shows the loaded or loading model (with how long the load
 //! has run), routing and drain state, the queue by tier and by model, the
-//! requests in flight, and the last records with their TTFT, decode rate
+//! requests it holds with their stage and age, and the last records with their TTFT, decode rate
 //! and reason. With the control socket's path it shows what `status` says
 //! (records live behind the proxy). No endpoint of its own.
 //!
@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use strata_protocol::api::{Health, Metrics};
+use strata_protocol::api::{Health, InFlightRequest, Metrics};
 use strata_protocol::control::{ControlRequest, Status};
 use strata_protocol::page::RecordsPage;
 
@@ -76,6 +76,8 @@ pub struct Snapshot {
     queue_depth: Option<u64>,
     by_tier: Vec<(String, u64)>,
     by_model: Vec<(String, u64)>,
+    /// The oldest held requests, oldest first (proxy URL only).
+    held: Vec<InFlightRequest>,
     operation: Option<String>,
     last_startup_error: Option<String>,
     records: VecDeque<RecordLine>,
@@ -141,6 +143,23 @@ impl Snapshot {
         if !models.is_empty() {
             out.push(format!("queued by model: {}", models.join(", ")));
         }
+        if !self.held.is_empty() {
+            out.push(String::new());
+            out.push(format!(
+                "{:<36} {:<28} {:<8} {:<8} {:>6}",
+                "held (oldest first)", "model", "tier", "stage", "age"
+            ));
+            for held in &self.held {
+                out.push(format!(
+                    "{:<36} {:<28} {:<8} {:<8} {:>5}s",
+                    held.request_id,
+                    held.model.chars().take(28).collect::<String>(),
+                    held.tier,
+                    held.stage,
+                    held.age_ms / 1000
+                ));
+            }
+        }
         out.push(String::new());
         out.push(format!(
             "{:>6}  {:<28} {:<18} {:>6} {:>8} {:>9} {:>8}",
@@ -195,6 +214,7 @@ impl Snapshot {
         self.routing = metrics.routing;
         self.in_flight = metrics.in_flight;
         self.queue_depth = metrics.queue_depth;
+        self.held = metrics.in_flight_requests.clone().unwrap_or_default();
         let tiers = metrics.queue_depth_by_tier;
         self.by_tier = [
             ("priority", tiers.priority),
@@ -420,6 +440,13 @@ mod tests {
             queue_depth: Some(2),
             by_tier: vec![("priority".into(), 2)],
             by_model: vec![("m-q4".into(), 0), ("n-q8".into(), 2)],
+            held: vec![InFlightRequest {
+                request_id: "1-2-9".into(),
+                model: "m-q4".into(),
+                tier: "flex".into(),
+                stage: "leased".into(),
+                age_ms: 12_500,
+            }],
             ..Snapshot::default()
         };
         snapshot.records.push_back(record_line(&serde_json::json!({
@@ -435,6 +462,17 @@ mod tests {
         assert!(text.contains("queued by tier: priority 2"), "{text}");
         assert!(text.contains("queued by model: n-q8 2"), "{text}");
         assert!(!text.contains("m-q4 0"), "{text}");
+        let held = text
+            .lines()
+            .find(|line| line.starts_with("1-2-9"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            held.contains("m-q4")
+                && held.contains("flex")
+                && held.contains("leased")
+                && held.ends_with("12s"),
+            "{held}"
+        );
         let row = text.lines().last().unwrap();
         assert!(
             row.contains("completed") && row.contains("120") && row.contains("20.0"),

@@ -82,6 +82,23 @@ pub struct Metrics {
     pub last_stream_ttft_ms: Option<u64>,
     pub last_stream_decode_tokens_per_second: Option<f64>,
     pub request_log: RequestLogMetrics,
+    /// The oldest requests the router holds (at most 50), oldest first.
+    pub in_flight_requests: Option<Vec<InFlightRequest>>,
+}
+
+/// One request the router holds (waiting, loading or leased), oldest first
+/// in `/metrics.in_flight_requests`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InFlightRequest {
+    pub request_id: String,
+    /// The concrete model ID it is for.
+    pub model: String,
+    pub tier: String,
+    /// `waiting` (queued), `loading` (admitted to a load) or `leased`
+    /// (sent to the backend).
+    pub stage: String,
+    /// Since it arrived.
+    pub age_ms: u64,
 }
 
 /// Waiting requests per service tier.

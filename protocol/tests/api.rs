@@ -5,8 +5,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use strata_protocol::api::{
-    AliasModel, ConcreteModel, ErrorBody, ErrorDetail, Health, HealthStatus, ListObject, Metrics,
-    ModelItem, ModelList, ModelObject, RequestLogMetrics, SupervisorLink, TierCounts,
+    AliasModel, ConcreteModel, ErrorBody, ErrorDetail, Health, HealthStatus, InFlightRequest,
+    ListObject, Metrics, ModelItem, ModelList, ModelObject, RequestLogMetrics, SupervisorLink,
+    TierCounts,
 };
 use strata_protocol::config::ModelStatus;
 
@@ -111,6 +112,13 @@ fn metrics_carry_every_figure_and_the_request_log() {
             next_seq: None,
             instance_id: None,
         },
+        in_flight_requests: Some(vec![InFlightRequest {
+            request_id: "1-2-7".into(),
+            model: "a".into(),
+            tier: "priority".into(),
+            stage: "leased".into(),
+            age_ms: 1500,
+        }]),
     };
     pins(
         &metrics,
@@ -124,7 +132,10 @@ fn metrics_carry_every_figure_and_the_request_log() {
                 "path": null, "max_bytes": 10, "rotate_files": 2, "capacity": 100,
                 "write_errors": null, "write_drops": null, "evicted": null,
                 "records_in_ring": null, "next_seq": null, "instance_id": null
-            }
+            },
+            "in_flight_requests": [
+                {"request_id": "1-2-7", "model": "a", "tier": "priority", "stage": "leased", "age_ms": 1500}
+            ]
         }),
     );
 }

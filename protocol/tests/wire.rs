@@ -213,6 +213,13 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
                 in_flight: 2,
                 proxies: 1,
                 model_loads: [(("a".to_owned(), "verified".to_owned()), 3)].into(),
+                in_flight_requests: vec![strata_protocol::api::InFlightRequest {
+                    request_id: "inst-4".into(),
+                    model: "a".into(),
+                    tier: "flex".into(),
+                    stage: "waiting".into(),
+                    age_ms: 12,
+                }],
                 requests: {
                     let mut stats = strata_protocol::stats::RequestStats::default();
                     stats.observe(&sample_record(), ServiceTier::Priority);

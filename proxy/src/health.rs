@@ -79,6 +79,7 @@ fn metrics_document(
         last_stream_ttft_ms: last.ttft_ms,
         last_stream_decode_tokens_per_second: last.decode_tokens_per_second,
         request_log: request_log(app, metrics.map(|m| &m.request_log)),
+        in_flight_requests: metrics.map(|m| m.in_flight_requests.clone()),
     }
 }
 

@@ -35,6 +35,9 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// same-user peer from holding many connections (and their buffers) open without a hello.
 const MAX_UNWELCOMED: usize = 16;
 
+/// How many of the oldest held requests `/metrics` lists.
+const IN_FLIGHT_SHOWN: usize = 50;
+
 /// At most this many events to one proxy are written together.
 const EVENTS_PER_WRITE: usize = 64;
 
@@ -153,6 +156,7 @@ impl LinkShared {
             in_flight,
             proxies,
             model_loads: self.counters.loads(),
+            in_flight_requests: Vec::new(),
             requests: self
                 .stats
                 .lock()
@@ -362,8 +366,22 @@ async fn handle_connection(
                 continue;
             }
             Ok(Some(ProxyMessage::QueryMetrics { query })) => {
-                let metrics = identity.metrics();
-                let _ = events_tx.send(SupervisorMessage::Metrics { query, metrics });
+                // The counts come from the shared counters; the list of held
+                // requests from the engine, which never blocks: asked in a
+                // task of its own, so this connection goes on reading.
+                let mut metrics = identity.metrics();
+                let (engine, events) = (engine.clone(), events_tx.clone());
+                tokio::spawn(async move {
+                    let (reply, answer) = tokio::sync::oneshot::channel();
+                    if engine.send(Command::InFlight {
+                        limit: IN_FLIGHT_SHOWN,
+                        reply,
+                    }) && let Ok(held) = answer.await
+                    {
+                        metrics.in_flight_requests = held;
+                    }
+                    let _ = events.send(SupervisorMessage::Metrics { query, metrics });
+                });
                 continue;
             }
             Ok(Some(ProxyMessage::Hello { .. })) => {

@@ -116,8 +116,18 @@ fn top_shows_the_loaded_model_and_a_finished_request() {
     );
     assert!(screen.contains("in flight: 0"), "{screen}");
     println!("captured screen:\n{screen}");
-    // A second request shows up in place.
-    stack.chat(&chat_body(A, true)).expect_status(200);
+    // A slow stream shows as held (leased, with its age), then as a second record, in place.
+    let mut slow = chat_body(A, true);
+    slow["fake"] = serde_json::json!({"tokens": 20, "token_delay_ms": 100});
+    let mut stream = stack.open_chat(&slow);
+    let id = stream.header("x-strata-request-id").unwrap().to_owned();
+    poll_until(DEADLINE, "the held stream on the screen", || {
+        let out = tmux(&socket, &["capture-pane", "-p", "-t", "top"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|line| line.starts_with(&id) && line.contains("leased"))
+    });
+    stream.read_to_end(DEADLINE);
     poll_until(DEADLINE, "the second request on the screen", || {
         let out = tmux(&socket, &["capture-pane", "-p", "-t", "top"]);
         String::from_utf8_lossy(&out.stdout)

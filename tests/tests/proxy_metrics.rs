@@ -42,6 +42,7 @@ fn metrics_follow_a_stream_and_a_queued_priority_request() {
     assert_eq!(idle["supervisor_connected"], true);
     assert_eq!(idle["routing"], true);
     assert!(idle["loaded_model"].is_null(), "{idle}");
+    assert_eq!(idle["in_flight_requests"], json!([]), "{idle}");
     assert!(idle["last_stream_ttft_ms"].is_null(), "{idle}");
     assert!(
         idle["last_stream_decode_tokens_per_second"].is_null(),
@@ -64,6 +65,25 @@ fn metrics_follow_a_stream_and_a_queued_priority_request() {
         let m = stack.metrics();
         m["queue_depth"] == 1 && tiers(&m)["priority"] == 1 && tiers(&m)["default"] == 0
     });
+    // Both held requests are listed, oldest first, with their stage and age.
+    let held = stack.metrics()["in_flight_requests"].clone();
+    let held = held.as_array().unwrap_or_else(|| panic!("{held}"));
+    assert_eq!(held.len(), 2, "{held:?}");
+    assert_eq!(held[0]["model"], A, "{held:?}");
+    assert_eq!(held[0]["stage"], "leased", "{held:?}");
+    assert_eq!(held[0]["tier"], "default", "{held:?}");
+    assert_eq!(held[1]["model"], B, "{held:?}");
+    assert_eq!(held[1]["stage"], "waiting", "{held:?}");
+    assert_eq!(held[1]["tier"], "priority", "{held:?}");
+    assert!(
+        held[0]["age_ms"].as_u64() >= held[1]["age_ms"].as_u64(),
+        "{held:?}"
+    );
+    assert!(
+        held[0]["request_id"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty())
+    );
 
     let frames_a = stream_a.remaining_frames(DEADLINE);
     assert!(frames_a.iter().any(|f| f.is_done()), "A completed");

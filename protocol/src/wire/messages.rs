@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
+use crate::api::InFlightRequest;
 use crate::config::ModelStatus;
 use crate::page::RecordsPage;
 use crate::record::RequestRecord;
@@ -271,6 +272,8 @@ pub struct RouterMetrics {
     pub model_loads: BTreeMap<(String, String), u64>,
     /// Counted over every stored record of this instance.
     pub requests: RequestStats,
+    /// The oldest requests held (waiting, loading, leased), oldest first.
+    pub in_flight_requests: Vec<InFlightRequest>,
     pub request_log: RequestLogStats,
 }
 

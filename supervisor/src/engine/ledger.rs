@@ -173,6 +173,11 @@ impl Ledger {
         taken
     }
 
+    /// Every open ticket.
+    pub fn iter(&self) -> impl Iterator<Item = (&TicketKey, &OpenTicket)> {
+        self.open.iter()
+    }
+
     pub fn len(&self) -> usize {
         self.open.len()
     }

@@ -30,6 +30,7 @@ use strata_protocol::wire::{
 use tokio::sync::{mpsc, oneshot};
 
 pub use ledger::OpenTicket;
+pub use strata_protocol::api::InFlightRequest;
 
 /// One proxy connection on the supervisor socket.
 pub type ConnId = u64;
@@ -90,6 +91,11 @@ pub enum Command {
     },
     Status {
         reply: oneshot::Sender<Status>,
+    },
+    /// The oldest open tickets (for `/metrics`), at most `limit`.
+    InFlight {
+        limit: usize,
+        reply: oneshot::Sender<Vec<InFlightRequest>>,
     },
     /// Legacy bare `on`/`off`: flips the routing flag only.
     SetRouting {

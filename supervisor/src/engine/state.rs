@@ -292,6 +292,9 @@ impl Engine {
             Command::Status { reply } => {
                 let _ = reply.send(self.status());
             }
+            Command::InFlight { limit, reply } => {
+                let _ = reply.send(self.in_flight_requests(limit));
+            }
             Command::SetRouting { routing, reply } => {
                 self.set_routing(routing);
                 let _ = reply.send(self.routing);
@@ -1220,6 +1223,49 @@ impl Engine {
     }
 
     // ---- state reports ----------------------------------------------------
+
+    /// The oldest open tickets that still wait or hold a lease (failed ones
+    /// whose `Finish` is on its way are not held any more), oldest first.
+    fn in_flight_requests(&self, limit: usize) -> Vec<super::InFlightRequest> {
+        let now = unix_ms(SystemTime::now());
+        let queued: HashMap<TicketKey, bool> = self
+            .queue
+            .iter()
+            .map(|ticket| (ticket.key, ticket.admitted))
+            .collect();
+        let mut held: Vec<super::InFlightRequest> = self
+            .ledger
+            .iter()
+            .filter_map(|(key, open)| {
+                let stage = if self.leases.contains_key(key) {
+                    "leased"
+                } else {
+                    match queued.get(key) {
+                        Some(true) => "loading",
+                        Some(false) => "waiting",
+                        None => return None,
+                    }
+                };
+                Some(super::InFlightRequest {
+                    request_id: strata_protocol::ids::request_id(
+                        &self.instance_id,
+                        open.arrival.arrival_seq,
+                    ),
+                    model: open.model.clone(),
+                    tier: open.tier.as_str().to_owned(),
+                    stage: stage.to_owned(),
+                    age_ms: now.saturating_sub(open.request.arrived_unix_ms),
+                })
+            })
+            .collect();
+        // The oldest `limit` first, without sorting thousands of waiting ones.
+        if held.len() > limit && limit > 0 {
+            held.select_nth_unstable_by(limit - 1, |a, b| b.age_ms.cmp(&a.age_ms));
+        }
+        held.truncate(limit);
+        held.sort_by_key(|held| std::cmp::Reverse(held.age_ms));
+        held
+    }
 
     pub(super) fn send(&self, conn: ConnId, message: SupervisorMessage) {
         if let Some(entry) = self.conns.get(&conn) {

@@ -746,7 +746,8 @@ async fn submitted_records_are_numbered_stored_and_read_back() {
 }
 
 /// `/metrics` figures: the engine's published counts and the store's
-/// counters, with this instance, answered by the link.
+/// counters, with this instance, answered by the link; only the list of held
+/// requests is asked of the engine.
 #[tokio::test]
 async fn metrics_come_from_the_shared_counters_and_the_store() {
     let (engine, mut commands) = EngineHandle::detached();
@@ -762,6 +763,21 @@ async fn metrics_come_from_the_shared_counters_and_the_store() {
             .await;
     }
     proxy.send(&ProxyMessage::QueryMetrics { query: 4 }).await;
+    // Only the list of held requests comes from the engine.
+    let held = crate::engine::InFlightRequest {
+        request_id: format!("{INSTANCE}-9"),
+        model: "m".into(),
+        tier: "default".into(),
+        stage: "leased".into(),
+        age_ms: 1200,
+    };
+    match command(&mut commands).await {
+        Command::InFlight { limit, reply } => {
+            assert_eq!(limit, IN_FLIGHT_SHOWN);
+            reply.send(vec![held.clone()]).unwrap();
+        }
+        other => panic!("expected InFlight, got {other:?}"),
+    }
     assert_eq!(
         proxy.recv().await,
         SupervisorMessage::Metrics {
@@ -773,6 +789,7 @@ async fn metrics_come_from_the_shared_counters_and_the_store() {
                 in_flight: 0,
                 proxies: 0,
                 model_loads: Default::default(),
+                in_flight_requests: vec![held],
                 // Counted over all three stored records, the evicted one too.
                 requests: {
                     let mut stats = RequestStats::default();
