@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use strata_e2e::http::{self, chat_body};
 use strata_e2e::stack::Stack;
-use strata_e2e::{A3B, ConfigBuilder, DEADLINE, ModelSpec, poll_until};
+use strata_e2e::{A3B, ConfigBuilder, DEADLINE, ModelSpec, poll_for, poll_until};
 
 const A: &str = "flash-a";
 const B: &str = "a3b-b";
@@ -296,6 +296,35 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
         0.0
     );
     assert_eq!(got["strata_router_routing"], 1.0);
+
+    // A scrape while a stream runs and another request waits passes promtool too.
+    let mut slow = chat_body(A, true);
+    slow["fake"] = json!({"tokens": 30, "token_delay_ms": 50});
+    let mut running = stack.open_chat(&slow);
+    let waiting = http::send_chat(addr, &chat_body(B, false));
+    poll_until(DEADLINE, "a request in flight and one queued", || {
+        let m = stack.metrics();
+        m["in_flight"] == 1 && m["queue_depth"] == 1
+    });
+    let busy = scrape(&stack);
+    promtool_check(&busy);
+    let busy = samples(&busy);
+    assert_eq!(busy["strata_router_in_flight"], 1.0);
+    assert_eq!(
+        busy[&format!("strata_router_queue_depth_by_model{{model=\"{B}\"}}")],
+        1.0
+    );
+    running.read_to_end(DEADLINE);
+    waiting.response(DEADLINE).expect_status(200);
+    // Their records come right after their responses; then the counters have them too.
+    let counted: std::collections::BTreeMap<String, f64> =
+        poll_for(DEADLINE, "the two new requests counted", || {
+            let counted: std::collections::BTreeMap<String, f64> = samples(&scrape(&stack))
+                .into_iter()
+                .filter(|(key, _)| key.starts_with("strata_router_requests_total{"))
+                .collect();
+            (counted.values().sum::<f64>() == (sent + 2) as f64).then_some(counted)
+        });
 
     // A new proxy reads the same counters from the supervisor.
     stack.restart_proxy();
