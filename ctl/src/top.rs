@@ -326,7 +326,10 @@ fn control_status(path: &Path) -> Result<Status, String> {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let source = if args.target.contains("://") || !args.target.starts_with('/') {
+    // A URL names its scheme; anything else that exists is the socket's path
+    // (`HOST:PORT` alone is read as a URL too).
+    let is_socket = !args.target.contains("://") && Path::new(&args.target).exists();
+    let source = if !is_socket {
         match BaseUrl::parse(&args.target) {
             Ok(base) => Source::Proxy(base),
             Err(message) => {

@@ -142,6 +142,32 @@ fn top_shows_the_loaded_model_and_a_finished_request() {
             .status
             .success()
     });
+    // So does Ctrl-C (raw mode delivers it as a key, not a signal).
+    let started = tmux(
+        &socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "top2",
+            "-x",
+            "110",
+            "-y",
+            "30",
+            &command,
+        ],
+    );
+    assert!(started.status.success(), "{started:?}");
+    poll_until(DEADLINE, "the second view to draw", || {
+        let out = tmux(&socket, &["capture-pane", "-p", "-t", "top2"]);
+        String::from_utf8_lossy(&out.stdout).contains("model: loaded")
+    });
+    tmux(&socket, &["send-keys", "-t", "top2", "C-c"]);
+    poll_until(Duration::from_secs(10), "top to quit on Ctrl-C", || {
+        !tmux(&socket, &["has-session", "-t", "top2"])
+            .status
+            .success()
+    });
     let _ = tmux(&socket, &["kill-server"]);
     stack.stop();
 }
