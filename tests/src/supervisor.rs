@@ -123,6 +123,13 @@ impl Supervisor {
     pub fn crash_and_restart(&mut self) {
         self.daemon.kill(Signal::SIGKILL);
         self.daemon.wait_exit(DEADLINE);
+        self.start_next();
+    }
+
+    /// After the current process exited: a new supervisor on the same config, kept as the
+    /// current one (the old one's output stays in the test directory), waited for until it
+    /// serves.
+    fn start_next(&mut self) {
         let name = format!("supervisor{}", self.crashed.len() + 2);
         let daemon = Daemon::spawn(
             &name,
@@ -144,15 +151,7 @@ impl Supervisor {
             "strata-supervisor exited with {status} after SIGTERM\n{}",
             self.daemon.stderr_report()
         );
-        let name = format!("supervisor{}", self.crashed.len() + 2);
-        let daemon = Daemon::spawn(
-            &name,
-            supervisor_command(&self.config),
-            self.config.dir.path(),
-        );
-        self.crashed
-            .push(std::mem::replace(&mut self.daemon, daemon));
-        self.wait_serving();
+        self.start_next();
     }
 
     /// The supervisor's PID.

@@ -26,6 +26,25 @@ fn tmux(socket: &Path, args: &[&str]) -> Output {
         .expect("run tmux")
 }
 
+/// A detached 110x30 session named `name` running `command`.
+fn start_session(socket: &Path, name: &str, command: &str) {
+    let started = tmux(
+        socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            name,
+            "-x",
+            "110",
+            "-y",
+            "30",
+            command,
+        ],
+    );
+    assert!(started.status.success(), "{started:?}");
+}
+
 fn tmux_available() -> bool {
     let found = Command::new("tmux")
         .arg("-V")
@@ -89,21 +108,7 @@ fn top_shows_the_loaded_model_and_a_finished_request() {
     // In a pseudo-terminal of a private tmux server, 110x30.
     let socket = stack.config().dir.join("tmux.sock");
     let command = format!("{} top {url} --interval 0.2", ctl.display());
-    let started = tmux(
-        &socket,
-        &[
-            "new-session",
-            "-d",
-            "-s",
-            "top",
-            "-x",
-            "110",
-            "-y",
-            "30",
-            &command,
-        ],
-    );
-    assert!(started.status.success(), "{started:?}");
+    start_session(&socket, "top", &command);
     let screen = poll_for(
         DEADLINE,
         "the view to show the model and the request",
@@ -143,21 +148,7 @@ fn top_shows_the_loaded_model_and_a_finished_request() {
             .success()
     });
     // So does Ctrl-C (raw mode delivers it as a key, not a signal).
-    let started = tmux(
-        &socket,
-        &[
-            "new-session",
-            "-d",
-            "-s",
-            "top2",
-            "-x",
-            "110",
-            "-y",
-            "30",
-            &command,
-        ],
-    );
-    assert!(started.status.success(), "{started:?}");
+    start_session(&socket, "top2", &command);
     poll_until(DEADLINE, "the second view to draw", || {
         let out = tmux(&socket, &["capture-pane", "-p", "-t", "top2"]);
         String::from_utf8_lossy(&out.stdout).contains("model: loaded")

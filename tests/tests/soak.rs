@@ -417,22 +417,18 @@ fn soak_with_every_process_hurt_loses_no_record_and_leaves_nothing_behind() {
         after = last.seq();
         ring_all.extend(more.records.iter().map(|record| record.raw.clone()));
     }
-    let file_current: Vec<&String> = lines
-        .iter()
-        .filter(|line| {
-            Record::new(line)
-                .request_id()
-                .starts_with(&format!("{instance}-"))
-        })
-        .collect();
-    let ring_current: Vec<&String> = ring_all
-        .iter()
-        .filter(|line| {
-            Record::new(line)
-                .request_id()
-                .starts_with(&format!("{instance}-"))
-        })
-        .collect();
+    let of_instance = |lines: &[String]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|line| {
+                Record::new(line)
+                    .request_id()
+                    .starts_with(&format!("{instance}-"))
+            })
+            .cloned()
+            .collect()
+    };
+    let (file_current, ring_current) = (of_instance(&lines), of_instance(&ring_all));
     assert_eq!(ring_current, file_current, "the ring and the file differ");
 
     let mut why: HashMap<&str, usize> = HashMap::new();
