@@ -35,6 +35,51 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// same-user peer from holding many connections (and their buffers) open without a hello.
 const MAX_UNWELCOMED: usize = 16;
 
+/// The link's own answers to a proxy (pages, figures, arrival numbers) that
+/// are queued but not yet written may hold at most this much; a peer that
+/// keeps asking and never reads is disconnected past it. A proxy reads all
+/// the time, and a full `/requests` page is about 1.5 MB.
+const MAX_UNWRITTEN_ANSWERS: usize = 32 * 1024 * 1024;
+
+/// What an answer counts against [`MAX_UNWRITTEN_ANSWERS`]; `None` for the
+/// engine's messages (bounded by the proxy's own tickets).
+fn answer_cost(message: &SupervisorMessage) -> Option<usize> {
+    match message {
+        SupervisorMessage::Records { page, .. } => Some(
+            256 + page
+                .records
+                .iter()
+                .map(|record| record.len())
+                .sum::<usize>(),
+        ),
+        SupervisorMessage::Metrics { .. } => Some(METRICS_COST),
+        SupervisorMessage::Arrival { .. } | SupervisorMessage::ProtocolError { .. } => Some(256),
+        _ => None,
+    }
+}
+
+/// The budget of a `/metrics` answer (its counters and the held list: a few KiB).
+const METRICS_COST: usize = 16 * 1024;
+
+/// The bytes of answers queued for one proxy and not yet written.
+#[derive(Default)]
+struct UnwrittenAnswers(AtomicUsize);
+
+impl UnwrittenAnswers {
+    /// Counts `cost` more; false (and nothing counted) past the limit.
+    fn take(&self, cost: usize) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held + cost <= MAX_UNWRITTEN_ANSWERS).then_some(held + cost)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, cost: usize) {
+        self.0.fetch_sub(cost, Ordering::AcqRel);
+    }
+}
+
 /// How many of the oldest held requests `/metrics` lists.
 const IN_FLIGHT_SHOWN: usize = 50;
 
@@ -294,13 +339,17 @@ async fn handle_connection(
     }) {
         return;
     }
+    let unwritten = Arc::new(UnwrittenAnswers::default());
+    let written = unwritten.clone();
     let writer_task = tokio::spawn(async move {
         // Every event already waiting goes out in one write.
         let mut batch = Vec::new();
         let mut out = Vec::new();
         while events_rx.recv_many(&mut batch, EVENTS_PER_WRITE).await > 0 {
             out.clear();
+            let mut answers = 0;
             for message in batch.drain(..) {
+                answers += answer_cost(&message).unwrap_or(0);
                 if let Err(err) = encode_frame_into(&mut out, &message) {
                     tracing::warn!(conn, error = %err, "an event for a proxy could not be encoded");
                 }
@@ -308,8 +357,22 @@ async fn handle_connection(
             if writer.write_all(&out).await.is_err() {
                 break;
             }
+            written.release(answers);
         }
     });
+    // Queues one of the link's own answers; false when the peer has let too
+    // many go unread (the connection then ends).
+    let answer = |message: SupervisorMessage| -> bool {
+        if !unwritten.take(answer_cost(&message).unwrap_or(0)) {
+            tracing::warn!(
+                conn,
+                "a proxy left too many answers unread; closing its connection"
+            );
+            return false;
+        }
+        let _ = events_tx.send(message);
+        true
+    };
     loop {
         let command = match reader.next::<ProxyMessage>().await {
             Ok(Some(ProxyMessage::Enqueue {
@@ -345,7 +408,9 @@ async fn handle_connection(
             // arrival must not wait behind a model load.
             Ok(Some(ProxyMessage::Arrive { token })) => {
                 let arrival = identity.counters.arrive();
-                let _ = events_tx.send(SupervisorMessage::Arrival { token, arrival });
+                if !answer(SupervisorMessage::Arrival { token, arrival }) {
+                    break;
+                }
                 continue;
             }
             // Accounting is answered here too: it never touches the backend.
@@ -362,13 +427,22 @@ async fn handle_connection(
                     .accounting
                     .page(after, limit)
                     .into_records_page(&identity.instance_id);
-                let _ = events_tx.send(SupervisorMessage::Records { query, page });
+                if !answer(SupervisorMessage::Records { query, page }) {
+                    break;
+                }
                 continue;
             }
             Ok(Some(ProxyMessage::QueryMetrics { query })) => {
                 // The counts come from the shared counters; the list of held
                 // requests from the engine, which never blocks: asked in a
                 // task of its own, so this connection goes on reading.
+                if !unwritten.take(METRICS_COST) {
+                    tracing::warn!(
+                        conn,
+                        "a proxy left too many answers unread; closing its connection"
+                    );
+                    break;
+                }
                 let mut metrics = identity.metrics();
                 let (engine, events) = (engine.clone(), events_tx.clone());
                 tokio::spawn(async move {
@@ -385,17 +459,21 @@ async fn handle_connection(
                 continue;
             }
             Ok(Some(ProxyMessage::Hello { .. })) => {
-                let _ = events_tx.send(SupervisorMessage::ProtocolError {
+                if !answer(SupervisorMessage::ProtocolError {
                     message: "hello was already accepted".into(),
-                });
+                }) {
+                    break;
+                }
                 continue;
             }
             Ok(None) => break,
             // The frame was read whole, so the stream is still in sync.
             Err(WireError::Decode(message)) => {
-                let _ = events_tx.send(SupervisorMessage::ProtocolError {
+                if !answer(SupervisorMessage::ProtocolError {
                     message: format!("malformed frame: {message}"),
-                });
+                }) {
+                    break;
+                }
                 continue;
             }
             Err(err) => {

@@ -20,11 +20,11 @@ use std::path::PathBuf;
 
 use strata_protocol::config::Config;
 use strata_protocol::stats::RequestStats;
-use strata_protocol::wire::read_frame;
 use strata_protocol::wire::{
     ArrivalInfo, BackendInstance, Grant, LeaseFailure, LookupFailure, MAX_FRAME_BYTES,
     RevokeReason, RouterState, ServiceTier, SubmittedRecord, TicketRequest,
 };
+use strata_protocol::wire::{encode_frame, read_frame};
 use strata_test_support::record_json;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc::error::TryRecvError;
@@ -1166,4 +1166,51 @@ async fn a_live_proxys_real_records_replace_their_substitutes() {
     assert_eq!(records[1]["request_id"], format!("{INSTANCE}-2"));
     assert_eq!(records[1]["reason"], "shutdown");
     assert_eq!(shared.orphans.waiting(), 0);
+}
+
+/// A peer that keeps asking for `/requests` pages and never reads the answers is
+/// disconnected once the unwritten answers pass their limit, instead of growing the
+/// supervisor's memory without end; the engine hears that it is gone.
+#[tokio::test]
+async fn a_peer_that_never_reads_its_answers_is_disconnected() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let shared = shared(1000);
+    let (mut proxy, task) = start(engine, shared.clone());
+    let _events = handshake(&mut proxy, &mut commands).await;
+    for n in 1..=1000 {
+        proxy
+            .send(&ProxyMessage::SubmitRecord {
+                record: Box::new(submitted(n, &format!("r-{n}"))),
+            })
+            .await;
+    }
+    let page_bytes: usize = stored(&shared)
+        .iter()
+        .map(|record| record.to_string().len())
+        .sum();
+    let queries = MAX_UNWRITTEN_ANSWERS / page_bytes + 8;
+    // Written from a task: once the supervisor stops reading, these writes block.
+    let mut stream = proxy.stream;
+    let asking = tokio::spawn(async move {
+        for query in 0..queries as u64 {
+            let frame = encode_frame(&ProxyMessage::QueryRecords {
+                query,
+                after: None,
+                limit: 1000,
+            })
+            .unwrap();
+            if stream.write_all(&frame).await.is_err() {
+                break;
+            }
+        }
+        stream
+    });
+    // (Commands of the 1000 submissions came first: records go to the store, not the
+    // engine, so the next command is the end.)
+    match command(&mut commands).await {
+        Command::Disconnect { conn, .. } => assert_eq!(conn, CONN),
+        other => panic!("expected Disconnect, got {other:?}"),
+    }
+    ended(task).await;
+    drop(asking.await.unwrap());
 }
