@@ -178,7 +178,7 @@ impl Counters {
         &self,
         by_tier: [u64; 3],
         in_flight: u64,
-        by_model: BTreeMap<String, u64>,
+        count_by_model: impl FnOnce(&mut BTreeMap<String, u64>),
         proxies: u64,
     ) {
         for (slot, count) in self.queue_by_tier.iter().zip(by_tier) {
@@ -187,7 +187,7 @@ impl Counters {
         self.queue_depth
             .store(by_tier.iter().sum(), Ordering::Relaxed);
         self.in_flight.store(in_flight, Ordering::Relaxed);
-        *lock(&self.queue_by_model) = by_model;
+        count_by_model(&mut lock(&self.queue_by_model));
         self.proxies.store(proxies, Ordering::Relaxed);
     }
 

@@ -786,26 +786,29 @@ impl Engine {
             }
         }
         let admitted = self.queue.iter().filter(|ticket| ticket.admitted).count();
-        let mut by_model: BTreeMap<String, u64> = self
-            .config
-            .registry
-            .models()
-            .iter()
-            .map(|entry| (entry.id.clone(), 0))
-            .collect();
-        for ticket in self
-            .queue
-            .iter()
-            .filter(|ticket| !ticket.admitted || legacy)
-        {
-            if let Some(count) = by_model.get_mut(&ticket.model) {
-                *count += 1;
+        // Counted in place: this runs after every command, so no allocation
+        // once every model has its entry.
+        let count_by_model = |by_model: &mut BTreeMap<String, u64>| {
+            if by_model.is_empty() {
+                for entry in self.config.registry.models() {
+                    by_model.insert(entry.id.clone(), 0);
+                }
             }
-        }
+            by_model.values_mut().for_each(|count| *count = 0);
+            for ticket in self
+                .queue
+                .iter()
+                .filter(|ticket| !ticket.admitted || legacy)
+            {
+                if let Some(count) = by_model.get_mut(&ticket.model) {
+                    *count += 1;
+                }
+            }
+        };
         self.counters.publish(
             by_tier,
             (self.leases.len() + admitted) as u64,
-            by_model,
+            count_by_model,
             self.conns.len() as u64,
         );
     }
