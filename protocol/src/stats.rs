@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::RequestRecord;
+use crate::record::{Reason, RequestRecord};
 use crate::wire::ServiceTier;
 
 /// Upper bounds (seconds) of the duration histograms' buckets.
@@ -74,21 +74,37 @@ pub struct ModelHistograms {
     pub decode_rate: Histogram,
 }
 
-/// The labels of `strata_router_requests_total`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+/// The labels of `strata_router_requests_total` besides `model`. Plain
+/// enums, so counting a record allocates nothing once its series exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RequestLabels {
-    pub model: String,
-    pub reason: String,
-    /// `2xx`, `4xx`, `5xx` or `none` (no status: the client left first).
-    pub status_class: String,
-    pub tier: String,
+    pub reason: Reason,
+    /// The status's hundreds (2, 4, 5), or 0 without a status (the client
+    /// left first).
+    pub status_hundreds: u16,
+    pub tier: ServiceTier,
     pub stream: bool,
+}
+
+impl RequestLabels {
+    /// The `status_class` label: `2xx`, `4xx`, `5xx` or `none`.
+    pub fn status_class(&self) -> &'static str {
+        match self.status_hundreds {
+            0 => "none",
+            1 => "1xx",
+            2 => "2xx",
+            3 => "3xx",
+            4 => "4xx",
+            _ => "5xx",
+        }
+    }
 }
 
 /// Everything counted over the stored records.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RequestStats {
-    pub requests: BTreeMap<RequestLabels, u64>,
+    /// By `model` label, then by the other labels.
+    pub requests: BTreeMap<String, BTreeMap<RequestLabels, u64>>,
     pub response_bytes: u64,
     pub by_model: BTreeMap<String, ModelHistograms>,
 }
@@ -111,27 +127,19 @@ fn decode_rate(record: &RequestRecord) -> Option<f64> {
 impl RequestStats {
     /// Counts one stored record, which waited in `tier`.
     pub fn observe(&mut self, record: &RequestRecord, tier: ServiceTier) {
-        let model = record
-            .model_resolved
-            .clone()
-            .unwrap_or_else(|| NO_MODEL.to_owned());
-        let status_class = match record.status {
-            Some(status) => format!("{}xx", status / 100),
-            None => "none".to_owned(),
-        };
+        let model = record.model_resolved.as_deref().unwrap_or(NO_MODEL);
         let labels = RequestLabels {
-            model: model.clone(),
-            reason: record.reason.as_str().to_owned(),
-            status_class,
-            tier: tier.as_str().to_owned(),
+            reason: record.reason,
+            status_hundreds: record.status.map_or(0, |status| (status / 100).clamp(1, 5)),
+            tier,
             stream: record.stream,
         };
-        *self.requests.entry(labels).or_default() += 1;
+        *entry(&mut self.requests, model).entry(labels).or_default() += 1;
         self.response_bytes += record.response_bytes;
         if record.model_resolved.is_none() {
             return;
         }
-        let histograms = self.by_model.entry(model).or_default();
+        let histograms = entry(&mut self.by_model, model);
         let pairs = [
             (&mut histograms.queue_wait, seconds(record.queue_wait_ms)),
             (&mut histograms.model_load, seconds(record.model_load_ms)),
@@ -154,8 +162,17 @@ impl RequestStats {
 
     /// Requests counted so far.
     pub fn total_requests(&self) -> u64 {
-        self.requests.values().sum()
+        self.requests.values().flat_map(BTreeMap::values).sum()
     }
+}
+
+/// The value for `key`, inserted (with the key's one allocation) only the
+/// first time.
+fn entry<'a, V: Default>(map: &'a mut BTreeMap<String, V>, key: &str) -> &'a mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_owned(), V::default());
+    }
+    map.get_mut(key).expect("just inserted")
 }
 
 #[cfg(test)]
@@ -200,21 +217,20 @@ mod tests {
         assert_eq!(stats.total_requests(), 3);
         assert_eq!(stats.response_bytes, 250);
         let completed = RequestLabels {
-            model: "m".into(),
-            reason: "completed".into(),
-            status_class: "2xx".into(),
-            tier: "priority".into(),
+            reason: Reason::Completed,
+            status_hundreds: 2,
+            tier: ServiceTier::Priority,
             stream: true,
         };
-        assert_eq!(stats.requests[&completed], 2);
+        assert_eq!(completed.status_class(), "2xx");
+        assert_eq!(stats.requests["m"][&completed], 2);
         let rejected = RequestLabels {
-            model: NO_MODEL.into(),
-            reason: "invalid_request".into(),
-            status_class: "4xx".into(),
-            tier: "default".into(),
+            reason: Reason::InvalidRequest,
+            status_hundreds: 4,
+            tier: ServiceTier::Default,
             stream: false,
         };
-        assert_eq!(stats.requests[&rejected], 1);
+        assert_eq!(stats.requests[NO_MODEL][&rejected], 1);
         // Only resolved requests are measured.
         assert_eq!(stats.by_model.len(), 1);
         let m = &stats.by_model["m"];

@@ -32,19 +32,21 @@ pub fn render(
         "Finished chat requests, one per record.",
     );
     if let Some(metrics) = metrics {
-        for (labels, count) in &metrics.requests.requests {
-            let stream = if labels.stream { "true" } else { "false" };
-            out.sample(
-                "requests_total",
-                &[
-                    ("model", &labels.model),
-                    ("reason", &labels.reason),
-                    ("status_class", &labels.status_class),
-                    ("tier", &labels.tier),
-                    ("stream", stream),
-                ],
-                *count as f64,
-            );
+        for (model, series) in &metrics.requests.requests {
+            for (labels, count) in series {
+                let stream = if labels.stream { "true" } else { "false" };
+                out.sample(
+                    "requests_total",
+                    &[
+                        ("model", model),
+                        ("reason", labels.reason.as_str()),
+                        ("status_class", labels.status_class()),
+                        ("tier", labels.tier.as_str()),
+                        ("stream", stream),
+                    ],
+                    *count as f64,
+                );
+            }
         }
     }
     out.family(
