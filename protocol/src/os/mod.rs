@@ -116,7 +116,8 @@ pub fn raise_open_file_limit() {
 /// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the process:
 /// spawn from a thread that lives as long as the child should (the supervisor spawns its
 /// backend on its main thread).
-// The crate denies `unsafe_code`; this hook and `dir_watch`'s registration are the exceptions.
+// The crate denies `unsafe_code`; this hook, `dir_watch`'s registration and
+// `release_free_memory` are the exceptions.
 #[allow(unsafe_code)]
 pub fn die_with_parent(command: &mut Command, signal: Signal) {
     let parent = getpid();
