@@ -121,6 +121,33 @@ impl Backend {
         self.group.reap()
     }
 
+    /// Tests: a stand-in for a verified backend of `model_id` on `addr`: a
+    /// real process in its own group (a `sleep`), so the engine's child
+    /// checks and stops work on it, but no Strata behind it.
+    #[cfg(test)]
+    pub(crate) fn stand_in(model_id: &str, upstream_model: &str, addr: SocketAddr) -> Backend {
+        use std::os::unix::process::CommandExt;
+        let mut sleep = std::process::Command::new("sleep");
+        sleep
+            .arg("3600")
+            .process_group(0)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let child = sleep.spawn().expect("spawn sleep");
+        // As in `spawn`: the group waits for it, not the handle.
+        let group = ChildGroup::adopt(child.id());
+        drop(child);
+        Backend {
+            group,
+            model_id: model_id.to_owned(),
+            upstream_model: upstream_model.to_owned(),
+            addr,
+            started_at: Instant::now(),
+            load_duration: Duration::ZERO,
+        }
+    }
+
     /// Stop the backend: SIGTERM to its process group, up to `shutdown` for it to exit, then
     /// SIGKILL; reap it and confirm the group is gone (bounded). Also fine after it died.
     pub async fn stop(mut self, shutdown: Duration) -> StopReport {

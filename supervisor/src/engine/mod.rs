@@ -12,11 +12,18 @@
 //! bookkeeping keep answering because the engine loop itself never blocks
 //! on the backend.
 
-mod control_ops;
+mod backend_ops;
+mod backend_slot;
+mod drain;
+mod leases;
 mod ledger;
-mod ops;
+mod operator;
+mod queue;
+mod report;
 pub mod scheduler;
 mod state;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,9 +133,9 @@ pub enum Command {
     /// A second shutdown signal or the drain deadline: interrupt leases.
     ForceShutdown,
     /// Internal: progress of the running load.
-    OpProgress(ops::OpProgress),
+    OpProgress(backend_ops::OpProgress),
     /// Internal: a load or stop finished.
-    OpFinished(ops::OpOutcome),
+    OpFinished(backend_ops::OpOutcome),
     /// Tests: make the engine task fail.
     #[cfg(test)]
     Panic,
@@ -258,7 +265,17 @@ pub fn spawn(
 ) -> (EngineHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let handle = EngineHandle { tx: tx.clone() };
-    let engine = state::Engine::new(config, instance_id, counters, tx);
+    let ops = backend_ops::OpRunner::Tasks {
+        engine: tx,
+        shutdown: std::time::Duration::from_millis(config.timers.shutdown_ms),
+    };
+    let engine = state::Engine::new(
+        config,
+        instance_id,
+        counters,
+        ops,
+        tokio::time::Instant::now(),
+    );
     let task = tokio::spawn(engine.run(rx));
     (handle, task)
 }

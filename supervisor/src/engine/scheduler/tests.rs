@@ -23,7 +23,7 @@ fn rules(mode: Mode, max_pending: usize) -> Rules {
     }
 }
 
-/// What runs, with owned names (a [`Backend`] borrows).
+/// What runs, with owned names (a [`BackendView`] borrows).
 #[derive(Debug, Clone, PartialEq)]
 enum Runs {
     Nothing,
@@ -101,13 +101,21 @@ impl World {
     }
 
     fn decide(&self) -> Plan {
+        decide(&self.view())
+    }
+
+    fn refusal(&self, model: &str) -> Option<Refusal> {
+        refusal(&self.view(), model)
+    }
+
+    fn view(&self) -> View<'_> {
         let backend = match &self.runs {
-            Runs::Nothing => Backend::Empty,
-            Runs::Serving(model) => Backend::Serving { model },
-            Runs::Loading(model) => Backend::Loading { model },
-            Runs::Busy => Backend::Busy,
+            Runs::Nothing => BackendView::Empty,
+            Runs::Serving(model) => BackendView::Serving { model },
+            Runs::Loading(model) => BackendView::Loading { model },
+            Runs::Busy => BackendView::Busy,
         };
-        let view = View {
+        View {
             now: self.now,
             rules: &self.rules,
             backend,
@@ -123,8 +131,7 @@ impl World {
                 lookup_until: self.lookup_until,
                 tried: self.tried,
             },
-        };
-        decide(&view)
+        }
     }
 
     /// Applies a plan the way the engine would, with loads that finish at
@@ -547,11 +554,50 @@ fn cache_state_discards_scores_on_every_change() {
 
 #[test]
 fn legacy_max_pending_bounds_active_plus_waiting() {
-    let legacy = rules(Mode::Legacy, 3);
-    assert!(!queue_is_full(&legacy, 1, 1));
-    assert!(queue_is_full(&legacy, 2, 1));
-    assert!(queue_is_full(&legacy, 0, 3));
-    assert!(!queue_is_full(&rules(Mode::WaitFirst, 1), 100, 100));
+    // (mode, queued, leases, refused)
+    let cases = [
+        (Mode::Legacy, 1, 1, false),
+        (Mode::Legacy, 2, 1, true),
+        (Mode::Legacy, 0, 3, true),
+        (Mode::WaitFirst, 100, 100, false),
+    ];
+    for (mode, queued, leases, refused) in cases {
+        let mut world = World::new(mode, 3).serving("a").leases(leases);
+        for id in 0..queued {
+            world = world.queue(&[(id, "a", D)]);
+        }
+        let expected = refused.then_some(Refusal::QueueFull);
+        assert_eq!(
+            world.refusal("a"),
+            expected,
+            "{mode:?}, {queued} queued, {leases} leases"
+        );
+    }
+}
+
+#[test]
+fn a_cooldown_refuses_only_tickets_that_need_a_launch() {
+    let mut world = World::new(Mode::WaitFirst, 16).serving("a");
+    let until = world.now + Duration::from_secs(5);
+    world.cooldowns.insert("b".into(), until);
+    world.cooldowns.insert("a".into(), until);
+    // (what runs, model asked for, refused)
+    let cases = [
+        (Runs::Serving("a"), "a", None),
+        (Runs::Loading("a"), "a", None),
+        (Runs::Serving("a"), "b", Some(Refusal::Cooldown { until })),
+        (Runs::Nothing, "a", Some(Refusal::Cooldown { until })),
+        (Runs::Busy, "a", Some(Refusal::Cooldown { until })),
+        (Runs::Nothing, "c", None),
+    ];
+    for (runs, model, expected) in cases {
+        world.runs = runs.clone();
+        assert_eq!(world.refusal(model), expected, "{runs:?}, {model}");
+    }
+    // An ended cooldown refuses nothing.
+    world.now = until;
+    world.runs = Runs::Nothing;
+    assert_eq!(world.refusal("b"), None);
 }
 
 #[test]

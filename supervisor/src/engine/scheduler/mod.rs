@@ -61,7 +61,7 @@ pub enum Mode {
 pub struct Rules {
     pub mode: Mode,
     /// Wait-first: dispatched requests. Legacy: active plus waiting (checked
-    /// when a ticket enters, see [`queue_is_full`]).
+    /// when a ticket enters, see [`refusal`]).
     pub max_pending: usize,
     /// The extra dispatch limit for cache lookups; `None` when disabled.
     pub cache_max_active: Option<usize>,
@@ -88,7 +88,7 @@ pub struct Waiting {
 
 /// What the backend is doing, as far as scheduling cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend<'a> {
+pub enum BackendView<'a> {
     /// Nothing runs.
     Empty,
     /// A verified backend serves `model`.
@@ -128,7 +128,7 @@ pub struct CacheView<'a> {
 pub struct View<'a> {
     pub now: Instant,
     pub rules: &'a Rules,
-    pub backend: Backend<'a>,
+    pub backend: BackendView<'a>,
     /// Every ticket not yet granted, in arrival order.
     pub queue: &'a [Waiting],
     /// Granted leases (all on the serving model, or on the backend that
@@ -190,10 +190,38 @@ impl Plan {
     }
 }
 
-/// Legacy mode refuses a ticket at once (429) when `max_pending` tickets are
-/// already active or waiting.
-pub fn queue_is_full(rules: &Rules, queued: usize, leases: usize) -> bool {
-    rules.mode == Mode::Legacy && queued + leases >= rules.max_pending
+/// Why the rules refuse a new ticket at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// It needs a launch of its model, whose start cooldown runs until then.
+    Cooldown { until: Instant },
+    /// Legacy: `max_pending` tickets are already active or waiting (429).
+    QueueFull,
+}
+
+/// Whether a new ticket for `model` is refused at once (`view.queue` does
+/// not hold it yet). A ticket that can join the serving or loading model
+/// needs no launch, so a cooldown does not refuse it; that is also the rule
+/// [`decide`] applies when it would launch a waiting ticket's model.
+pub fn refusal(view: &View, model: &str) -> Option<Refusal> {
+    let joins = matches!(
+        view.backend,
+        BackendView::Serving { model: m } | BackendView::Loading { model: m } if m == model
+    );
+    if !joins && let Some(until) = cooldown_until(view, model) {
+        return Some(Refusal::Cooldown { until });
+    }
+    let legacy_full =
+        view.rules.mode == Mode::Legacy && view.queue.len() + view.leases >= view.rules.max_pending;
+    legacy_full.then_some(Refusal::QueueFull)
+}
+
+/// When `model`'s start cooldown ends, if it still runs.
+fn cooldown_until(view: &View, model: &str) -> Option<Instant> {
+    view.cooldowns
+        .get(model)
+        .copied()
+        .filter(|until| view.now < *until)
 }
 
 /// Makes every decision that is due in `view`.
@@ -211,7 +239,7 @@ pub fn decide(view: &View) -> Plan {
             None => {}
         }
     }
-    if view.hold == Hold::Everything || view.backend == Backend::Busy {
+    if view.hold == Hold::Everything || view.backend == BackendView::Busy {
         return plan;
     }
     let waiting: Vec<&Waiting> = view
@@ -244,7 +272,7 @@ fn free_slots(rules: &Rules, used: usize, dispatch_limit: Option<usize>) -> usiz
 }
 
 fn idle_unload(view: &View, admitted: usize, plan: &mut Plan) {
-    if !matches!(view.backend, Backend::Serving { .. }) || view.leases > 0 || admitted > 0 {
+    if !matches!(view.backend, BackendView::Serving { .. }) || view.leases > 0 || admitted > 0 {
         return;
     }
     let quiet_for = view.rules.idle.max(view.rules.grace);
@@ -270,7 +298,7 @@ enum Order<'a> {
 fn order<'a>(view: &View, mut candidates: Vec<&'a Waiting>, free: usize) -> Order<'a> {
     let cache = &view.cache;
     // Only a serving backend can be asked.
-    let serving = matches!(view.backend, Backend::Serving { .. });
+    let serving = matches!(view.backend, BackendView::Serving { .. });
     if !cache.usable || !serving || free == 0 || candidates.len() <= free.max(1) {
         return Order::Ready(candidates);
     }
@@ -300,9 +328,9 @@ fn wait_first(
     let rules = view.rules;
     let mut used = view.leases + admitted;
     let (model, grant) = match view.backend {
-        Backend::Serving { model } => (Some(model), true),
-        Backend::Loading { model } => (Some(model), false),
-        Backend::Empty | Backend::Busy => (None, false),
+        BackendView::Serving { model } => (Some(model), true),
+        BackendView::Loading { model } => (Some(model), false),
+        BackendView::Empty | BackendView::Busy => (None, false),
     };
     // Admission for the model that serves or loads, best tier first; a tier
     // with tickets left (for this model or another) holds back the rest.
@@ -363,10 +391,10 @@ fn wait_first(
         return;
     };
     // The running model is not quiet while it has work, waiting included.
-    if matches!(view.backend, Backend::Loading { .. }) || used > 0 || left_at_top {
+    if matches!(view.backend, BackendView::Loading { .. }) || used > 0 || left_at_top {
         return;
     }
-    if let Backend::Serving { .. } = view.backend
+    if let BackendView::Serving { .. } = view.backend
         && top != ServiceTier::Priority
     {
         let quiet_until = view.quiet_since + rules.grace;
@@ -397,12 +425,12 @@ fn wait_first(
 /// Whether a launch of `model` is refused now; wakes the plan when its
 /// cooldown ends.
 fn cooling_down(view: &View, model: &str, plan: &mut Plan) -> bool {
-    match view.cooldowns.get(model) {
-        Some(&until) if view.now < until => {
+    match cooldown_until(view, model) {
+        Some(until) => {
             plan.wake(until);
             true
         }
-        _ => false,
+        None => false,
     }
 }
 
@@ -430,7 +458,7 @@ fn legacy(view: &View, waiting: &[&Waiting], top: ServiceTier, admitted: usize, 
         .collect();
     let head = at_top[0];
     match view.backend {
-        Backend::Serving { model } if head.model == model => {
+        BackendView::Serving { model } if head.model == model => {
             // The run of tickets for the loaded model at the head may be
             // reordered by cache matches; a ticket for another model further
             // back keeps its place.
@@ -453,7 +481,7 @@ fn legacy(view: &View, waiting: &[&Waiting], top: ServiceTier, admitted: usize, 
                 Order::Lookup(keys) => plan.decisions.push(Decision::StartLookup(keys)),
             }
         }
-        Backend::Serving { .. } => {
+        BackendView::Serving { .. } => {
             if view.leases > 0 {
                 return;
             }
@@ -473,7 +501,7 @@ fn legacy(view: &View, waiting: &[&Waiting], top: ServiceTier, admitted: usize, 
             });
             plan.decisions.push(Decision::Admit(head.key));
         }
-        Backend::Empty => {
+        BackendView::Empty => {
             if view.leases > 0 {
                 return;
             }
@@ -488,10 +516,10 @@ fn legacy(view: &View, waiting: &[&Waiting], top: ServiceTier, admitted: usize, 
         }
         // An operator load of the head's model: the head takes the lock
         // and waits for that load, as if it had started it.
-        Backend::Loading { model } if head.model == model => {
+        BackendView::Loading { model } if head.model == model => {
             plan.decisions.push(Decision::Admit(head.key));
         }
-        Backend::Loading { .. } | Backend::Busy => {}
+        BackendView::Loading { .. } | BackendView::Busy => {}
     }
 }
 

@@ -1,9 +1,12 @@
-//! Loads and stops, run as tasks the engine spawns and waits for.
+//! Loads and stops of the backend, run as tasks the engine starts and waits
+//! for.
 //!
 //! A running op owns the `Backend` value it works on, so nothing else can
 //! signal that process meanwhile. Each op reports progress and its outcome
 //! to the engine through the engine's own command channel, tagged with the
-//! op's sequence number so a stale report is recognisable.
+//! op's sequence number so a stale report is recognisable. The engine hands
+//! each op to an [`OpRunner`] as an [`OpRequest`]; in unit tests the runner
+//! passes the requests to the test instead, which answers them itself.
 
 use std::time::{Duration, Instant};
 
@@ -48,8 +51,59 @@ pub enum OpOutcome {
     },
 }
 
-/// Stops `old` (if any), then starts the backend `spec` describes.
-pub fn spawn_load(
+/// One op the engine wants run.
+#[derive(Debug)]
+pub enum OpRequest {
+    /// Stop `old` (if any), then start the backend `spec` describes; stop
+    /// early once `cancel` turns true.
+    Load {
+        op_seq: u64,
+        old: Option<Backend>,
+        spec: LaunchSpec,
+        cancel: watch::Receiver<bool>,
+    },
+    /// Stop `backend` and report when its process group is gone.
+    Stop { op_seq: u64, backend: Backend },
+}
+
+/// Where the engine's ops run.
+#[derive(Debug)]
+pub enum OpRunner {
+    /// As tasks on the current runtime, reporting to the engine's channel;
+    /// `shutdown` is the SIGTERM-to-SIGKILL grace of a stop.
+    Tasks {
+        engine: mpsc::UnboundedSender<Command>,
+        shutdown: Duration,
+    },
+    /// Tests: each request goes to the test, which answers it with
+    /// `OpProgress` and `OpFinished` commands of its own.
+    #[cfg(test)]
+    Manual(mpsc::UnboundedSender<OpRequest>),
+}
+
+impl OpRunner {
+    pub fn run(&self, request: OpRequest) {
+        match self {
+            OpRunner::Tasks { engine, shutdown } => match request {
+                OpRequest::Load {
+                    op_seq,
+                    old,
+                    spec,
+                    cancel,
+                } => spawn_load(op_seq, old, spec, *shutdown, cancel, engine.clone()),
+                OpRequest::Stop { op_seq, backend } => {
+                    spawn_stop(op_seq, backend, *shutdown, engine.clone())
+                }
+            },
+            #[cfg(test)]
+            OpRunner::Manual(tests) => {
+                let _ = tests.send(request);
+            }
+        }
+    }
+}
+
+fn spawn_load(
     op_seq: u64,
     old: Option<Backend>,
     spec: LaunchSpec,
@@ -79,8 +133,7 @@ pub fn spawn_load(
     });
 }
 
-/// Stops `backend` and reports when its process group is gone.
-pub fn spawn_stop(
+fn spawn_stop(
     op_seq: u64,
     backend: Backend,
     shutdown: Duration,

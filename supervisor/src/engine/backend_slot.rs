@@ -1,0 +1,489 @@
+//! The one backend slot: the verified backend (when one runs and no op owns
+//! it), the load or stop that runs instead, and what the engine remembers of
+//! earlier starts (the selected and last loaded model, verified models,
+//! per-model start cooldowns and their causes).
+//!
+//! The slot is state, not I/O: starting an op hands back the
+//! [`OpRequest`] the engine gives its runner, and an op's outcome comes
+//! back through [`BackendSlot::finished`], which says what it means.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use strata_protocol::config::Config;
+use strata_protocol::wire::{BackendInstance, LeaseFailure};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::backend_ops::{OpOutcome, OpProgress, OpRequest, ProgressEvent};
+use super::scheduler::BackendView;
+use crate::backend::{Backend, ExitInfo, LaunchSpec, StartError, StartProgress, StopReport};
+
+/// The cause a cooldown shows when its start error is not known.
+const GENERIC_START_FAILURE: &str = "a recent backend start failed";
+
+/// Why a running load was asked to stop early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// Operator `off` (or legacy routing off); admitted requests were failed.
+    RoutingOff,
+    /// The `on` client that started the load went away; admitted requests
+    /// go back to waiting.
+    ControlClientGone,
+    Shutdown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Idle,
+    Off,
+    Shutdown,
+    /// The child died on its own; its group is being cleaned up. The model
+    /// stays selected, so reloading it is not a switch.
+    ChildDied,
+}
+
+#[derive(Debug)]
+enum RunningOp {
+    Load {
+        seq: u64,
+        model: String,
+        /// Admission found a different model, or none, selected.
+        switch: bool,
+        cancel: watch::Sender<bool>,
+        cancelled: Option<CancelReason>,
+        /// Started by (not merely joined by) a control `on`.
+        started_by_control: bool,
+        pid: Option<u32>,
+        started: Instant,
+    },
+    Stop {
+        seq: u64,
+        reason: StopReason,
+    },
+}
+
+/// What a finished op means for the engine.
+#[derive(Debug)]
+pub enum Finished {
+    /// Load `seq` is verified and serves now.
+    Verified {
+        seq: u64,
+        model: String,
+        pid: u32,
+        switch: bool,
+        load_ms: u64,
+    },
+    /// Load `seq` was cancelled (or stopped by a cancel); nothing serves.
+    Cancelled { seq: u64, model: String },
+    /// Load `seq` failed; its model cools down.
+    Failed {
+        seq: u64,
+        model: String,
+        message: String,
+        switch: bool,
+        load_ms: u64,
+    },
+    Stopped {
+        pid: u32,
+        reason: StopReason,
+        report: StopReport,
+    },
+    /// A report of an op that is not the running one.
+    Stale,
+}
+
+/// Progress of the running load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadProgress {
+    pub seq: u64,
+    pub model: String,
+    pub elapsed_ms: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct BackendSlot {
+    /// The verified backend, when one is running and no op owns it.
+    backend: Option<Backend>,
+    /// Verified starts so far; the serving backend's [`BackendInstance`]
+    /// epoch.
+    epoch: u64,
+    /// The model the backend runs or last ran. Kept when the child dies
+    /// (a same-ID reload is not a switch), cleared by an unload.
+    selected: Option<String>,
+    last_loaded: Option<String>,
+    verified: BTreeSet<String>,
+    last_startup_error: Option<String>,
+    /// Per model: no launch before this (its last start failed). One
+    /// broken build does not keep the others from loading.
+    cooldowns: BTreeMap<String, Instant>,
+    /// Per model: the generic cause of its last failed start, until it
+    /// starts.
+    start_errors: BTreeMap<String, String>,
+    op: Option<RunningOp>,
+    op_seq: u64,
+}
+
+impl BackendSlot {
+    // ---- what runs --------------------------------------------------------
+
+    /// The model a verified backend serves (no op runs then: an op owns the
+    /// backend it works on).
+    pub fn serving_model(&self) -> Option<&str> {
+        self.backend.as_ref().and(self.selected.as_deref())
+    }
+
+    /// The serving backend's address and instance.
+    pub fn serving(&self) -> Option<(SocketAddr, BackendInstance)> {
+        let backend = self.backend.as_ref()?;
+        Some((backend.addr(), self.instance_of(backend)))
+    }
+
+    pub fn serving_instance(&self) -> Option<BackendInstance> {
+        self.serving().map(|(_, instance)| instance)
+    }
+
+    fn instance_of(&self, backend: &Backend) -> BackendInstance {
+        BackendInstance {
+            epoch: self.epoch,
+            pid: backend.pid(),
+        }
+    }
+
+    /// What the scheduler sees.
+    pub fn view(&self) -> BackendView<'_> {
+        match (&self.op, self.serving_model()) {
+            (
+                Some(RunningOp::Load {
+                    model,
+                    cancelled: None,
+                    ..
+                }),
+                _,
+            ) => BackendView::Loading { model },
+            (Some(_), _) => BackendView::Busy,
+            (None, Some(model)) => BackendView::Serving { model },
+            (None, None) => BackendView::Empty,
+        }
+    }
+
+    /// The model a running load starts, cancelled or not.
+    pub fn loading_model(&self) -> Option<&str> {
+        match &self.op {
+            Some(RunningOp::Load { model, .. }) => Some(model),
+            _ => None,
+        }
+    }
+
+    /// The running load, if one runs.
+    pub fn loading_seq(&self) -> Option<u64> {
+        match &self.op {
+            Some(RunningOp::Load { seq, .. }) => Some(*seq),
+            _ => None,
+        }
+    }
+
+    pub fn op_running(&self) -> bool {
+        self.op.is_some()
+    }
+
+    /// The running op as the status document names it.
+    pub fn op_name(&self) -> Option<&'static str> {
+        match &self.op {
+            Some(RunningOp::Load { .. }) => Some("load"),
+            Some(RunningOp::Stop { .. }) => Some("unload"),
+            None => None,
+        }
+    }
+
+    /// A load runs that a control `on` started.
+    pub fn control_load_running(&self) -> bool {
+        matches!(
+            self.op,
+            Some(RunningOp::Load {
+                started_by_control: true,
+                ..
+            })
+        )
+    }
+
+    /// The loading child's pid once spawned, else the serving backend's.
+    pub fn child_pid(&self) -> Option<u32> {
+        match &self.op {
+            Some(RunningOp::Load { pid, .. }) => *pid,
+            _ => self.backend.as_ref().map(Backend::pid),
+        }
+    }
+
+    pub fn backend_pid(&self) -> Option<u32> {
+        self.backend.as_ref().map(Backend::pid)
+    }
+
+    /// The model the backend runs or last ran (kept over a child's death).
+    pub fn selected(&self) -> Option<&str> {
+        self.selected.as_deref()
+    }
+
+    pub fn last_loaded(&self) -> Option<&str> {
+        self.last_loaded.as_deref()
+    }
+
+    pub fn is_verified(&self, model: &str) -> bool {
+        self.verified.contains(model)
+    }
+
+    pub fn last_startup_error(&self) -> Option<&str> {
+        self.last_startup_error.as_deref()
+    }
+
+    pub fn start_error(&self, model: &str) -> Option<&str> {
+        self.start_errors.get(model).map(String::as_str)
+    }
+
+    // ---- cooldowns --------------------------------------------------------
+
+    pub fn cooldowns(&self) -> &BTreeMap<String, Instant> {
+        &self.cooldowns
+    }
+
+    /// What is left of `model`'s start cooldown, if one runs.
+    pub fn cooldown_remaining(&self, model: &str, now: Instant) -> Option<Duration> {
+        let until = self.cooldowns.get(model)?;
+        until
+            .checked_duration_since(now)
+            .filter(|left| !left.is_zero())
+    }
+
+    /// The longest running cooldown of any model.
+    pub fn longest_cooldown(&self, now: Instant) -> Option<Duration> {
+        self.cooldowns
+            .keys()
+            .filter_map(|model| self.cooldown_remaining(model, now))
+            .max()
+    }
+
+    /// The failure of a ticket that needs a launch of cooling `model`.
+    pub fn cooldown_failure(&self, model: &str, now: Instant) -> LeaseFailure {
+        LeaseFailure::Cooldown {
+            message: self
+                .start_error(model)
+                .unwrap_or(GENERIC_START_FAILURE)
+                .to_owned(),
+            remaining_ms: self
+                .cooldown_remaining(model, now)
+                .map_or(0, |left| left.as_millis() as u64),
+        }
+    }
+
+    // ---- ops --------------------------------------------------------------
+
+    /// Starts loading `spec`'s model, stopping the current backend first.
+    pub fn start_load(
+        &mut self,
+        spec: LaunchSpec,
+        started_by_control: bool,
+        now: Instant,
+    ) -> OpRequest {
+        self.op_seq += 1;
+        let (cancel, cancel_rx) = watch::channel(false);
+        let model = spec.model_id.clone();
+        self.op = Some(RunningOp::Load {
+            seq: self.op_seq,
+            switch: self.selected.as_deref() != Some(model.as_str()),
+            model,
+            cancel,
+            cancelled: None,
+            started_by_control,
+            pid: None,
+            started: now,
+        });
+        OpRequest::Load {
+            op_seq: self.op_seq,
+            old: self.backend.take(),
+            spec,
+            cancel: cancel_rx,
+        }
+    }
+
+    /// Stops the verified backend, if one runs.
+    pub fn start_stop(&mut self, reason: StopReason) -> Option<OpRequest> {
+        let backend = self.backend.take()?;
+        self.op_seq += 1;
+        self.op = Some(RunningOp::Stop {
+            seq: self.op_seq,
+            reason,
+        });
+        Some(OpRequest::Stop {
+            op_seq: self.op_seq,
+            backend,
+        })
+    }
+
+    /// Asks the running load to stop at its next readiness poll.
+    pub fn cancel_load(&mut self, reason: CancelReason) {
+        if let Some(RunningOp::Load {
+            cancel, cancelled, ..
+        }) = &mut self.op
+            && cancelled.is_none()
+        {
+            *cancelled = Some(reason);
+            let _ = cancel.send(true);
+        }
+    }
+
+    /// The verified backend's process died on its own (it is reaped).
+    pub fn child_died(&mut self) -> Option<(u32, ExitInfo)> {
+        if self.op.is_some() {
+            return None;
+        }
+        let backend = self.backend.as_mut()?;
+        let exit = backend.try_exited()?;
+        Some((backend.pid(), exit))
+    }
+
+    /// Progress of the running load (stale reports are `None`).
+    pub fn progress(&mut self, progress: &OpProgress, now: Instant) -> Option<LoadProgress> {
+        let Some(RunningOp::Load {
+            seq,
+            model,
+            pid,
+            started,
+            ..
+        }) = &mut self.op
+        else {
+            return None;
+        };
+        if *seq != progress.op_seq {
+            return None;
+        }
+        if let ProgressEvent::Start(StartProgress::Spawned { pid: child }) = &progress.event {
+            *pid = Some(*child);
+        }
+        Some(LoadProgress {
+            seq: *seq,
+            model: model.clone(),
+            elapsed_ms: now.saturating_duration_since(*started).as_millis() as u64,
+        })
+    }
+
+    /// Takes the outcome of the running op; a failed start cools its model
+    /// down for `cooldown` from `now`.
+    pub fn finished(&mut self, outcome: OpOutcome, now: Instant, cooldown: Duration) -> Finished {
+        let running_seq = match &self.op {
+            Some(RunningOp::Load { seq, .. } | RunningOp::Stop { seq, .. }) => *seq,
+            None => return Finished::Stale,
+        };
+        match outcome {
+            OpOutcome::Loaded {
+                op_seq,
+                result,
+                load_ms,
+            } if op_seq == running_seq => {
+                let Some(RunningOp::Load {
+                    seq,
+                    model,
+                    switch,
+                    cancelled,
+                    ..
+                }) = self.op.take()
+                else {
+                    unreachable!("a load's outcome matched a stop")
+                };
+                match result {
+                    Ok(backend) => self.serve(seq, model, switch, backend, load_ms),
+                    Err(err) => {
+                        self.selected = None;
+                        if matches!(err, StartError::Cancelled) || cancelled.is_some() {
+                            return Finished::Cancelled { seq, model };
+                        }
+                        let message = err.to_string();
+                        self.last_startup_error = Some(message.clone());
+                        self.start_errors.insert(model.clone(), message.clone());
+                        self.cooldowns.insert(model.clone(), now + cooldown);
+                        Finished::Failed {
+                            seq,
+                            model,
+                            message,
+                            switch,
+                            load_ms,
+                        }
+                    }
+                }
+            }
+            OpOutcome::Stopped {
+                op_seq,
+                pid,
+                report,
+            } if op_seq == running_seq => {
+                let Some(RunningOp::Stop { reason, .. }) = self.op.take() else {
+                    unreachable!("a stop's outcome matched a load")
+                };
+                if reason != StopReason::ChildDied {
+                    self.selected = None;
+                }
+                Finished::Stopped {
+                    pid,
+                    reason,
+                    report,
+                }
+            }
+            _ => Finished::Stale,
+        }
+    }
+
+    /// Load `seq` verified `backend`: it serves now.
+    fn serve(
+        &mut self,
+        seq: u64,
+        model: String,
+        switch: bool,
+        backend: Backend,
+        load_ms: u64,
+    ) -> Finished {
+        let pid = backend.pid();
+        self.epoch += 1;
+        self.backend = Some(backend);
+        self.selected = Some(model.clone());
+        self.last_loaded = Some(model.clone());
+        self.verified.insert(model.clone());
+        self.cooldowns.remove(&model);
+        self.start_errors.remove(&model);
+        Finished::Verified {
+            seq,
+            model,
+            pid,
+            switch,
+            load_ms,
+        }
+    }
+}
+
+/// The start of `model` as the config describes it. It lives here, not in
+/// `backend/`, because the backend module deliberately knows nothing of the
+/// config's types.
+pub fn launch_spec(config: &Config, model: &str) -> LaunchSpec {
+    let entry = config
+        .registry
+        .model(model)
+        .expect("only configured, prepared models are loaded");
+    LaunchSpec {
+        model_id: entry.id.clone(),
+        python: config.python.clone(),
+        strata_dir: config.strata_dir.clone(),
+        profile: entry
+            .profile
+            .clone()
+            .expect("a prepared model has a profile"),
+        upstream_model: entry.upstream_model.clone(),
+        backend_port: config.backend_port,
+        // The private directory holding the sockets; ready files go there too.
+        ready_dir_parent: config
+            .control_socket
+            .parent()
+            .map(|dir| dir.to_path_buf())
+            .unwrap_or_else(|| "/".into()),
+        startup: Duration::from_millis(config.timers.startup_ms),
+        shutdown: Duration::from_millis(config.timers.shutdown_ms),
+    }
+}

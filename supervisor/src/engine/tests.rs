@@ -1,0 +1,446 @@
+//! The engine loop, driven by hand: an [`Engine`] fed [`Command`]s at
+//! instants the test chooses, with fake proxy connections (channels the test
+//! reads) and ops the test answers itself (a stand-in backend process for a
+//! verified load). No sockets, no Strata, no sleeps.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_protocol::config::Config;
+use strata_protocol::control::ControlEvent;
+use strata_protocol::wire::{
+    BackendInstance, Grant, LeaseFailure, ServiceTier, SupervisorMessage, TicketRequest,
+};
+use strata_test_support::config::{ConfigBuilder, ModelSpec, TestConfig};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::backend_ops::{OpOutcome, OpRequest, OpRunner};
+use super::drain::RECORDS_GRACE;
+use super::state::{Engine, Now};
+use super::{Command, ConnId, Counters};
+use crate::backend::{Backend, StartError, StopReport};
+
+const INSTANCE: &str = "42-1";
+
+struct Harness {
+    engine: Engine,
+    now: Now,
+    ops: mpsc::UnboundedReceiver<OpRequest>,
+    conns: HashMap<ConnId, mpsc::UnboundedReceiver<SupervisorMessage>>,
+    config: TestConfig,
+}
+
+impl Harness {
+    /// Models `a` and `b` (and whatever `edit` adds), wait-first unless
+    /// `edit` says otherwise.
+    fn new(edit: impl FnOnce(ConfigBuilder) -> ConfigBuilder) -> Harness {
+        let builder = ConfigBuilder::new("engine")
+            .model(ModelSpec::new("a"))
+            .model(ModelSpec::new("b"))
+            .wait_when_busy(true);
+        let config: TestConfig = edit(builder).build();
+        let loaded = Arc::new(Config::load(&config.path).expect("a valid config"));
+        let (tx, ops) = mpsc::unbounded_channel();
+        let now = Now {
+            at: Instant::now(),
+            unix_ms: 1_764_474_000_000,
+        };
+        let engine = Engine::new(
+            loaded,
+            INSTANCE.into(),
+            Arc::new(Counters::default()),
+            OpRunner::Manual(tx),
+            now.at,
+        );
+        Harness {
+            engine,
+            now,
+            ops,
+            conns: HashMap::new(),
+            config,
+        }
+    }
+
+    fn send(&mut self, command: Command) {
+        self.engine.handle(command, self.now);
+    }
+
+    /// Time passes; the engine sees its tick (and any wake-up now due).
+    fn advance(&mut self, by: Duration) {
+        self.now.at += by;
+        self.now.unix_ms += by.as_millis() as u64;
+        self.engine.tick(self.now);
+    }
+
+    fn connect(&mut self, conn: ConnId) {
+        let (events, rx) = mpsc::unbounded_channel();
+        self.conns.insert(conn, rx);
+        self.send(Command::Connect {
+            conn,
+            pid: 1000 + conn as u32,
+            events,
+        });
+        self.messages(conn);
+    }
+
+    fn enqueue(&mut self, conn: ConnId, ticket: u64, model: &str) {
+        self.send(Command::Enqueue {
+            conn,
+            ticket,
+            model: model.into(),
+            tier: ServiceTier::Default,
+            request: TicketRequest {
+                model_requested: model.into(),
+                stream: true,
+                arrived_unix_ms: self.now.unix_ms,
+            },
+        });
+    }
+
+    fn finish(&mut self, conn: ConnId, ticket: u64) {
+        self.send(Command::Finish { conn, ticket });
+    }
+
+    /// Everything the engine sent to `conn` since the last call.
+    fn messages(&mut self, conn: ConnId) -> Vec<SupervisorMessage> {
+        let rx = self.conns.get_mut(&conn).expect("a connected proxy");
+        std::iter::from_fn(|| rx.try_recv().ok()).collect()
+    }
+
+    /// The op the engine asked for since the last call (exactly one).
+    fn op(&mut self) -> OpRequest {
+        let op = self.ops.try_recv().expect("the engine asked for an op");
+        assert!(self.ops.try_recv().is_err(), "one op at a time");
+        op
+    }
+
+    fn no_op(&mut self) {
+        if let Ok(op) = self.ops.try_recv() {
+            panic!("no op expected, got {op:?}");
+        }
+    }
+
+    fn backend_addr(&self) -> std::net::SocketAddr {
+        ([127, 0, 0, 1], self.config.backend_port).into()
+    }
+
+    /// Answers load `op` as verified; returns its stand-in's pid.
+    fn verify(&mut self, op: OpRequest) -> u32 {
+        let OpRequest::Load { op_seq, spec, .. } = op else {
+            panic!("expected a load, got {op:?}");
+        };
+        let backend = Backend::stand_in(&spec.model_id, &spec.upstream_model, self.backend_addr());
+        let pid = backend.pid();
+        self.send(Command::OpFinished(OpOutcome::Loaded {
+            op_seq,
+            result: Ok(backend),
+            load_ms: 700,
+        }));
+        pid
+    }
+
+    /// Answers load `op` with `error`.
+    fn fail_load(&mut self, op: OpRequest, error: StartError) {
+        let OpRequest::Load { op_seq, .. } = op else {
+            panic!("expected a load, got {op:?}");
+        };
+        self.send(Command::OpFinished(OpOutcome::Loaded {
+            op_seq,
+            result: Err(error),
+            load_ms: 300,
+        }));
+    }
+
+    /// Answers stop `op` (its stand-in is killed by the drop).
+    fn stopped(&mut self, op: OpRequest) {
+        let OpRequest::Stop { op_seq, backend } = op else {
+            panic!("expected a stop, got {op:?}");
+        };
+        let pid = backend.pid();
+        drop(backend);
+        self.send(Command::OpFinished(OpOutcome::Stopped {
+            op_seq,
+            pid,
+            report: StopReport {
+                pid,
+                exit: None,
+                forced_kill: false,
+                elapsed: Duration::ZERO,
+                group_gone: true,
+            },
+        }));
+    }
+
+    fn status(&mut self) -> super::Status {
+        let (reply, mut rx) = oneshot::channel();
+        self.send(Command::Status { reply });
+        rx.try_recv().expect("status answers at once")
+    }
+}
+
+fn is_grant(message: &SupervisorMessage, ticket: u64) -> Option<&Grant> {
+    match message {
+        SupervisorMessage::Granted(grant) if grant.ticket == ticket => Some(grant),
+        _ => None,
+    }
+}
+
+fn state_backend(message: &SupervisorMessage) -> Option<Option<BackendInstance>> {
+    match message {
+        SupervisorMessage::State(state) => Some(state.backend),
+        _ => None,
+    }
+}
+
+/// A proxy checks each grant's instance against the last state it got, so
+/// the state that names a new backend must come first: after a load and
+/// after a switch, on every connection.
+#[test]
+fn the_state_naming_a_new_instance_precedes_the_grants_that_use_it() {
+    let mut h = Harness::new(|b| b);
+    h.connect(1);
+    h.connect(2);
+    h.enqueue(1, 1, "a");
+    h.enqueue(2, 1, "a");
+    let load = h.op();
+    h.messages(1);
+    h.messages(2);
+    let pid = h.verify(load);
+    for conn in [1, 2] {
+        let messages = h.messages(conn);
+        let grant_at = messages
+            .iter()
+            .position(|m| is_grant(m, 1).is_some())
+            .expect("granted");
+        let instance = is_grant(&messages[grant_at], 1).unwrap().instance;
+        assert_eq!(instance.pid, pid);
+        let named_at = messages
+            .iter()
+            .position(|m| state_backend(m) == Some(Some(instance)))
+            .expect("a state names the new instance");
+        assert!(named_at < grant_at, "conn {conn}: {messages:?}");
+    }
+
+    // A switch to b: a's leases end, b's load stops a and verifies b.
+    h.enqueue(1, 2, "b");
+    h.finish(1, 1);
+    h.finish(2, 1);
+    let switch = h.op();
+    let OpRequest::Load { old: Some(old), .. } = &switch else {
+        panic!("the switch stops the old backend: {switch:?}");
+    };
+    assert_eq!(old.pid(), pid);
+    h.messages(1);
+    h.verify(switch);
+    let messages = h.messages(1);
+    let grant_at = messages
+        .iter()
+        .position(|m| is_grant(m, 2).is_some())
+        .expect("b granted");
+    let grant = is_grant(&messages[grant_at], 2).unwrap();
+    assert!(grant.model_switch);
+    assert_eq!(grant.instance.epoch, 2);
+    let named_at = messages
+        .iter()
+        .position(|m| state_backend(m) == Some(Some(grant.instance)))
+        .expect("a state names b's instance");
+    assert!(named_at < grant_at, "{messages:?}");
+}
+
+/// An `on` whose client goes away cancels the load it started; requests
+/// that joined that load wait again (they are not failed) and get the next
+/// load, and the one after it verifies and grants them.
+#[test]
+fn a_cancelled_load_returns_its_admitted_tickets_to_waiting() {
+    let mut h = Harness::new(|b| b);
+    h.connect(1);
+    let (events, mut control) = mpsc::unbounded_channel();
+    h.send(Command::On {
+        id: 7,
+        model: Some("a".into()),
+        events,
+    });
+    let load = h.op();
+    let OpRequest::Load { cancel, .. } = &load else {
+        panic!("expected a load");
+    };
+    let cancel = cancel.clone();
+    h.enqueue(1, 1, "a");
+    assert!(
+        h.messages(1)
+            .iter()
+            .any(|m| matches!(m, SupervisorMessage::Admitted { ticket: 1 })),
+        "the ticket joins the operator's load"
+    );
+    h.send(Command::CancelControl { id: 7 });
+    assert!(*cancel.borrow(), "the load is asked to stop");
+    h.fail_load(load, StartError::Cancelled);
+
+    let messages = h.messages(1);
+    assert!(
+        !messages
+            .iter()
+            .any(|m| matches!(m, SupervisorMessage::Failed { .. })),
+        "{messages:?}"
+    );
+    // It waits again, so a new load starts for it, and is granted when
+    // that load verifies.
+    let reload = h.op();
+    h.verify(reload);
+    assert!(h.messages(1).iter().any(|m| is_grant(m, 1).is_some()));
+    let done = std::iter::from_fn(|| control.try_recv().ok()).last();
+    match done {
+        Some(ControlEvent::Done(done)) => assert!(!done.ok, "{done:?}"),
+        other => panic!("the cancelled on ends with Done, got {other:?}"),
+    }
+}
+
+/// The drain ends only when every ticket's record has arrived, or after
+/// `RECORDS_GRACE` without it.
+#[test]
+fn the_drain_waits_for_open_ledger_entries() {
+    for record_arrives in [true, false] {
+        let mut h = Harness::new(|b| b);
+        h.connect(1);
+        h.enqueue(1, 1, "a");
+        let load = h.op();
+        h.verify(load);
+        let (done, mut drained) = oneshot::channel();
+        h.send(Command::Shutdown { done });
+        // Refused during the drain: its proxy's Finish, with the record,
+        // is still to come.
+        h.enqueue(1, 2, "a");
+        assert!(h.messages(1).iter().any(|m| matches!(
+            m,
+            SupervisorMessage::Failed {
+                ticket: 2,
+                failure: LeaseFailure::ShuttingDown,
+                ..
+            }
+        )));
+        // The lease ends: the backend stops, then the record is waited for.
+        h.finish(1, 1);
+        let stop = h.op();
+        h.stopped(stop);
+        h.advance(RECORDS_GRACE - Duration::from_millis(1));
+        assert!(
+            drained.try_recv().is_err(),
+            "the drain waits for the record"
+        );
+        assert!(!h.engine.is_finished());
+        assert_eq!(
+            h.engine.wake_at(),
+            Some(h.now.at + Duration::from_millis(1))
+        );
+        if record_arrives {
+            h.finish(1, 2);
+        } else {
+            h.advance(Duration::from_millis(1));
+        }
+        assert!(
+            drained.try_recv().is_ok(),
+            "record arrives: {record_arrives}"
+        );
+        assert!(h.engine.is_finished());
+        h.no_op();
+    }
+}
+
+/// A failed start fails the tickets admitted to it and cools its model down:
+/// a new ticket for it is refused at once with the cause, while the other
+/// model still loads.
+#[test]
+fn a_failed_load_cools_only_its_model_down() {
+    let mut h = Harness::new(|b| b.cooldown_ms(5_000));
+    h.connect(1);
+    h.enqueue(1, 1, "a");
+    let load = h.op();
+    h.fail_load(load, StartError::TimedOut { after_ms: 10_000 });
+    let failed = h.messages(1).into_iter().find_map(|m| match m {
+        SupervisorMessage::Failed {
+            ticket: 1, failure, ..
+        } => Some(failure),
+        _ => None,
+    });
+    assert!(
+        matches!(
+            failed,
+            Some(LeaseFailure::LoadFailed {
+                cooldown_ms: 5_000,
+                ..
+            })
+        ),
+        "{failed:?}"
+    );
+    h.advance(Duration::from_secs(1));
+    h.enqueue(1, 2, "a");
+    let refused = h.messages(1).into_iter().find_map(|m| match m {
+        SupervisorMessage::Failed {
+            ticket: 2, failure, ..
+        } => Some(failure),
+        _ => None,
+    });
+    match refused {
+        Some(LeaseFailure::Cooldown {
+            message,
+            remaining_ms,
+        }) => {
+            assert_eq!(remaining_ms, 4_000);
+            assert_eq!(
+                message,
+                StartError::TimedOut { after_ms: 10_000 }.to_string()
+            );
+        }
+        other => panic!("expected a cooldown refusal, got {other:?}"),
+    }
+    assert_eq!(h.status().cooldown_remaining_ms, Some(4_000));
+    h.enqueue(1, 3, "b");
+    let load = h.op();
+    h.verify(load);
+    assert!(h.messages(1).iter().any(|m| is_grant(m, 3).is_some()));
+    // Once the cooldown is over, a loads again.
+    h.finish(1, 3);
+    h.advance(Duration::from_secs(4));
+    h.enqueue(1, 4, "a");
+    assert!(matches!(h.op(), OpRequest::Load { .. }));
+}
+
+/// `off` waits for the active lease, then unloads and answers; the idle
+/// backend is gone from the status.
+#[test]
+fn off_waits_for_the_lease_then_unloads() {
+    let mut h = Harness::new(|b| b);
+    h.connect(1);
+    h.enqueue(1, 1, "a");
+    let load = h.op();
+    h.verify(load);
+    let (events, mut control) = mpsc::unbounded_channel();
+    h.send(Command::Off {
+        id: 3,
+        now: false,
+        events,
+    });
+    h.no_op();
+    assert_eq!(h.status().operation.as_deref(), Some("off"));
+    h.finish(1, 1);
+    let stop = h.op();
+    h.stopped(stop);
+    let events: Vec<ControlEvent> = std::iter::from_fn(|| control.try_recv().ok()).collect();
+    let Some(ControlEvent::Done(done)) = events.last() else {
+        panic!("off answers: {events:?}");
+    };
+    assert!(done.ok, "{done:?}");
+    assert_eq!(done.status.loaded, None);
+    assert!(!done.status.routing);
+    // Routing off: a new ticket is refused.
+    h.enqueue(1, 2, "a");
+    assert!(h.messages(1).iter().any(|m| matches!(
+        m,
+        SupervisorMessage::Failed {
+            failure: LeaseFailure::RoutingOff,
+            ..
+        }
+    )));
+}
