@@ -20,7 +20,6 @@ mod ledger;
 mod operator;
 mod queue;
 mod report;
-pub mod scheduler;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -39,8 +38,10 @@ use tokio::sync::{mpsc, oneshot};
 pub use ledger::OpenTicket;
 pub use strata_protocol::api::InFlightRequest;
 
-/// One proxy connection on the supervisor socket.
-pub type ConnId = u64;
+/// The scheduling decision lives in its own crate, shared with the
+/// simulator; inside the engine it is `scheduler`.
+use strata_scheduler as scheduler;
+pub use strata_scheduler::ConnId;
 
 /// Identifies one control-socket `on`/`off` operation, so a late cancel
 /// from a disconnected client cannot hit a newer operation.

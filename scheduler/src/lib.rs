@@ -36,13 +36,16 @@
 //!
 //! Ordering key of a ticket: (tier, model-group rule, cache rank, arrival).
 
+#![forbid(unsafe_code)]
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use strata_protocol::wire::{ServiceTier, TicketId};
 use tokio::time::Instant;
 
-use super::ConnId;
+/// One proxy connection on the supervisor socket.
+pub type ConnId = u64;
 
 /// A ticket's identity: its proxy connection and the proxy's ticket ID.
 pub type TicketKey = (ConnId, TicketId);
