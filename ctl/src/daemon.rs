@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use strata_os::die_with_parent;
 use strata_protocol::config::Config;
-use strata_protocol::os::die_with_parent;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::signal::unix::{SignalKind, signal};

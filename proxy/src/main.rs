@@ -8,10 +8,10 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use strata_protocol::config::Config;
-use strata_protocol::os::{
+use strata_os::{
     EXIT_CONFIG, config_path_from_args, count_shutdown_signals, init_logging, raise_open_file_limit,
 };
+use strata_protocol::config::Config;
 
 fn main() -> ExitCode {
     let config_path = match config_path_from_args("strata-proxy") {

@@ -8,6 +8,9 @@
 //! hard limit is the ceiling the operator chose (systemd's `LimitNOFILE=` in the units). So
 //! each daemon raises its soft limit to the hard limit at start, in its synchronous `main`
 //! before the runtime exists, and logs the limit it runs with.
+// `unsafe` is denied except for the `pre_exec` hook in `die_with_parent`, the descriptor
+// registration in `dir_watch` and the `malloc_trim` call in `release_free_memory`.
+#![deny(unsafe_code)]
 
 pub mod dir_watch;
 
