@@ -1,7 +1,8 @@
 //! Process setup done one way for every strata-router process.
 //!
-//! - `daemon.rs`: a daemon's start: its command line (`PROGRAM CONFIG`), logging, the exit
-//!   status for a bad config ([`EXIT_CONFIG`]) and the shutdown-signal counter.
+//! - `daemon.rs`: [`Daemon`], a daemon's start around its library `run`: the command line
+//!   (`PROGRAM CONFIG`), the exit status for a bad config ([`EXIT_CONFIG`]), logging, the
+//!   open-file limit, the [`current_thread_runtime`] and the shutdown-signal counter.
 //! - `open_files.rs`: [`raise_open_file_limit`], done at each daemon's start.
 //! - `child.rs`: [`die_with_parent`], the parent-death hook every spawned child gets.
 //! - `memory.rs`: [`release_free_memory`], the heap handed back after a burst.
@@ -29,7 +30,7 @@ mod daemon;
 mod open_files;
 
 pub use child::die_with_parent;
-pub use daemon::{EXIT_CONFIG, config_path_from_args, count_shutdown_signals, init_logging};
+pub use daemon::{Daemon, EXIT_CONFIG, current_thread_runtime};
 pub use dir_watch::DirWatch;
 pub use memory::release_free_memory;
 pub use open_files::raise_open_file_limit;
