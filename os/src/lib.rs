@@ -7,6 +7,8 @@
 //! - `child.rs`: [`die_with_parent`], the parent-death hook every spawned child gets.
 //! - `memory.rs`: [`release_free_memory`], the heap handed back after a burst.
 //! - `dir_watch.rs`: [`DirWatch`], inotify made async.
+//! - `warn_limit.rs`: [`WarnLimit`], the first warning of a kind at once, then one counted
+//!   line per interval.
 //!
 //! Nothing here knows what the processes say to each other (that is `strata-protocol`'s): this
 //! crate depends on no workspace crate.
@@ -28,9 +30,11 @@ mod memory;
 
 mod daemon;
 mod open_files;
+mod warn_limit;
 
 pub use child::die_with_parent;
 pub use daemon::{Daemon, EXIT_CONFIG, current_thread_runtime};
 pub use dir_watch::DirWatch;
 pub use memory::release_free_memory;
 pub use open_files::raise_open_file_limit;
+pub use warn_limit::WarnLimit;
