@@ -82,11 +82,13 @@ pub struct RequestLogWriter {
 /// Counters shared by the handle and the thread.
 #[derive(Debug, Default)]
 pub(super) struct Shared {
-    counters: Mutex<Counters>,
+    counters: Mutex<WriterCounters>,
 }
 
+/// What [`Shared`] guards: one writer's counts, and the queue-overflow warnings' limit (the
+/// handle notes an overflow under the same lock).
 #[derive(Debug)]
-struct Counters {
+struct WriterCounters {
     /// Lines accepted into the queue.
     accepted: u64,
     /// Accepted lines the thread has finished with, whatever the outcome.
@@ -99,9 +101,9 @@ struct Counters {
     overflow_warnings: WarnLimit,
 }
 
-impl Default for Counters {
+impl Default for WriterCounters {
     fn default() -> Self {
-        Counters {
+        WriterCounters {
             accepted: 0,
             finished: 0,
             written: 0,
@@ -114,7 +116,7 @@ impl Default for Counters {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Counters> {
+    fn lock(&self) -> MutexGuard<'_, WriterCounters> {
         self.counters.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
