@@ -14,8 +14,8 @@
 //! crate depends on no workspace crate.
 //!
 //! `unsafe` is denied in the crate and allowed in exactly three modules, below, each holding
-//! one audited use with its `SAFETY` comment and nothing else that needs `unsafe`. Every other
-//! crate in the workspace forbids `unsafe` outright.
+//! one audited use with its `SAFETY` comment and nothing else that needs `unsafe`. The other
+//! crates (`protocol`, the daemons, `strata-ctl`) forbid `unsafe` outright.
 #![deny(unsafe_code)]
 
 // `die_with_parent`: the `pre_exec` hook, and the `_exit` it calls in the forked child.
