@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use strata_os::{current_thread_runtime, die_with_parent};
 use strata_protocol::config::Config;
-use strata_protocol::os::die_with_parent;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::signal::unix::{SignalKind, signal};
@@ -85,13 +85,10 @@ pub fn run(args: Args) -> ExitCode {
 /// thread, which lives as long as the process (the parent-death signal
 /// fires when the forking *thread* exits).
 pub fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|err| {
-            say!("strata-ctl: cannot start the runtime: {err}");
-            ExitCode::FAILURE
-        })
+    current_thread_runtime().map_err(|err| {
+        say!("strata-ctl: cannot start the runtime: {err}");
+        ExitCode::FAILURE
+    })
 }
 
 /// Loads and validates a config the way `check-config` and the daemons do,

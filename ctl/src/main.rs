@@ -8,7 +8,7 @@
 //! `status`, `on` and `off`.
 //!
 //! No `unsafe`: the children's parent-death hook is
-//! `protocol::os::die_with_parent`.
+//! `strata_os::die_with_parent`.
 #![forbid(unsafe_code)]
 
 /// `eprintln!` that never panics: a closed or hung-up terminal must not

@@ -15,8 +15,10 @@
 //!   success after a warning is reported at once. So every failure is counted in exactly one
 //!   line, and the log gets at most about two lines per interval, also when accepts fail and
 //!   succeed in turn (near the limit, each closed connection lets one accept succeed before the
-//!   next fails).
+//!   next fails). The counting is strata-os's [`WarnLimit`], the one the supervisor's request
+//!   log uses too.
 
+use strata_os::WarnLimit;
 use tokio::time::{Duration, Instant};
 
 /// The wait after the first failure of a streak.
@@ -29,18 +31,28 @@ const MAX_DELAY: Duration = Duration::from_millis(500);
 const REPORT_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Backoff and log rate limit for accept failures; see the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct AcceptBackoff {
     /// The wait after the latest failure; zero while accepts succeed.
     delay: Duration,
     /// No accept before this (set after a failure, cleared by a success).
     retry_at: Option<Instant>,
-    /// When failures were last reported.
-    reported_at: Option<Instant>,
-    /// Failures not counted in any log line yet.
-    unreported: u64,
+    /// The failures: the first of a quiet spell reported at once, later ones counted into one
+    /// line per [`REPORT_INTERVAL`].
+    failures: WarnLimit<Instant>,
     /// A warning was logged and no line has said since that accepts work again.
     recovery_due: bool,
+}
+
+impl Default for AcceptBackoff {
+    fn default() -> Self {
+        AcceptBackoff {
+            delay: Duration::ZERO,
+            retry_at: None,
+            failures: WarnLimit::new(REPORT_INTERVAL),
+            recovery_due: false,
+        }
+    }
 }
 
 /// A log line to write, with the failures it counts (those since the previous line).
@@ -61,11 +73,8 @@ impl AcceptBackoff {
             (self.delay * 2).min(MAX_DELAY)
         };
         self.retry_at = Some(now + self.delay);
-        self.unreported += 1;
-        let due = self
-            .reported_at
-            .is_none_or(|at| now.saturating_duration_since(at) >= REPORT_INTERVAL);
-        due.then(|| self.report(now))
+        let failures = self.failures.note(now)?;
+        Some(self.line(failures))
     }
 
     /// Records a successful accept; `Some` is a report to log now.
@@ -77,7 +86,7 @@ impl AcceptBackoff {
         }
         self.recovery_due = false;
         Some(Report::Recovered {
-            failures: std::mem::take(&mut self.unreported),
+            failures: self.failures.take_unreported(),
         })
     }
 
@@ -88,16 +97,17 @@ impl AcceptBackoff {
 
     /// When the failures not reported yet are due for a [`report`](Self::report).
     pub(crate) fn report_at(&self) -> Option<Instant> {
-        if self.unreported == 0 {
-            return None;
-        }
-        self.reported_at.map(|at| at + REPORT_INTERVAL)
+        self.failures.due_at()
     }
 
     /// Reports the failures not reported yet, as of `now`.
     pub(crate) fn report(&mut self, now: Instant) -> Report {
-        self.reported_at = Some(now);
-        let failures = std::mem::take(&mut self.unreported);
+        let failures = self.failures.report(now);
+        self.line(failures)
+    }
+
+    /// The line for a report of `failures`: failing or working again, whichever is true now.
+    fn line(&mut self, failures: u64) -> Report {
         if self.retry_at.is_some() {
             self.recovery_due = true;
             Report::Failing { failures }

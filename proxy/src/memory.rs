@@ -8,7 +8,7 @@
 //! proxy stayed at about 60 MB with nothing left to serve (README, "Memory
 //! after load"). So a task counts open connections, and when their number
 //! has been high and has fallen back, it hands the free memory back
-//! ([`strata_protocol::os::release_free_memory`]).
+//! ([`strata_os::release_free_memory`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -71,7 +71,7 @@ pub async fn trim_after_bursts(gauge: Arc<ConnectionGauge>) {
     loop {
         tick.tick().await;
         if gauge.burst_ended() {
-            strata_protocol::os::release_free_memory();
+            strata_os::release_free_memory();
             tracing::debug!("a burst of connections ended: free memory handed back");
         }
     }

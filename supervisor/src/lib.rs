@@ -10,7 +10,7 @@
 //! - [`sockets`]: private directory checks and safe socket binding.
 //! - [`daemon`]: `run`, wiring it all together.
 //!
-//! No `unsafe`: the one `pre_exec` hook is `protocol::os::die_with_parent`.
+//! No `unsafe`: the one `pre_exec` hook is `strata_os::die_with_parent`.
 #![forbid(unsafe_code)]
 
 pub mod accounting;

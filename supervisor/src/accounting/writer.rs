@@ -22,8 +22,8 @@
 //! never depend on the file.
 //!
 //! Warnings that can repeat once per line (I/O failures, queue overflow, the incomplete line a
-//! failed write leaves for the next open to discard) go through a `WarnLimit`: the first is
-//! logged at once, later ones at most once per `WARN_INTERVAL` with a count of what happened
+//! failed write leaves for the next open to discard) go through a [`WarnLimit`] each: the first
+//! is logged at once, later ones at most once per `WARN_INTERVAL` with a count of what happened
 //! since, so a full disk costs a few log lines, not one per record.
 //!
 //! Retention: the active file and every backup (a former active file) stay within `max_bytes`,
@@ -42,6 +42,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use strata_os::WarnLimit;
+
 /// Capacity of the writer queue, in lines.
 pub const QUEUE_LINES: usize = 2048;
 
@@ -52,39 +54,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 const FILE_MODE: u32 = 0o600;
 
 /// Minimum interval between repeated warnings of one kind (errors, queue overflow, discarded
-/// incomplete lines).
+/// incomplete lines): each kind has its own [`WarnLimit`].
 const WARN_INTERVAL: Duration = Duration::from_secs(60);
-
-/// Rate limit for one kind of warning that can repeat once per line: the first occurrence is
-/// reported at once, later ones at most once per [`WARN_INTERVAL`], each report counting the
-/// occurrences since the previous one (so none goes uncounted).
-#[derive(Debug, Default)]
-struct WarnLimit {
-    warned_at: Option<Instant>,
-    unreported: u64,
-}
-
-impl WarnLimit {
-    /// Counts one occurrence at `now`. If a warning is due, returns how many occurrences it
-    /// reports (this one included); otherwise `None`, and the occurrence waits for the next
-    /// report.
-    fn note(&mut self, now: Instant) -> Option<u64> {
-        self.unreported += 1;
-        let due = self
-            .warned_at
-            .is_none_or(|at| now.saturating_duration_since(at) >= WARN_INTERVAL);
-        if !due {
-            return None;
-        }
-        self.warned_at = Some(now);
-        Some(std::mem::take(&mut self.unreported))
-    }
-
-    /// Forgets the history: the next occurrence is reported at once.
-    fn reset(&mut self) {
-        *self = WarnLimit::default();
-    }
-}
 
 /// Counters of one writer. `write_errors` counts failed I/O operations (a failed line counts
 /// once; a failed open at start counts once); `write_drops` counts lines discarded without an
@@ -111,11 +82,13 @@ pub struct RequestLogWriter {
 /// Counters shared by the handle and the thread.
 #[derive(Debug, Default)]
 pub(super) struct Shared {
-    counters: Mutex<Counters>,
+    counters: Mutex<WriterCounters>,
 }
 
-#[derive(Debug, Default)]
-struct Counters {
+/// What [`Shared`] guards: one writer's counts, and the queue-overflow warnings' limit (the
+/// handle notes an overflow under the same lock).
+#[derive(Debug)]
+struct WriterCounters {
     /// Lines accepted into the queue.
     accepted: u64,
     /// Accepted lines the thread has finished with, whatever the outcome.
@@ -128,8 +101,22 @@ struct Counters {
     overflow_warnings: WarnLimit,
 }
 
+impl Default for WriterCounters {
+    fn default() -> Self {
+        WriterCounters {
+            accepted: 0,
+            finished: 0,
+            written: 0,
+            errors: 0,
+            drops: 0,
+            abandoned: false,
+            overflow_warnings: WarnLimit::new(WARN_INTERVAL),
+        }
+    }
+}
+
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Counters> {
+    fn lock(&self) -> MutexGuard<'_, WriterCounters> {
         self.counters.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -348,8 +335,8 @@ impl WriterState {
             buf: Vec::new(),
             shared,
             error_streak: 0,
-            error_warnings: WarnLimit::default(),
-            torn_warnings: WarnLimit::default(),
+            error_warnings: WarnLimit::new(WARN_INTERVAL),
+            torn_warnings: WarnLimit::new(WARN_INTERVAL),
         }
     }
 
@@ -703,45 +690,6 @@ mod tests {
         writer.shutdown(Duration::from_secs(60));
         assert_eq!(fs::read_to_string(&path).unwrap(), "{\"b\":2}\n");
         assert_eq!(shared.stats().write_drops, 1);
-    }
-
-    #[test]
-    fn warn_limit_reports_the_first_then_once_per_interval_with_counts() {
-        let start = Instant::now();
-        let at = |ms: u64| start + Duration::from_millis(ms);
-        let interval = WARN_INTERVAL.as_millis() as u64;
-        let mut limit = WarnLimit::default();
-        // (time in ms, what note() returns)
-        let steps = [
-            (0, Some(1)),
-            (1, None),
-            (2, None),
-            (interval - 1, None),
-            // Due again: reports the three held back plus this one.
-            (interval, Some(4)),
-            (interval + 1, None),
-            (3 * interval, Some(2)),
-        ];
-        for (ms, expected) in steps {
-            assert_eq!(limit.note(at(ms)), expected, "at {ms} ms");
-        }
-        // A reset reports the next occurrence at once, whatever the interval.
-        limit.note(at(3 * interval + 1));
-        limit.reset();
-        assert_eq!(limit.note(at(3 * interval + 2)), Some(1));
-    }
-
-    #[test]
-    fn warn_limit_holds_a_flood_to_one_report() {
-        let now = Instant::now();
-        let mut limit = WarnLimit::default();
-        let reports: Vec<u64> = (0..10_000).filter_map(|_| limit.note(now)).collect();
-        assert_eq!(reports, vec![1]);
-        assert_eq!(
-            limit.note(now + WARN_INTERVAL),
-            Some(10_000),
-            "every held-back occurrence is counted in the next report"
-        );
     }
 
     #[test]

@@ -52,7 +52,7 @@ use cancel::Cancel;
 use group::ChildGroup;
 use readiness::Waiter;
 use ready_dir::ReadyDir;
-use strata_protocol::os::dir_watch::DirWatch;
+use strata_os::DirWatch;
 
 /// The running backend, verified to be the requested model on the backend port.
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 //! Waiting for a spawned backend to become ready, and verifying that it is the right one.
 //!
-//! At every change in the ready-file directory (an inotify watch, `strata_protocol::os::dir_watch`) and at
+//! At every change in the ready-file directory (an inotify watch, `strata_os::DirWatch`) and at
 //! least every 50 ms, until `startup_ms` after the spawn: stop if cancelled; stop if the child
 //! has exited; otherwise look for the ready file. Once it parses, its `pid`, `model_name` and `port`
 //! must be the child's, the expected model's and the backend port; then `GET /health` must
@@ -22,7 +22,7 @@ use super::group::ChildGroup;
 use super::health::{HealthError, check_health};
 use super::progress::StartProgress;
 use super::spec::LaunchSpec;
-use strata_protocol::os::dir_watch::DirWatch;
+use strata_os::DirWatch;
 
 /// How often the child (and, as a fallback to the watch, the ready file) is looked at.
 const POLL: Duration = Duration::from_millis(50);

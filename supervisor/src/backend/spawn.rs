@@ -1,5 +1,5 @@
 //! Spawning the Strata child: the backend-port pre-check, the exact argument vector, the
-//! scrubbed environment, and the parent-death signal (`protocol::os::die_with_parent`).
+//! scrubbed environment, and the parent-death signal (`strata_os::die_with_parent`).
 //!
 //! # The parent-death pitfall
 //!
@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use nix::sys::signal::Signal;
-use strata_protocol::os::die_with_parent;
+use strata_os::die_with_parent;
 
 use super::error::StartError;
 use super::group::ChildGroup;

@@ -9,7 +9,7 @@
 //!
 //! It lives here rather than in the supervisor because registering a descriptor with tokio is an
 //! `unsafe` call (tokio cannot check that the descriptor stays open), and this crate is the one
-//! place allowed an audited `unsafe` block.
+//! place allowed an audited `unsafe` block (`lib.rs` lists them).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -36,7 +36,6 @@ pub struct DirWatch {
 impl DirWatch {
     /// Watch `dir` (not following a symlink; it must be a directory). Needs a tokio runtime
     /// with the IO driver.
-    #[allow(unsafe_code)]
     pub fn new(dir: &Path) -> io::Result<Self> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
         // A writer that renames a temp file into place shows up as MOVED_TO; CLOSE_WRITE and

@@ -1,0 +1,40 @@
+//! Process setup done one way for every strata-router process.
+//!
+//! - `daemon.rs`: [`Daemon`], a daemon's start around its library `run`: the command line
+//!   (`PROGRAM CONFIG`), the exit status for a bad config ([`EXIT_CONFIG`]), logging, the
+//!   open-file limit, the [`current_thread_runtime`] and the shutdown-signal counter.
+//! - `open_files.rs`: [`raise_open_file_limit`], done at each daemon's start.
+//! - `child.rs`: [`die_with_parent`], the parent-death hook every spawned child gets.
+//! - `memory.rs`: [`release_free_memory`], the heap handed back after a burst.
+//! - `dir_watch.rs`: [`DirWatch`], inotify made async.
+//! - `warn_limit.rs`: [`WarnLimit`], the first warning of a kind at once, then one counted
+//!   line per interval.
+//!
+//! Nothing here knows what the processes say to each other (that is `strata-protocol`'s): this
+//! crate depends on no workspace crate.
+//!
+//! `unsafe` is denied in the crate and allowed in exactly three modules, below, each holding
+//! one audited use with its `SAFETY` comment and nothing else that needs `unsafe`. The other
+//! crates (`protocol`, the daemons, `strata-ctl`) forbid `unsafe` outright.
+#![deny(unsafe_code)]
+
+// `die_with_parent`: the `pre_exec` hook, and the `_exit` it calls in the forked child.
+#[allow(unsafe_code)]
+mod child;
+// `DirWatch::new`: registering the inotify descriptor with tokio (`AsyncFd`).
+#[allow(unsafe_code)]
+mod dir_watch;
+// `release_free_memory`: glibc's `malloc_trim`.
+#[allow(unsafe_code)]
+mod memory;
+
+mod daemon;
+mod open_files;
+mod warn_limit;
+
+pub use child::die_with_parent;
+pub use daemon::{Daemon, EXIT_CONFIG, current_thread_runtime};
+pub use dir_watch::DirWatch;
+pub use memory::release_free_memory;
+pub use open_files::raise_open_file_limit;
+pub use warn_limit::WarnLimit;
