@@ -39,6 +39,7 @@ mod fake_files;
 mod off;
 mod on;
 mod requests;
+mod simulate;
 mod status;
 mod top;
 
@@ -71,6 +72,9 @@ enum Command {
     Requests(requests::Args),
     /// A live view of a running router (proxy URL or control socket)
     Top(top::Args),
+    /// Run a workload or the router's own records under the scheduling
+    /// policies, on a virtual clock
+    Simulate(simulate::Args),
 }
 
 fn main() -> ExitCode {
@@ -83,5 +87,6 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Requests(args) => requests::run(args),
         Command::Top(args) => top::run(args),
+        Command::Simulate(args) => simulate::run(args),
     }
 }

@@ -41,8 +41,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
+use strata_protocol::config::Config;
 use strata_protocol::wire::{ServiceTier, TicketId};
 use tokio::time::Instant;
+
+pub mod sim;
 
 /// One proxy connection on the supervisor socket.
 pub type ConnId = u64;
@@ -72,6 +75,24 @@ pub struct Rules {
     pub idle: Duration,
     /// Cache lookups are enabled (`cache_lookup_ms` > 0).
     pub cache_lookup: bool,
+}
+
+impl Rules {
+    /// The rules `config` sets (what the supervisor runs with).
+    pub fn from_config(config: &Config) -> Rules {
+        Rules {
+            mode: if config.scheduling.wait_when_busy {
+                Mode::WaitFirst
+            } else {
+                Mode::Legacy
+            },
+            max_pending: config.scheduling.max_pending,
+            cache_max_active: config.cache_active_limit(),
+            grace: Duration::from_millis(config.timers.model_grace_ms),
+            idle: Duration::from_millis(config.timers.idle_ms),
+            cache_lookup: config.cache_lookup_timeout().is_some(),
+        }
+    }
 }
 
 /// A ticket in the queue.

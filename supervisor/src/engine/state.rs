@@ -97,18 +97,7 @@ impl Engine {
         ops: OpRunner,
         now: Instant,
     ) -> Engine {
-        let rules = Rules {
-            mode: if config.scheduling.wait_when_busy {
-                Mode::WaitFirst
-            } else {
-                Mode::Legacy
-            },
-            max_pending: config.scheduling.max_pending,
-            cache_max_active: config.cache_active_limit(),
-            grace: Duration::from_millis(config.timers.model_grace_ms),
-            idle: Duration::from_millis(config.timers.idle_ms),
-            cache_lookup: config.cache_lookup_timeout().is_some(),
-        };
+        let rules = Rules::from_config(&config);
         Engine {
             operator: Operator::new(Duration::from_millis(config.timers.startup_ms)),
             config,

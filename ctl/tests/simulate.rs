@@ -1,0 +1,286 @@
+//! `strata-ctl simulate` as a person runs it: every built-in workload under
+//! all four policies, the `--json` shape, the drawing, a workload file, a
+//! replayed request log, and the errors.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+use strata_test_support::TempDir;
+
+fn simulate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_strata-ctl"))
+        .arg("simulate")
+        .args(args)
+        .output()
+        .expect("run strata-ctl")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn ok_json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let output = simulate(&all);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    serde_json::from_slice(&output.stdout).expect("one JSON document")
+}
+
+const POLICY_KEYS: [&str; 8] = [
+    "busy_fraction",
+    "completed",
+    "failed",
+    "load_s",
+    "makespan_s",
+    "swaps",
+    "wait_ms",
+    "wasted_load_s",
+];
+
+fn check_policy(name: &str, policy: &Value) {
+    let keys: Vec<&str> = policy
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, POLICY_KEYS, "{name}");
+    assert!(
+        policy["swaps"].is_u64() && policy["completed"].is_u64(),
+        "{name}"
+    );
+    for key in ["load_s", "wasted_load_s", "busy_fraction", "makespan_s"] {
+        assert!(policy[key].is_f64(), "{name}.{key}: {}", policy[key]);
+    }
+    assert!(policy["failed"].is_object());
+    for group in ["by_tier", "by_model"] {
+        let waits = policy["wait_ms"][group].as_object().unwrap();
+        assert!(!waits.is_empty(), "{name}.{group}");
+        for entry in waits.values() {
+            let keys: Vec<&str> = entry
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
+            assert_eq!(keys, ["max", "p50", "p95", "p99"], "{name}.{group}");
+            assert!(entry["p50"].as_u64() <= entry["max"].as_u64());
+        }
+    }
+}
+
+#[test]
+fn every_built_in_workload_runs_under_the_four_policies() {
+    for workload in ["agents", "interactive-batch", "bursty"] {
+        let doc = ok_json(&["--workload", workload]);
+        assert_eq!(doc["workload"]["name"], workload);
+        let policies = doc["policies"].as_object().unwrap();
+        let names: Vec<&str> = policies.keys().map(String::as_str).collect();
+        assert_eq!(names, ["collate", "fifo", "ideal", "router"], "{workload}");
+        for (name, policy) in policies {
+            check_policy(name, policy);
+        }
+        // The bound is a bound.
+        let swaps = |name: &str| policies[name]["swaps"].as_u64().unwrap();
+        for name in ["fifo", "collate", "router"] {
+            assert!(swaps("ideal") <= swaps(name), "{workload}: {name}");
+        }
+        // The table names every policy.
+        let table = text(&simulate(&["--workload", workload]).stdout);
+        for name in ["fifo", "collate", "router", "ideal", "swaps", "wasted_s"] {
+            assert!(table.contains(name), "{table}");
+        }
+    }
+}
+
+#[test]
+fn a_sweep_runs_the_router_once_per_value_and_set_changes_a_rule() {
+    let doc = ok_json(&[
+        "--sweep",
+        "model_grace_ms=0,2000,10000",
+        "--policies",
+        "router,fifo",
+    ]);
+    let policies = doc["policies"].as_object().unwrap();
+    for value in ["0", "2000", "10000"] {
+        check_policy(value, &policies[&format!("router model_grace_ms={value}")]);
+    }
+    assert!(policies.contains_key("fifo"));
+    assert_eq!(policies.len(), 4);
+    // The default agents: a longer grace never adds swaps.
+    let swaps = |v: &str| policies[&format!("router model_grace_ms={v}")]["swaps"].as_u64();
+    assert!(swaps("10000") <= swaps("0"));
+    // --set: the same as one sweep value.
+    let set = ok_json(&["--set", "model_grace_ms=10000", "--policies", "router"]);
+    assert_eq!(
+        set["policies"]["router"],
+        policies["router model_grace_ms=10000"]
+    );
+}
+
+#[test]
+fn bad_arguments_say_what_is_wrong() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["--set", "model_grace_ms=-1"], "model_grace_ms"),
+        (&["--set", "no_such_key=1"], "no_such_key"),
+        (&["--policies", "lru"], "no policy \"lru\""),
+        (&["--param", "agents"], "expected KEY=VALUE"),
+        (&["--param", "speed=2"], "no parameter \"speed\""),
+        (&["--workload", "/nonexistent/w.jsonl"], "cannot be read"),
+    ];
+    for (args, message) in cases {
+        let output = simulate(args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_workload_file_is_read_and_a_bad_line_refused_with_its_number() {
+    let dir = TempDir::new("simulate-file");
+    let written = dir.join("agents.jsonl");
+    let from_generator = ok_json(&[
+        "--param",
+        "agents=2",
+        "--param",
+        "steps=5",
+        "--write-workload",
+        written.to_str().unwrap(),
+    ]);
+    let from_file = ok_json(&["--workload", written.to_str().unwrap()]);
+    assert_eq!(from_file["policies"], from_generator["policies"]);
+
+    let bad = dir.write(
+        "bad.jsonl",
+        "{\"strata_workload\": {\"version\": 1}}\n{\"model\": {\"id\": \"a\", \"load_ms\": 1}}\n{\"request\": {\"at_ms\": 0}}\n",
+    );
+    let output = simulate(&["--workload", bad.to_str().unwrap()]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("line 3:"), "{stderr}");
+}
+
+/// A record as the router writes it (every field present).
+fn record(seq: u64, model: &str, arrived_ms: u64, load_ms: Option<u64>, total_ms: u64) -> Value {
+    let at = |ms: u64| {
+        let secs = ms / 1000;
+        format!(
+            "2026-12-01T10:{:02}:{:02}.{:03}Z",
+            secs / 60,
+            secs % 60,
+            ms % 1000
+        )
+    };
+    json!({
+        "schema_version": 1, "seq": seq, "arrival_seq": seq,
+        "request_id": format!("42-1-{seq}"), "endpoint": "/v1/chat/completions", "stream": true,
+        "model_requested": model, "model_resolved": model, "upstream_model": format!("up-{model}"),
+        "arrived_at": at(arrived_ms), "completed_at": at(arrived_ms + total_ms),
+        "lease_at": at(arrived_ms), "first_token_at": null, "last_token_at": null,
+        "queue_depth_at_arrival": 0, "in_flight_at_arrival": 0, "queue_wait_ms": 0,
+        "model_switch": load_ms.is_some(), "model_load_ms": load_ms, "upstream_headers_ms": null,
+        "ttft_ms": null, "ttft_after_lease_ms": null, "generation_ms": null, "total_ms": total_ms,
+        "prompt_tokens": null, "completion_tokens": null, "reasoning_tokens": null,
+        "prompt_n": null, "cache_n": null, "predicted_n": null, "prompt_ms": null,
+        "predicted_ms": null, "prompt_per_second": null, "predicted_per_second": null,
+        "finish_reason": "stop", "status": 200, "upstream_status": 200, "success": true,
+        "reason": "completed", "response_bytes": 10, "disconnect_phase": null
+    })
+}
+
+#[test]
+fn records_are_replayed_and_drawn_with_unreadable_lines_counted() {
+    let dir = TempDir::new("simulate-records");
+    let older = [
+        record(1, "m-a", 0, Some(3000), 5000),
+        record(2, "m-a", 1000, None, 4000),
+    ];
+    let newer = [
+        record(3, "m-b", 9000, Some(3000), 4000),
+        record(4, "m-a", 12_000, Some(3000), 5000),
+    ];
+    let lines = |records: &[Value]| {
+        records
+            .iter()
+            .map(|r| r.to_string() + "\n")
+            .collect::<String>()
+    };
+    let rotated = dir.write("requests.jsonl.1", &lines(&older));
+    // A torn last line and a record of another schema version.
+    let mut future = record(9, "m-a", 0, None, 1);
+    future["schema_version"] = json!(2);
+    let active = dir.write(
+        "requests.jsonl",
+        &format!("{}{future}\n{{\"schema_version\": 1, \"se", lines(&newer)),
+    );
+    let svg = dir.join("timeline.svg");
+    let doc = ok_json(&[
+        "--records",
+        rotated.to_str().unwrap(),
+        active.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(doc["workload"]["records"]["replayed"], 4);
+    assert_eq!(doc["workload"]["records"]["unparsed_lines"], 2);
+    let policies = doc["policies"].as_object().unwrap();
+    assert!(policies.contains_key("observed"));
+    assert_eq!(policies["observed"]["swaps"], 3, "{}", policies["observed"]);
+    assert_eq!(policies["observed"]["completed"], 4);
+    check_policy("observed", &policies["observed"]);
+
+    // The drawing: valid SVG, one panel per run, one bar per request in
+    // each, the loads shaded and the swaps marked.
+    let drawing = std::fs::read_to_string(&svg).unwrap();
+    let tree = roxmltree::Document::parse(&drawing).expect("valid XML");
+    let root = tree.root_element();
+    assert_eq!(root.tag_name().name(), "svg");
+    assert_eq!(
+        root.tag_name().namespace(),
+        Some("http://www.w3.org/2000/svg")
+    );
+    let class = |node: &roxmltree::Node, name: &str| {
+        node.attribute("class")
+            .is_some_and(|c| c.split(' ').any(|part| part == name))
+    };
+    let runs: Vec<roxmltree::Node> = root.descendants().filter(|n| class(n, "run")).collect();
+    assert_eq!(runs.len(), 5, "observed and four policies");
+    for run in &runs {
+        let bars = run.descendants().filter(|n| class(n, "request")).count();
+        assert_eq!(bars, 4, "{:?}", run.attribute("data-run"));
+        let swaps = run.descendants().filter(|n| class(n, "swap")).count();
+        let loads = run.descendants().filter(|n| class(n, "load")).count();
+        assert!(
+            swaps >= 1 && swaps == loads,
+            "{:?}",
+            run.attribute("data-run")
+        );
+    }
+}
+
+#[test]
+fn the_example_config_is_the_default_and_a_given_config_names_the_models() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config.example.json");
+    let default = ok_json(&["--policies", "router"]);
+    let given = ok_json(&[
+        "--config",
+        example.to_str().unwrap(),
+        "--policies",
+        "router",
+    ]);
+    assert_eq!(default["workload"]["models"], json!(["model-a", "model-b"]));
+    let models = given["workload"]["models"].as_array().unwrap();
+    assert_eq!(models.len(), 2);
+    assert!(
+        models[0].as_str().unwrap().starts_with("qwen"),
+        "{models:?}"
+    );
+    // Same rules, same workload shape: the same figures.
+    assert_eq!(
+        default["policies"]["router"]["swaps"],
+        given["policies"]["router"]["swaps"]
+    );
+}

@@ -1,0 +1,142 @@
+//! What users would otherwise run, as decision functions over the same
+//! [`View`] the router's [`decide`](crate::decide) reads, so the simulator
+//! applies all of them the same way.
+//!
+//! - [`fifo`]: strict arrival order, one model at a time (Ollama's
+//!   scheduler with one loaded model): the head of the queue goes next;
+//!   requests behind it for the loaded model run alongside it only while
+//!   no request for another model is ahead of them.
+//! - [`collate`]: every waiting request for the loaded model first, then
+//!   the oldest request's model once the loaded one has no work (llama-swap's
+//!   run loop): no grace, no tiers.
+//!
+//! Both use `max_pending` as the dispatch limit, unload after `idle_ms`
+//! without work, and know no tiers, grace, cache order or queue deadline.
+
+use crate::{BackendView, Decision, Plan, View, Waiting};
+
+fn free(view: &View, admitted: usize) -> usize {
+    view.rules
+        .max_pending
+        .saturating_sub(view.leases + admitted)
+}
+
+/// Unloads after `idle_ms` of quiet with nothing to do.
+fn idle(view: &View, plan: &mut Plan) {
+    if !matches!(view.backend, BackendView::Serving { .. }) || view.leases > 0 {
+        return;
+    }
+    let due = view.quiet_since + view.rules.idle;
+    if view.now >= due {
+        plan.decisions.push(Decision::Unload);
+    } else {
+        plan.wake_at = Some(due);
+    }
+}
+
+fn waiting<'a>(view: &View<'a>) -> Vec<&'a Waiting> {
+    view.queue
+        .iter()
+        .filter(|ticket| !ticket.admitted)
+        .collect()
+}
+
+/// Starts `model`'s load and admits its first `limit` waiting tickets.
+fn load<'a>(plan: &mut Plan, group: impl Iterator<Item = &'a Waiting>, model: &str, limit: usize) {
+    plan.decisions.push(Decision::StartLoad {
+        model: model.to_owned(),
+    });
+    for ticket in group.take(limit) {
+        plan.decisions.push(Decision::Admit(ticket.key));
+    }
+}
+
+/// Strict arrival order, one model at a time.
+pub fn fifo(view: &View) -> Plan {
+    let mut plan = Plan::default();
+    let admitted = view.queue.len() - waiting(view).len();
+    let waiting = waiting(view);
+    let Some(head) = waiting.first() else {
+        if admitted == 0 {
+            idle(view, &mut plan);
+        }
+        return plan;
+    };
+    // The run of requests for the head's model at the front of the queue.
+    let run = || {
+        waiting
+            .iter()
+            .copied()
+            .take_while(|t| t.model == head.model)
+    };
+    let slots = free(view, admitted);
+    match view.backend {
+        BackendView::Serving { model } if model == head.model => {
+            for ticket in run().take(slots) {
+                plan.decisions.push(Decision::Grant(ticket.key));
+            }
+        }
+        BackendView::Loading { model } if model == head.model => {
+            for ticket in run().take(slots) {
+                plan.decisions.push(Decision::Admit(ticket.key));
+            }
+        }
+        BackendView::Serving { .. } | BackendView::Empty if view.leases == 0 && admitted == 0 => {
+            load(&mut plan, run(), &head.model, view.rules.max_pending);
+        }
+        _ => {}
+    }
+    plan
+}
+
+/// The loaded model's requests first, then the oldest other model's.
+pub fn collate(view: &View) -> Plan {
+    let mut plan = Plan::default();
+    let admitted = view.queue.len() - waiting(view).len();
+    let waiting = waiting(view);
+    let Some(oldest) = waiting.first() else {
+        if admitted == 0 {
+            idle(view, &mut plan);
+        }
+        return plan;
+    };
+    let of = |model: &str| {
+        let model = model.to_owned();
+        waiting
+            .clone()
+            .into_iter()
+            .filter(move |t| t.model == model)
+    };
+    let slots = free(view, admitted);
+    match view.backend {
+        BackendView::Serving { model } => {
+            let mine: Vec<&Waiting> = of(model).collect();
+            for ticket in mine.iter().take(slots) {
+                plan.decisions.push(Decision::Grant(ticket.key));
+            }
+            if mine.is_empty() && view.leases == 0 && admitted == 0 {
+                load(
+                    &mut plan,
+                    of(&oldest.model),
+                    &oldest.model,
+                    view.rules.max_pending,
+                );
+            }
+        }
+        BackendView::Loading { model } => {
+            for ticket in of(model).take(slots) {
+                plan.decisions.push(Decision::Admit(ticket.key));
+            }
+        }
+        BackendView::Empty if view.leases == 0 => {
+            load(
+                &mut plan,
+                of(&oldest.model),
+                &oldest.model,
+                view.rules.max_pending,
+            );
+        }
+        BackendView::Empty | BackendView::Busy => {}
+    }
+    plan
+}

@@ -1,0 +1,272 @@
+//! The simulator against scenarios whose outcome is known by hand: each
+//! checks one way the simulator applies a decision the way the engine does.
+
+use std::time::Duration;
+
+use strata_protocol::record::Reason;
+use strata_protocol::wire::ServiceTier;
+
+use super::*;
+use crate::{Mode, Rules};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn settings(mode: Mode, grace_ms: u64) -> Settings {
+    Settings {
+        rules: Rules {
+            mode,
+            max_pending: 16,
+            cache_max_active: None,
+            grace: ms(grace_ms),
+            idle: Duration::from_secs(600),
+            cache_lookup: false,
+        },
+        queue_timeout: None,
+        cooldown: Duration::from_secs(30),
+        header_delay: ms(50),
+    }
+}
+
+fn workload(models: &[(&str, u64)]) -> Workload {
+    Workload {
+        name: "test".into(),
+        models: models
+            .iter()
+            .map(|(id, load)| {
+                let params = ModelParams {
+                    load: ms(*load),
+                    fail_rate: 0.0,
+                };
+                (id.to_string(), params)
+            })
+            .collect(),
+        ..Workload::default()
+    }
+}
+
+fn agent(model: &str, start: u64, steps: &[(u64, u64)]) -> Agent {
+    Agent {
+        model: model.into(),
+        tier: ServiceTier::Default,
+        start: ms(start),
+        steps: steps
+            .iter()
+            .map(|(gap, service)| Step {
+                gap: ms(*gap),
+                service: ms(*service),
+                patience: None,
+                cache_rank: None,
+            })
+            .collect(),
+    }
+}
+
+fn request(at: u64, model: &str, service: u64) -> Request {
+    Request {
+        at: ms(at),
+        model: model.into(),
+        tier: ServiceTier::Default,
+        service: ms(service),
+        patience: None,
+        cache_rank: None,
+    }
+}
+
+#[test]
+fn agents_whose_gaps_outlast_the_grace_alternate_the_model() {
+    let mut w = workload(&[("a", 1000), ("b", 1000)]);
+    w.agents = vec![
+        agent("a", 0, &[(0, 500), (3000, 500), (3000, 500)]),
+        agent("b", 100, &[(0, 500), (3000, 500), (3000, 500)]),
+    ];
+    let timeline = simulate(&w, &settings(Mode::WaitFirst, 1000), Policy::Router);
+    assert_eq!(timeline.load_sequence(), ["a", "b", "a", "b", "a", "b"]);
+    assert!(
+        timeline
+            .requests
+            .iter()
+            .all(|r| r.outcome == Reason::Completed)
+    );
+    // b's first request waits for a's load, a's generation, the grace and
+    // its own load.
+    let first_b = timeline.requests.iter().find(|r| r.model == "b").unwrap();
+    assert_eq!(first_b.wait(), Some(ms(1000 + 500 + 1000 + 1000 - 100)));
+}
+
+#[test]
+fn grace_keeps_the_model_for_an_agent_whose_gaps_stay_inside_it() {
+    let mut w = workload(&[("a", 1000), ("b", 1000)]);
+    w.agents = vec![
+        agent("a", 0, &[(0, 500), (500, 500), (500, 500), (500, 500)]),
+        agent("b", 100, &[(0, 500)]),
+    ];
+    let timeline = simulate(&w, &settings(Mode::WaitFirst, 2000), Policy::Router);
+    assert_eq!(timeline.load_sequence(), ["a", "b"]);
+    let b = timeline.requests.iter().find(|r| r.model == "b").unwrap();
+    // a's whole session (load, 4 x 500 ms, 3 x 500 ms gaps), the grace,
+    // then b's load.
+    assert_eq!(b.granted, Some(ms(1000 + 3500 + 2000 + 1000)));
+    // Without grace b goes at the first gap.
+    let timeline = simulate(&w, &settings(Mode::WaitFirst, 0), Policy::Router);
+    assert_eq!(timeline.load_sequence(), ["a", "b", "a"]);
+}
+
+#[test]
+fn a_client_that_gives_up_leaves_the_queue_and_the_load_it_joined_is_wasted() {
+    let mut w = workload(&[("a", 10_000)]);
+    let mut impatient = request(0, "a", 500);
+    impatient.patience = Some(ms(4000));
+    w.requests = vec![impatient];
+    let timeline = simulate(&w, &settings(Mode::WaitFirst, 0), Policy::Router);
+    let r = &timeline.requests[0];
+    assert_eq!((r.end, r.outcome), (ms(4000), Reason::ClientDisconnect));
+    assert_eq!(r.admitted, Some(ms(0)));
+    assert_eq!(r.granted, None);
+    assert_eq!(
+        timeline.loads[0].outcome,
+        LoadOutcome::Verified { wasted: true }
+    );
+    assert_eq!(Metrics::of(&timeline).wasted_load_s, 10.0);
+}
+
+#[test]
+fn patience_also_ends_a_running_generation() {
+    let mut w = workload(&[("a", 1000)]);
+    let mut long = request(0, "a", 60_000);
+    long.patience = Some(ms(5000));
+    w.requests = vec![long, request(100, "a", 100)];
+    let timeline = simulate(&w, &settings(Mode::WaitFirst, 0), Policy::Router);
+    assert_eq!(timeline.requests[0].outcome, Reason::ClientDisconnect);
+    assert_eq!(timeline.requests[0].end, ms(5000));
+    assert_eq!(timeline.requests[1].outcome, Reason::Completed);
+}
+
+#[test]
+fn legacy_queue_ms_fails_a_request_stuck_behind_another_models_work() {
+    let mut w = workload(&[("a", 1000), ("b", 1000)]);
+    w.requests = vec![request(0, "a", 10_000), request(100, "b", 100)];
+    let mut legacy = settings(Mode::Legacy, 0);
+    legacy.queue_timeout = Some(ms(3000));
+    let timeline = simulate(&w, &legacy, Policy::Router);
+    assert_eq!(timeline.requests[1].outcome, Reason::QueueTimeout);
+    assert_eq!(timeline.requests[1].end, ms(3100));
+    assert_eq!(timeline.load_sequence(), ["a"]);
+}
+
+#[test]
+fn legacy_max_pending_refuses_at_arrival() {
+    let mut w = workload(&[("a", 1000)]);
+    w.requests = (0..4).map(|i| request(i, "a", 5000)).collect();
+    let mut legacy = settings(Mode::Legacy, 0);
+    legacy.rules.max_pending = 2;
+    let timeline = simulate(&w, &legacy, Policy::Router);
+    let refused = timeline
+        .requests
+        .iter()
+        .filter(|r| r.outcome == Reason::QueueFull)
+        .count();
+    assert_eq!(refused, 2);
+}
+
+#[test]
+fn a_failing_model_cools_down_while_the_other_loads() {
+    let mut w = workload(&[("a", 1000), ("b", 1000)]);
+    w.models.get_mut("a").unwrap().fail_rate = 1.0;
+    w.requests = vec![
+        request(0, "a", 100),
+        request(2000, "a", 100),
+        request(2100, "b", 100),
+    ];
+    let timeline = simulate(&w, &settings(Mode::WaitFirst, 0), Policy::Router);
+    let outcomes: Vec<Reason> = timeline.requests.iter().map(|r| r.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            Reason::ModelLoadError,
+            Reason::ModelLoadError,
+            Reason::Completed
+        ]
+    );
+    // The second was refused at arrival (no second load of a).
+    assert_eq!(timeline.load_sequence(), ["a", "b"]);
+    assert_eq!(timeline.loads[0].outcome, LoadOutcome::Failed);
+}
+
+#[test]
+fn the_baselines_order_as_their_originals_do() {
+    // a loaded by the first request; then b a b a arrive while it runs.
+    let mut w = workload(&[("a", 1000), ("b", 1000)]);
+    w.requests = vec![
+        request(0, "a", 3000),
+        request(1100, "b", 100),
+        request(1200, "a", 100),
+        request(1300, "b", 100),
+        request(1400, "a", 100),
+    ];
+    let swaps = |policy| {
+        let timeline = simulate(&w, &settings(Mode::WaitFirst, 0), policy);
+        let sequence: Vec<String> = timeline.loads.iter().map(|l| l.model.clone()).collect();
+        sequence
+    };
+    // FIFO: strict order, a model switch for each change of model.
+    assert_eq!(swaps(Policy::Fifo), ["a", "b", "a", "b", "a"]);
+    // Collate: the loaded model's requests first, then the other's.
+    assert_eq!(swaps(Policy::Collate), ["a", "b"]);
+    assert_eq!(swaps(Policy::Router), ["a", "b"]);
+    // Ideal: one load per model, at its first request.
+    let ideal = simulate(&w, &settings(Mode::WaitFirst, 0), Policy::Ideal);
+    assert_eq!(ideal.load_sequence(), ["a", "b"]);
+    assert_eq!(ideal.loads[1].start, ms(1100));
+    assert_eq!(ideal.requests[1].wait(), Some(ms(1000)));
+}
+
+#[test]
+fn cache_ranks_order_competing_requests() {
+    let mut w = workload(&[("a", 1000)]);
+    let ranked = |at, rank| Request {
+        cache_rank: Some(rank),
+        ..request(at, "a", 1000)
+    };
+    w.requests = vec![ranked(0, 0.1), ranked(10, 0.2), ranked(20, 0.9)];
+    let mut rules = settings(Mode::WaitFirst, 0);
+    rules.rules.cache_lookup = true;
+    rules.rules.cache_max_active = Some(1);
+    let timeline = simulate(&w, &rules, Policy::Router);
+    let mut order: Vec<(Duration, f64)> = timeline
+        .requests
+        .iter()
+        .zip([0.1, 0.2, 0.9])
+        .map(|(r, rank)| (r.granted.unwrap(), rank))
+        .collect();
+    order.sort_by_key(|(at, _)| *at);
+    let ranks: Vec<f64> = order.into_iter().map(|(_, rank)| rank).collect();
+    assert_eq!(
+        ranks,
+        [0.1, 0.9, 0.2],
+        "after the first, the best match goes"
+    );
+}
+
+#[test]
+fn idle_unload_then_a_cold_load() {
+    let mut w = workload(&[("a", 1000)]);
+    w.requests = vec![request(0, "a", 100), request(700_000, "a", 100)];
+    let timeline = simulate(&w, &settings(Mode::WaitFirst, 0), Policy::Router);
+    assert_eq!(timeline.load_sequence(), ["a", "a"]);
+    assert_eq!(timeline.requests[1].wait(), Some(ms(1000)));
+}
+
+#[test]
+fn one_workload_gives_one_timeline() {
+    let workload = generate("bursty", &Params::default(), &[]).unwrap();
+    let rules = settings(Mode::WaitFirst, 2000);
+    for policy in Policy::ALL {
+        assert_eq!(
+            simulate(&workload, &rules, policy),
+            simulate(&workload, &rules, policy),
+            "{policy:?}"
+        );
+    }
+}

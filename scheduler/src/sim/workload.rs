@@ -1,0 +1,448 @@
+//! What a simulation serves: models with their load times, open-loop
+//! requests at fixed instants, and closed-loop agents whose next request
+//! follows the end of the previous one; and the workload file that holds
+//! one (JSON lines, versioned).
+//!
+//! # The workload file, version 1
+//!
+//! One JSON object per line; blank lines are ignored. The first line is the
+//! header, every other line declares one model, one request or one agent:
+//!
+//! ```text
+//! {"strata_workload": {"version": 1, "name": "two agents", "seed": 1}}
+//! {"model": {"id": "a", "load_ms": 20000, "fail_rate": 0.0}}
+//! {"request": {"at_ms": 0, "model": "a", "tier": "default", "service_ms": 5000, "patience_ms": null, "cache_rank": null}}
+//! {"agent": {"model": "a", "tier": "default", "start_ms": 0, "steps": [{"gap_ms": 0, "service_ms": 4000}, {"gap_ms": 1500, "service_ms": 9000}]}}
+//! ```
+//!
+//! - `model`: `load_ms` is how long a load of it takes (the old backend's
+//!   stop included); `fail_rate` (default 0) the chance that a load fails,
+//!   drawn from the header's `seed`.
+//! - `request`: arrives at `at_ms`; once granted it generates for
+//!   `service_ms`. `tier` is `priority`, `default` (the default) or `flex`.
+//!   `patience_ms` (default null: forever) is when, counted from arrival,
+//!   its client gives up, waiting or not. `cache_rank` (default null: 0) is
+//!   its cached/input fraction, what a cache lookup would report.
+//! - `agent`: a closed loop on one model: its first request at `start_ms`,
+//!   each next one `gap_ms` after the previous one ended (however it
+//!   ended); the first step's `gap_ms` is ignored. Steps take the request
+//!   keys `service_ms`, `patience_ms` and `cache_rank`.
+//!
+//! Every model a request or agent names must be declared. Unknown keys, a
+//! missing header, another version or any bad line refuse the whole file,
+//! naming the line.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use strata_protocol::wire::ServiceTier;
+
+/// The workload file version this build reads and writes.
+pub const WORKLOAD_VERSION: u32 = 1;
+
+/// How one model loads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelParams {
+    pub load: Duration,
+    /// The chance that a load of it fails (0 to 1).
+    pub fail_rate: f64,
+}
+
+/// One open-loop request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub at: Duration,
+    pub model: String,
+    pub tier: ServiceTier,
+    pub service: Duration,
+    /// When its client gives up, counted from arrival.
+    pub patience: Option<Duration>,
+    /// Its cached/input fraction (0 when not known).
+    pub cache_rank: Option<f64>,
+}
+
+/// One request of an agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// After the end of the previous request (ignored for the first).
+    pub gap: Duration,
+    pub service: Duration,
+    pub patience: Option<Duration>,
+    pub cache_rank: Option<f64>,
+}
+
+/// A closed loop of requests on one model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Agent {
+    pub model: String,
+    pub tier: ServiceTier,
+    pub start: Duration,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Workload {
+    pub name: String,
+    /// One line for people: what the workload is and its parameters.
+    pub description: String,
+    /// Draws the load failures.
+    pub seed: u64,
+    pub models: BTreeMap<String, ModelParams>,
+    pub requests: Vec<Request>,
+    pub agents: Vec<Agent>,
+}
+
+impl Workload {
+    /// Requests in all, the agents' steps included.
+    pub fn request_count(&self) -> usize {
+        self.requests.len() + self.agents.iter().map(|a| a.steps.len()).sum::<usize>()
+    }
+
+    /// The model's load time (a model no line declared loads in 20 s).
+    pub fn load_time(&self, model: &str) -> Duration {
+        self.models
+            .get(model)
+            .map_or(Duration::from_secs(20), |params| params.load)
+    }
+}
+
+/// A workload file that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadError {
+    /// 1-based; 0 for the file as a whole.
+    pub line: usize,
+    pub reason: String,
+}
+
+impl fmt::Display for WorkloadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}", self.reason)
+        } else {
+            write!(f, "line {}: {}", self.line, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for WorkloadError {}
+
+pub fn tier_name(tier: ServiceTier) -> &'static str {
+    tier.as_str()
+}
+
+pub fn parse_tier(name: &str) -> Option<ServiceTier> {
+    ServiceTier::ALL
+        .into_iter()
+        .find(|tier| tier.as_str() == name)
+}
+
+// ---- the file -------------------------------------------------------------
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Line {
+    StrataWorkload(HeaderLine),
+    Model(ModelLine),
+    Request(RequestLine),
+    Agent(AgentLine),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeaderLine {
+    version: u32,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    seed: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelLine {
+    id: String,
+    load_ms: u64,
+    #[serde(default)]
+    fail_rate: f64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RequestLine {
+    at_ms: u64,
+    model: String,
+    #[serde(default = "default_tier")]
+    tier: String,
+    service_ms: u64,
+    #[serde(default)]
+    patience_ms: Option<u64>,
+    #[serde(default)]
+    cache_rank: Option<f64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentLine {
+    model: String,
+    #[serde(default = "default_tier")]
+    tier: String,
+    #[serde(default)]
+    start_ms: u64,
+    steps: Vec<StepLine>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepLine {
+    #[serde(default)]
+    gap_ms: u64,
+    service_ms: u64,
+    #[serde(default)]
+    patience_ms: Option<u64>,
+    #[serde(default)]
+    cache_rank: Option<f64>,
+}
+
+fn default_tier() -> String {
+    "default".into()
+}
+
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+fn to_ms(duration: Duration) -> u64 {
+    duration.as_millis() as u64
+}
+
+impl Workload {
+    /// Reads a workload file's text.
+    pub fn parse(text: &str) -> Result<Workload, WorkloadError> {
+        let mut workload = Workload::default();
+        let mut header = false;
+        let mut uses: Vec<(usize, String)> = Vec::new();
+        let fail = |line: usize, reason: String| WorkloadError { line, reason };
+        for (index, text) in text.lines().enumerate() {
+            let number = index + 1;
+            if text.trim().is_empty() {
+                continue;
+            }
+            let line: Line =
+                serde_json::from_str(text).map_err(|err| fail(number, err.to_string()))?;
+            let tier = |name: &str| {
+                parse_tier(name).ok_or_else(|| {
+                    fail(
+                        number,
+                        format!("unknown tier {name:?} (priority, default or flex)"),
+                    )
+                })
+            };
+            match line {
+                Line::StrataWorkload(_) if header => {
+                    return Err(fail(number, "a second header".into()));
+                }
+                Line::StrataWorkload(line) => {
+                    if line.version != WORKLOAD_VERSION {
+                        return Err(fail(
+                            number,
+                            format!(
+                                "workload version {} (this build reads version {WORKLOAD_VERSION})",
+                                line.version
+                            ),
+                        ));
+                    }
+                    header = true;
+                    workload.name = line.name;
+                    workload.description = line.description;
+                    workload.seed = line.seed;
+                }
+                _ if !header => {
+                    return Err(fail(
+                        number,
+                        "the first line must be the header {\"strata_workload\": {\"version\": 1, ...}}"
+                            .into(),
+                    ));
+                }
+                Line::Model(line) => {
+                    if !(0.0..=1.0).contains(&line.fail_rate) {
+                        return Err(fail(number, "fail_rate must be between 0 and 1".into()));
+                    }
+                    let params = ModelParams {
+                        load: ms(line.load_ms),
+                        fail_rate: line.fail_rate,
+                    };
+                    if workload.models.insert(line.id.clone(), params).is_some() {
+                        return Err(fail(number, format!("model {:?} declared twice", line.id)));
+                    }
+                }
+                Line::Request(line) => {
+                    uses.push((number, line.model.clone()));
+                    workload.requests.push(Request {
+                        at: ms(line.at_ms),
+                        tier: tier(&line.tier)?,
+                        model: line.model,
+                        service: ms(line.service_ms),
+                        patience: line.patience_ms.map(ms),
+                        cache_rank: line.cache_rank,
+                    });
+                }
+                Line::Agent(line) => {
+                    if line.steps.is_empty() {
+                        return Err(fail(number, "an agent needs at least one step".into()));
+                    }
+                    uses.push((number, line.model.clone()));
+                    workload.agents.push(Agent {
+                        tier: tier(&line.tier)?,
+                        model: line.model,
+                        start: ms(line.start_ms),
+                        steps: line
+                            .steps
+                            .into_iter()
+                            .map(|step| Step {
+                                gap: ms(step.gap_ms),
+                                service: ms(step.service_ms),
+                                patience: step.patience_ms.map(ms),
+                                cache_rank: step.cache_rank,
+                            })
+                            .collect(),
+                    });
+                }
+            }
+        }
+        if !header {
+            return Err(fail(0, "an empty workload file (no header)".into()));
+        }
+        for (number, model) in uses {
+            if !workload.models.contains_key(&model) {
+                return Err(fail(
+                    number,
+                    format!("model {model:?} is not declared by a model line"),
+                ));
+            }
+        }
+        workload.requests.sort_by_key(|request| request.at);
+        Ok(workload)
+    }
+
+    /// The workload as a file [`Workload::parse`] reads back unchanged.
+    pub fn to_file(&self) -> String {
+        let mut lines = vec![Line::StrataWorkload(HeaderLine {
+            version: WORKLOAD_VERSION,
+            name: self.name.clone(),
+            description: self.description.clone(),
+            seed: self.seed,
+        })];
+        for (id, params) in &self.models {
+            lines.push(Line::Model(ModelLine {
+                id: id.clone(),
+                load_ms: to_ms(params.load),
+                fail_rate: params.fail_rate,
+            }));
+        }
+        for request in &self.requests {
+            lines.push(Line::Request(RequestLine {
+                at_ms: to_ms(request.at),
+                model: request.model.clone(),
+                tier: tier_name(request.tier).into(),
+                service_ms: to_ms(request.service),
+                patience_ms: request.patience.map(to_ms),
+                cache_rank: request.cache_rank,
+            }));
+        }
+        for agent in &self.agents {
+            lines.push(Line::Agent(AgentLine {
+                model: agent.model.clone(),
+                tier: tier_name(agent.tier).into(),
+                start_ms: to_ms(agent.start),
+                steps: agent
+                    .steps
+                    .iter()
+                    .map(|step| StepLine {
+                        gap_ms: to_ms(step.gap),
+                        service_ms: to_ms(step.service),
+                        patience_ms: step.patience.map(to_ms),
+                        cache_rank: step.cache_rank,
+                    })
+                    .collect(),
+            }));
+        }
+        let mut text = String::new();
+        for line in lines {
+            text.push_str(&serde_json::to_string(&line).expect("plain data serializes"));
+            text.push('\n');
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"{"strata_workload": {"version": 1, "name": "t", "seed": 3}}
+{"model": {"id": "a", "load_ms": 20000}}
+
+{"model": {"id": "b", "load_ms": 5000, "fail_rate": 0.5}}
+{"request": {"at_ms": 900, "model": "b", "tier": "flex", "service_ms": 100, "patience_ms": 5000, "cache_rank": 0.5}}
+{"request": {"at_ms": 0, "model": "a", "service_ms": 200}}
+{"agent": {"model": "a", "steps": [{"service_ms": 1000}, {"gap_ms": 500, "service_ms": 2000}]}}
+"#;
+
+    #[test]
+    fn a_file_reads_back_to_what_it_was_written_from() {
+        let workload = Workload::parse(FILE).unwrap();
+        assert_eq!(workload.models.len(), 2);
+        assert_eq!(workload.request_count(), 4);
+        assert_eq!(workload.requests[0].model, "a", "sorted by arrival");
+        assert_eq!(workload.requests[1].tier, ServiceTier::Flex);
+        assert_eq!(workload.requests[1].patience, Some(Duration::from_secs(5)));
+        assert_eq!(workload.agents[0].steps[1].gap, Duration::from_millis(500));
+        assert_eq!(Workload::parse(&workload.to_file()).unwrap(), workload);
+    }
+
+    #[test]
+    fn a_bad_line_is_refused_with_its_number() {
+        let cases = [
+            ("", 0, "no header"),
+            (
+                r#"{"model": {"id": "a", "load_ms": 1}}"#,
+                1,
+                "the first line must be the header",
+            ),
+            (
+                r#"{"strata_workload": {"version": 2}}"#,
+                1,
+                "workload version 2",
+            ),
+            (
+                "{\"strata_workload\": {\"version\": 1}}\n{\"request\": {\"at_ms\": 0, \"model\": \"x\", \"service_ms\": 1}}",
+                2,
+                "not declared",
+            ),
+            (
+                "{\"strata_workload\": {\"version\": 1}}\n{\"model\": {\"id\": \"a\", \"load_ms\": 1, \"speed\": 2}}",
+                2,
+                "unknown field",
+            ),
+            (
+                "{\"strata_workload\": {\"version\": 1}}\n\n{\"model\": {\"id\": \"a\", \"load_ms\": 1}}\n{\"request\": {\"at_ms\": 0, \"model\": \"a\", \"tier\": \"fast\", \"service_ms\": 1}}",
+                4,
+                "unknown tier",
+            ),
+            (
+                "{\"strata_workload\": {\"version\": 1}}\n{\"model\": {\"id\": \"a\", \"load_ms\": 1}}\n{\"request\": {\"at_ms\": 0, \"mod",
+                3,
+                "EOF",
+            ),
+        ];
+        for (text, line, reason) in cases {
+            let err = Workload::parse(text).unwrap_err();
+            assert_eq!(err.line, line, "{text}: {err}");
+            assert!(err.reason.contains(reason), "{text}: {err}");
+        }
+    }
+}
