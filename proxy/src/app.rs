@@ -13,9 +13,9 @@ use std::sync::atomic::AtomicU64;
 
 use strata_protocol::config::Config;
 
-use crate::chat::UpstreamPool;
 use crate::link::SupervisorLink;
 use crate::tasks::Tasks;
+use crate::upstream::UpstreamPool;
 
 /// Figures of the most recent streamed request that produced tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

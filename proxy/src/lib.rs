@@ -24,5 +24,6 @@ mod prometheus;
 mod requests;
 mod server;
 mod tasks;
+mod upstream;
 
 pub use server::{RunError, run};

@@ -22,12 +22,12 @@ use crate::app::App;
 use crate::errors::StartFailure;
 use crate::link::{LeaseEnd, TicketEvent, TicketEvents};
 use crate::observe::ModelGate;
+use crate::upstream::{self, Upstream};
 
 use super::error::ChatError;
 use super::progress::WaitProgress;
 use super::request::ChatRequest;
 use super::respond::body_kind;
-use super::upstream::{self, Upstream};
 use super::{Phase, Trace};
 
 /// A routed request on its way to the backend.

@@ -27,9 +27,9 @@ use tokio::time::Instant as TokioInstant;
 use crate::body::BodySender;
 use crate::link::{LeaseEnd, TicketEvents};
 use crate::observe::{ModelGate, ResponseObserver};
+use crate::upstream::Upstream;
 
 use super::error::ChatError;
-use super::upstream::Upstream;
 use inband::{Cut, ErrorFrameCut};
 
 /// The SSE comment sent to waiting clients.

@@ -24,7 +24,6 @@ mod read;
 mod request;
 mod respond;
 mod trace;
-mod upstream;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,7 +41,6 @@ use read::BodyError;
 use request::ChatRequest;
 use respond::StrataHeaders;
 pub use trace::{Phase, Reason, Trace};
-pub use upstream::UpstreamPool;
 
 /// How long a request rejected before it has a ticket waits for the
 /// supervisor to number it before the proxy numbers it locally.

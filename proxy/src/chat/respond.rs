@@ -16,12 +16,12 @@ use tokio::sync::oneshot;
 use crate::app::App;
 use crate::body::{BodySender, ProxyBody};
 use crate::observe::{BodyKind, ResponseObserver};
+use crate::upstream::Upstream;
 
 use super::admit::{Dispatched, Job};
 use super::error::ChatError;
 use super::forward::{self, AfterHeaders, ForwardEnd, KEEPALIVE_INTERVAL, Watch};
 use super::progress::WaitProgress;
-use super::upstream::Upstream;
 use super::{Reason, Trace};
 
 const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-strata-request-id");
