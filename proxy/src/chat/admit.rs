@@ -21,13 +21,12 @@ use strata_protocol::wire::{Grant, LeaseFailure};
 use crate::app::App;
 use crate::errors::StartFailure;
 use crate::link::{LeaseEnd, TicketEvent, TicketEvents};
-use crate::observe::ModelGate;
+use crate::observe::{BodyKind, ModelGate};
 use crate::upstream::{self, Upstream};
 
 use super::error::ChatError;
 use super::progress::WaitProgress;
 use super::request::ChatRequest;
-use super::respond::body_kind;
 use super::{Phase, Trace};
 
 /// A routed request on its way to the backend.
@@ -163,7 +162,7 @@ impl Job {
         {
             ticket.headers_received();
         }
-        let kind = body_kind(upstream.response.headers());
+        let kind = BodyKind::from_headers(upstream.response.headers());
         let gate = ModelGate::new(kind, &grant.upstream_model, self.alias.as_deref());
         Ok(Dispatched {
             upstream,

@@ -84,21 +84,6 @@ pub fn reject(mut trace: Trace, headers: &StrataHeaders, error: ChatError) -> Re
     response
 }
 
-pub fn body_kind(headers: &HeaderMap) -> BodyKind {
-    let content_type = headers
-        .get(CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    if content_type.starts_with("text/event-stream") {
-        BodyKind::Sse
-    } else if content_type.starts_with("application/json") {
-        BodyKind::Json
-    } else {
-        BodyKind::Other
-    }
-}
-
 /// Headers copied from the backend's response; the rest (its
 /// `Connection: close` in particular) describe its own connection.
 const PASSTHROUGH_HEADERS: [&str; 4] = [
@@ -116,7 +101,7 @@ pub fn respond_passthrough(
     headers: StrataHeaders,
 ) -> Response<ProxyBody> {
     let upstream_headers = dispatched.upstream.response.headers();
-    let kind = body_kind(upstream_headers);
+    let kind = BodyKind::from_headers(upstream_headers);
     let (tx, body) = ProxyBody::channel();
     let mut response = Response::new(body);
     *response.status_mut() = dispatched.upstream.response.status();

@@ -44,6 +44,8 @@ mod tests;
 use std::fmt;
 use std::time::Instant;
 
+use hyper::header::{CONTENT_TYPE, HeaderMap};
+
 pub use frame::{Timings, Usage};
 pub use model_gate::{ModelGate, ModelMismatch};
 pub use summary::{FinishReason, Observed};
@@ -62,6 +64,25 @@ pub enum BodyKind {
     Json,
     /// Anything else: only bytes are counted.
     Other,
+}
+
+impl BodyKind {
+    /// The kind a response's `Content-Type` names (case-insensitive, any
+    /// parameters after the media type ignored); none at all is `Other`.
+    pub fn from_headers(headers: &HeaderMap) -> BodyKind {
+        let content_type = headers
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        if content_type.starts_with("text/event-stream") {
+            BodyKind::Sse
+        } else if content_type.starts_with("application/json") {
+            BodyKind::Json
+        } else {
+            BodyKind::Other
+        }
+    }
 }
 
 /// Watches one response body as it is forwarded.
