@@ -24,6 +24,7 @@ mod read;
 mod request;
 mod respond;
 mod trace;
+mod wait_first;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,7 +80,7 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
     };
     if chat.stream && app.config.scheduling.wait_when_busy {
         headers.tier = Some(chat.tier);
-        return respond::respond_wait_first(job, trace, headers).await;
+        return wait_first::respond_wait_first(job, trace, headers).await;
     }
     match job.admit_and_send(&mut trace, None).await {
         Err(error) => respond::reject(trace, &headers, error),
