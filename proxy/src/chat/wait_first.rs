@@ -93,7 +93,7 @@ pub async fn respond_wait_first(
 }
 
 /// What the held admission came to.
-enum Held {
+enum HeadHeld {
     Admitted(Result<Dispatched, ChatError>),
     /// The first keepalive came due first: the head went out with it.
     Committed(Option<Result<Dispatched, ChatError>>),
@@ -128,8 +128,8 @@ async fn wait_first(
             let client_gone = closed(&mut answer);
             tokio::pin!(client_gone);
             tokio::select! {
-                admitted = &mut admit => Some(Held::Admitted(admitted)),
-                () = &mut client_gone => Some(Held::ClientGone),
+                admitted = &mut admit => Some(HeadHeld::Admitted(admitted)),
+                () = &mut client_gone => Some(HeadHeld::ClientGone),
                 () = tokio::time::sleep_until(first_keepalive.into()) => None,
             }
         };
@@ -142,27 +142,27 @@ async fn wait_first(
                 observer.observe(&comment, now);
                 let _ = tx.try_reserve().map(|permit| permit.send(Ok(comment)));
                 if commit(&mut answer, &mut body, &headers) {
-                    Held::Committed(with_keepalive(&tx, &mut observer, &progress, admit).await)
+                    HeadHeld::Committed(with_keepalive(&tx, &mut observer, &progress, admit).await)
                 } else {
-                    Held::ClientGone
+                    HeadHeld::ClientGone
                 }
             }
         }
     };
     let (admitted, committed) = match held {
-        Held::ClientGone => {
+        HeadHeld::ClientGone => {
             trace.observed = Some(observer.finish());
             trace.finish(Reason::ClientDisconnect);
             return;
         }
-        Held::Committed(None) => {
+        HeadHeld::Committed(None) => {
             trace.status = Some(StatusCode::OK.as_u16());
             trace.observed = Some(observer.finish());
             trace.finish(Reason::ClientDisconnect);
             return;
         }
-        Held::Committed(Some(admitted)) => (admitted, true),
-        Held::Admitted(admitted) => (admitted, false),
+        HeadHeld::Committed(Some(admitted)) => (admitted, true),
+        HeadHeld::Admitted(admitted) => (admitted, false),
     };
     if committed {
         trace.status = Some(StatusCode::OK.as_u16());
