@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use hyper::header::HeaderValue;
+use strata_protocol::record::Phase;
 use strata_protocol::wire::{Grant, LeaseFailure};
 
 use crate::app::App;
@@ -27,7 +28,7 @@ use crate::upstream::{self, Upstream};
 use super::error::ChatError;
 use super::progress::WaitProgress;
 use super::request::ChatRequest;
-use super::{Phase, Trace};
+use super::trace::Trace;
 
 /// A routed request on its way to the backend.
 pub struct Job {

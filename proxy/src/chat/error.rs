@@ -21,13 +21,12 @@
 
 use bytes::Bytes;
 use hyper::StatusCode;
+use strata_protocol::record::Reason;
 use strata_protocol::wire::{LeaseFailure, RevokeReason};
 
 use crate::body::ProxyBody;
 use crate::errors::ErrorReply;
 use crate::link::LeaseEnd;
-
-use super::Reason;
 
 /// A failed chat request: one variant per distinct client-visible failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

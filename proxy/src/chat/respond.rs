@@ -6,6 +6,7 @@
 
 use hyper::Response;
 use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use strata_protocol::record::Reason;
 use strata_protocol::wire::ServiceTier;
 
 use crate::app::App;
@@ -15,7 +16,7 @@ use crate::observe::{BodyKind, ResponseObserver};
 use super::admit::Dispatched;
 use super::error::ChatError;
 use super::forward::{self, AfterHeaders, ForwardEnd, Watch};
-use super::{Reason, Trace};
+use super::trace::Trace;
 
 const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-strata-request-id");
 const CONCRETE_MODEL_HEADER: HeaderName = HeaderName::from_static("x-strata-concrete-model");

@@ -13,6 +13,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use strata_protocol::ids;
+use strata_protocol::record::{
+    CHAT_ENDPOINT, Phase, Reason, RequestRecord, SCHEMA_VERSION, format_timestamp,
+};
 use strata_protocol::wire::{ArrivalInfo, ServiceTier, TicketRequest};
 use time::OffsetDateTime;
 
@@ -20,9 +23,6 @@ use crate::app::{App, LastStream};
 use crate::errors::StartFailure;
 use crate::link::TicketHandle;
 use crate::observe::Observed;
-use strata_protocol::record::{CHAT_ENDPOINT, RequestRecord, SCHEMA_VERSION, format_timestamp};
-
-pub use strata_protocol::record::{Phase, Reason};
 
 /// One request's measurements.
 pub struct Trace {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use hyper::{Response, StatusCode};
+use strata_protocol::record::Reason;
 use tokio::sync::oneshot;
 
 use crate::body::{BodySender, ProxyBody};
@@ -26,7 +27,7 @@ use super::error::ChatError;
 use super::forward::{self, AfterHeaders, ForwardEnd, KEEPALIVE_INTERVAL, Watch};
 use super::progress::WaitProgress;
 use super::respond::{StrataHeaders, end_reason, reject, respond_passthrough, sse_head};
-use super::{Reason, Trace};
+use super::trace::Trace;
 
 /// How long a wait-first stream's head is held at most: its first
 /// keepalive is due then. A second inside the keepalive period, because a

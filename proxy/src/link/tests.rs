@@ -524,7 +524,7 @@ fn proxy_config() -> Arc<strata_protocol::config::Config> {
 async fn a_dropped_trace_finishes_its_ticket_as_a_client_disconnect() {
     let (_fake, link, mut peer) = connected().await;
     let app = crate::app::App::new(proxy_config(), link.clone());
-    let mut trace = crate::chat::Trace::start(&app);
+    let mut trace = crate::chat::trace::Trace::start(&app);
     let (handle, _events) = link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
     let ticket = peer.enqueued("m", ServiceTier::Default).await;
     trace.ticket = Some(handle);
@@ -535,10 +535,13 @@ async fn a_dropped_trace_finishes_its_ticket_as_a_client_disconnect() {
             record,
         } => {
             assert_eq!(got, ticket);
-            assert_eq!(record.record.reason, crate::chat::Reason::ClientDisconnect);
+            assert_eq!(
+                record.record.reason,
+                strata_protocol::record::Reason::ClientDisconnect
+            );
             assert_eq!(
                 record.record.disconnect_phase,
-                Some(crate::chat::Phase::Queued)
+                Some(strata_protocol::record::Phase::Queued)
             );
         }
         other => panic!("expected Finish, got {other:?}"),
