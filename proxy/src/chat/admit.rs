@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use hyper::Response;
 use hyper::header::HeaderValue;
 use strata_protocol::record::Phase;
 use strata_protocol::wire::{Grant, LeaseFailure};
@@ -23,7 +24,7 @@ use crate::app::App;
 use crate::errors::StartFailure;
 use crate::link::{LeaseEnd, TicketEvent, TicketEvents};
 use crate::observe::{BodyKind, ModelGate};
-use crate::upstream::{self, Upstream};
+use crate::upstream::{self, UpstreamBody};
 
 use super::error::ChatError;
 use super::progress::WaitProgress;
@@ -42,9 +43,13 @@ pub struct Job {
     pub granted: Option<Grant>,
 }
 
-/// A request whose backend response headers have arrived.
-pub struct Dispatched {
-    pub upstream: Upstream,
+/// A request whose backend response headers have arrived. `B` is the
+/// response body: the backend connection's own, or (tests of the
+/// wait-first task) a synthetic one.
+pub struct Dispatched<B = UpstreamBody> {
+    /// Dropping it mid-body closes the backend connection: that is how a
+    /// generation is cancelled.
+    pub response: Response<B>,
     pub events: TicketEvents,
     /// Checks the response's `model` against the lease before it passes.
     pub gate: ModelGate,
@@ -166,7 +171,7 @@ impl Job {
         let kind = BodyKind::from_headers(upstream.response.headers());
         let gate = ModelGate::new(kind, &grant.upstream_model, self.alias.as_deref());
         Ok(Dispatched {
-            upstream,
+            response: upstream.response,
             events: self.events,
             gate,
             deadline,

@@ -25,6 +25,8 @@
 
 mod admit;
 mod error;
+#[cfg(test)]
+mod fake_backend;
 mod forward;
 mod handle;
 mod progress;

@@ -15,7 +15,7 @@ use crate::observe::{BodyKind, ResponseObserver};
 
 use super::admit::Dispatched;
 use super::error::ChatError;
-use super::forward::{self, AfterHeaders, ForwardEnd, Watch};
+use super::forward::{self, AfterHeaders, BackendBody, ForwardEnd, Watch};
 use super::trace::Trace;
 
 const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-strata-request-id");
@@ -77,17 +77,17 @@ const PASSTHROUGH_HEADERS: [&str; 4] = [
 ];
 
 /// Passes the backend's status and headers through and streams its body.
-pub fn respond_passthrough(
+pub fn respond_passthrough<B: BackendBody>(
     app: &App,
-    mut dispatched: Dispatched,
+    mut dispatched: Dispatched<B>,
     mut trace: Trace,
     headers: StrataHeaders,
 ) -> Response<ProxyBody> {
-    let upstream_headers = dispatched.upstream.response.headers();
+    let upstream_headers = dispatched.response.headers();
     let kind = BodyKind::from_headers(upstream_headers);
     let (tx, body) = ProxyBody::channel();
     let mut response = Response::new(body);
-    *response.status_mut() = dispatched.upstream.response.status();
+    *response.status_mut() = dispatched.response.status();
     for name in PASSTHROUGH_HEADERS {
         if let Some(value) = upstream_headers.get(name) {
             response.headers_mut().insert(name, value.clone());
@@ -98,7 +98,7 @@ pub fn respond_passthrough(
     app.tasks.spawn(async move {
         let mut observer = ResponseObserver::new(kind);
         let end = forward::forward(
-            &mut dispatched.upstream,
+            dispatched.response.body_mut(),
             &tx,
             &mut observer,
             &mut dispatched.gate,

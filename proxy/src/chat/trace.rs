@@ -66,7 +66,9 @@ impl Trace {
     pub fn start(app: &Arc<App>) -> Trace {
         Trace {
             app: app.clone(),
-            arrived: Instant::now(),
+            // Tokio's clock: the std clock in a running proxy, the paused
+            // one in tests, whose wait-first hold counts from here.
+            arrived: tokio::time::Instant::now().into_std(),
             arrived_at: OffsetDateTime::now_utc(),
             arrival_seq: None,
             request_id: String::new(),

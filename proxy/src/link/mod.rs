@@ -405,3 +405,49 @@ impl TicketEvents {
         (tx, events)
     }
 }
+
+/// Tests: the far end of a [`SupervisorLink::detached`] link, which reads
+/// what the link was asked to send instead of a supervisor.
+#[cfg(test)]
+pub(crate) struct DetachedSupervisor {
+    commands: mpsc::UnboundedReceiver<LinkCommand>,
+    /// Kept so the link's state stays the default one (not connected).
+    _state: watch::Sender<LinkState>,
+}
+
+#[cfg(test)]
+impl SupervisorLink {
+    /// Tests: a link with no connection task and no supervisor behind it.
+    pub(crate) fn detached() -> (SupervisorLink, DetachedSupervisor) {
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        let (state_tx, state) = watch::channel(LinkState::default());
+        let link = SupervisorLink {
+            shared: Arc::new(Shared {
+                commands,
+                state,
+                next_ticket: AtomicU64::new(1),
+            }),
+        };
+        let far_end = DetachedSupervisor {
+            commands: commands_rx,
+            _state: state_tx,
+        };
+        (link, far_end)
+    }
+}
+
+#[cfg(test)]
+impl DetachedSupervisor {
+    /// The next record handed to the link, with a ticket's `Finish` or on
+    /// its own; other commands are skipped. Waits for it; `None` once every
+    /// link handle is gone.
+    pub(crate) async fn next_record(&mut self) -> Option<RequestRecord> {
+        while let Some(command) = self.commands.recv().await {
+            if let LinkCommand::Finish { record, .. } | LinkCommand::SubmitRecord(record) = command
+            {
+                return Some(record.record);
+            }
+        }
+        None
+    }
+}

@@ -9,22 +9,30 @@
 //! `event: error` frame and the stream ends without `data: [DONE]`. One task
 //! does all of it and alone decides when the head goes out; the handler only
 //! waits for its answer.
+//!
+//! The task reads tokio's clock (the std clock in a running proxy, the
+//! paused one in tests), and it gets its backend response through an
+//! [`Admission`]: the request's [`Job`] in the proxy, a scripted stand-in
+//! in `tests.rs`, which drives the task under a paused clock.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use http_body_util::BodyExt;
 use hyper::{Response, StatusCode};
 use strata_protocol::record::Reason;
 use tokio::sync::oneshot;
+use tokio::time::Instant as TokioInstant;
 
+use crate::app::App;
 use crate::body::{BodySender, ProxyBody};
 use crate::observe::{BodyKind, ResponseObserver};
-use crate::upstream::Upstream;
+use crate::upstream::UpstreamBody;
 
 use super::admit::{Dispatched, Job};
 use super::error::ChatError;
-use super::forward::{self, AfterHeaders, ForwardEnd, KEEPALIVE_INTERVAL, Watch};
+use super::forward::{self, AfterHeaders, BackendBody, ForwardEnd, KEEPALIVE_INTERVAL, Watch};
 use super::progress::WaitProgress;
 use super::respond::{StrataHeaders, end_reason, reject, respond_passthrough, sse_head};
 use super::trace::Trace;
@@ -40,6 +48,34 @@ pub const HEADER_HOLD: Duration = Duration::from_secs(4);
 /// an `event: error` frame.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
+/// How the task gets its backend response: [`Job::admit_and_send`] in the
+/// proxy. The seam exists so tests can script the admission and feed a
+/// synthetic backend body.
+pub trait Admission: Send + 'static {
+    type Body: BackendBody;
+
+    /// Waits for the grant and sends the request; resolves once the
+    /// backend's response head is in. `progress` learns where the request
+    /// is, for the keepalives.
+    fn admit(
+        self,
+        trace: &mut Trace,
+        progress: &WaitProgress,
+    ) -> impl Future<Output = Result<Dispatched<Self::Body>, ChatError>> + Send;
+}
+
+impl Admission for Job {
+    type Body = UpstreamBody;
+
+    fn admit(
+        self,
+        trace: &mut Trace,
+        progress: &WaitProgress,
+    ) -> impl Future<Output = Result<Dispatched<UpstreamBody>, ChatError>> + Send {
+        self.admit_and_send(trace, Some(progress))
+    }
+}
+
 /// Runs `work` while sending SSE comments to a waiting client. Returns
 /// `None` if the client went away first (dropping `work`; the trace's
 /// finish then withdraws the ticket or ends its lease).
@@ -50,10 +86,8 @@ async fn with_keepalive<T>(
     work: impl Future<Output = T>,
 ) -> Option<T> {
     tokio::pin!(work);
-    let mut tick = tokio::time::interval_at(
-        (Instant::now() + KEEPALIVE_INTERVAL).into(),
-        KEEPALIVE_INTERVAL,
-    );
+    let mut tick =
+        tokio::time::interval_at(TokioInstant::now() + KEEPALIVE_INTERVAL, KEEPALIVE_INTERVAL);
     loop {
         tokio::select! {
             output = &mut work => return Some(output),
@@ -62,7 +96,7 @@ async fn with_keepalive<T>(
                 // need another one; nothing here may wait for the client.
                 match tx.try_reserve() {
                     Ok(permit) => {
-                        let now = Instant::now();
+                        let now = TokioInstant::now().into_std();
                         let comment = progress.comment(now);
                         observer.observe(&comment, now);
                         permit.send(Ok(comment));
@@ -85,8 +119,9 @@ pub async fn respond_wait_first(
     headers: StrataHeaders,
 ) -> Response<ProxyBody> {
     let (answer, answered) = oneshot::channel();
-    let tasks = job.app.tasks.clone();
-    tasks.spawn(wait_first(job, trace, headers, answer));
+    let app = job.app.clone();
+    app.tasks
+        .spawn(wait_first(app.clone(), job, trace, headers, answer));
     // The task answers on every path on which the client is still there.
     answered
         .await
@@ -94,20 +129,22 @@ pub async fn respond_wait_first(
 }
 
 /// What the held admission came to.
-enum HeadHeld {
-    Admitted(Result<Dispatched, ChatError>),
+enum HeadHeld<B> {
+    Admitted(Result<Dispatched<B>, ChatError>),
     /// The first keepalive came due first: the head went out with it.
-    Committed(Option<Result<Dispatched, ChatError>>),
+    Committed(Option<Result<Dispatched<B>, ChatError>>),
     ClientGone,
 }
 
-async fn wait_first(
-    job: Job,
+/// The task: answers the handler through `answer` (the head, or a real
+/// error status) and finishes the trace.
+async fn wait_first<A: Admission>(
+    app: Arc<App>,
+    admission: A,
     mut trace: Trace,
     headers: StrataHeaders,
     answer: oneshot::Sender<Response<ProxyBody>>,
 ) {
-    let app = job.app.clone();
     let first_keepalive = trace.arrived + HEADER_HOLD;
     let (tx, body) = ProxyBody::channel();
     let mut observer = ResponseObserver::new(BodyKind::Sse);
@@ -124,7 +161,7 @@ async fn wait_first(
     // Admission, with the head held. Boxed: the waiting task does not
     // carry the send's state (see `admit_and_send`).
     let held = {
-        let mut admit = Box::pin(job.admit_and_send(&mut trace, Some(&progress)));
+        let mut admit = Box::pin(admission.admit(&mut trace, &progress));
         let first = {
             let client_gone = closed(&mut answer);
             tokio::pin!(client_gone);
@@ -138,7 +175,7 @@ async fn wait_first(
             Some(held) => held,
             // The first keepalive is due: the head goes out with it.
             None => {
-                let now = Instant::now();
+                let now = TokioInstant::now().into_std();
                 let comment = progress.comment(now);
                 observer.observe(&comment, now);
                 let _ = tx.try_reserve().map(|permit| permit.send(Ok(comment)));
@@ -176,7 +213,7 @@ async fn wait_first(
         Err(error) => return fail_committed(&tx, observer, trace, error).await,
         Ok(dispatched) => dispatched,
     };
-    let status = dispatched.upstream.response.status();
+    let status = dispatched.response.status();
     if !status.is_success() {
         if !committed {
             // Exactly what a non-streaming request gets.
@@ -184,7 +221,7 @@ async fn wait_first(
             send(&mut answer, response);
             return;
         }
-        let error = Box::pin(upstream_status(status, &mut dispatched.upstream)).await;
+        let error = Box::pin(upstream_status(status, dispatched.response.body_mut())).await;
         // Held until the record is submitted, like the passthrough path.
         let _dispatched = dispatched;
         return fail_committed(&tx, observer, trace, error).await;
@@ -193,7 +230,7 @@ async fn wait_first(
     // Forwarding; a held head goes out with the first chunk (or comment).
     let end = {
         let mut forwarding = Box::pin(forward::forward(
-            &mut dispatched.upstream,
+            dispatched.response.body_mut(),
             &tx,
             &mut observer,
             &mut dispatched.gate,
@@ -318,9 +355,8 @@ async fn closed(answer: &mut Option<oneshot::Sender<Response<ProxyBody>>>) {
 /// backend's status, and its error `type` when it sent the usual
 /// `{"error":{...}}` document and the type is a known one. Its message is
 /// not passed on (it may quote the request); the frame's is fixed.
-async fn upstream_status(status: StatusCode, upstream: &mut Upstream) -> ChatError {
+async fn upstream_status<B: BackendBody>(status: StatusCode, response_body: &mut B) -> ChatError {
     let mut body = Vec::new();
-    let response_body = upstream.response.body_mut();
     while body.len() < ERROR_BODY_LIMIT {
         match response_body.frame().await {
             Some(Ok(frame)) => {
@@ -339,3 +375,6 @@ async fn upstream_status(status: StatusCode, upstream: &mut Upstream) -> ChatErr
         .and_then(|kind| kind.as_str());
     ChatError::upstream_status(status, backend_type)
 }
+
+#[cfg(test)]
+mod tests;
