@@ -1,6 +1,6 @@
 //! `strata-proxy`: the HTTP front end clients talk to.
 //!
-//! - [`listener`]: adopt the systemd socket (or bind), before the runtime.
+//! - [`server::listener`]: adopt the systemd socket (or bind), before the runtime.
 //! - [`link`]: the supervisor connection (leases, state, arrival numbers).
 //! - `server`: accept loop, routing, drain (`accept`: backoff after a failed
 //!   accept); `chat`: the chat request path;
@@ -9,21 +9,17 @@
 //! - `tasks`: request work that outlives its handler, tracked for the drain.
 #![forbid(unsafe_code)]
 
-mod accept;
 mod app;
 mod body;
 mod chat;
 mod errors;
 mod health;
 pub mod link;
-pub mod listener;
-mod memory;
 mod models;
 pub mod observe;
 mod prometheus;
 mod requests;
-mod server;
-mod tasks;
+pub mod server;
 mod upstream;
 
 pub use server::{RunError, run};

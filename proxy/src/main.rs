@@ -25,7 +25,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let listener = match strata_proxy::listener::take_listener(
+    let listener = match strata_proxy::server::listener::take_listener(
         config.listen,
         config.require_socket_activation,
     ) {

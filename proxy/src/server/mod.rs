@@ -8,6 +8,17 @@
 //! proxy is draining, and lets every accepted request finish, bounded by
 //! `drain_ms` when it is positive. A second signal, or the deadline, ends
 //! what is left.
+//!
+//! Beside the loop: `listener` takes the listening socket before the
+//! runtime exists, `accept` decides the backoff after a failed accept,
+//! `tasks` tracks the request work that outlives its handler (the drain
+//! waits for it), and `memory` hands free heap memory back after a burst
+//! of connections.
+
+mod accept;
+pub mod listener;
+mod memory;
+pub(crate) mod tasks;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,13 +35,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::accept::{AcceptBackoff, Report};
 use crate::app::App;
 use crate::body::ProxyBody;
 use crate::errors::{EndpointError, json_response};
 use crate::link::SupervisorLink;
-use crate::memory::{self, ConnectionGauge};
 use crate::{chat, health, models, requests};
+
+use accept::{AcceptBackoff, Report};
+use memory::ConnectionGauge;
 
 /// A client that opens a connection and sends no complete header within
 /// this long is dropped.
