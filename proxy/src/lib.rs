@@ -12,13 +12,10 @@
 mod app;
 mod body;
 mod chat;
+mod endpoints;
 mod errors;
-mod health;
 pub mod link;
-mod models;
 pub mod observe;
-mod prometheus;
-mod requests;
 pub mod server;
 mod upstream;
 

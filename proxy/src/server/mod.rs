@@ -37,9 +37,10 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::body::ProxyBody;
+use crate::chat;
+use crate::endpoints::{health, models, records};
 use crate::errors::{EndpointError, json_response};
 use crate::link::SupervisorLink;
-use crate::{chat, health, models, requests};
 
 use accept::{AcceptBackoff, Report};
 use memory::ConnectionGauge;
@@ -92,9 +93,7 @@ async fn route(
         }
         "/health" if method == Method::GET => health::health(&app),
         "/metrics" if method == Method::GET => health::metrics(&app, &request).await,
-        "/requests" if method == Method::GET => {
-            requests::requests(&app, request.uri().query()).await
-        }
+        "/requests" if method == Method::GET => records::records(&app, request.uri().query()).await,
         "/v1/models" | "/health" | "/metrics" | "/requests" => {
             EndpointError::MethodNotAllowed.into_response()
         }

@@ -47,7 +47,9 @@ pub fn parse_query(query: Option<&str>) -> Result<RecordsQuery, EndpointError> {
     })
 }
 
-pub async fn requests(app: &App, query: Option<&str>) -> hyper::Response<ProxyBody> {
+/// `GET /requests?after=&limit=`: the page the supervisor answers, as
+/// stored.
+pub async fn records(app: &App, query: Option<&str>) -> hyper::Response<ProxyBody> {
     let query = match parse_query(query) {
         Ok(query) => query,
         Err(error) => return error.into_response(),

@@ -103,7 +103,7 @@ pub async fn metrics(
             .is_some_and(|accept| accept.starts_with("text/plain"));
     if wants_text {
         let text =
-            crate::prometheus::render(&app.config, &doc, state.router.as_ref(), metrics.as_ref());
+            super::prometheus::render(&app.config, &doc, state.router.as_ref(), metrics.as_ref());
         let mut response = hyper::Response::new(ProxyBody::full(text));
         response.headers_mut().insert(
             CONTENT_TYPE,
