@@ -3,11 +3,13 @@
 //! now.
 //!
 //! - `models`: `GET /v1/models`, the enabled models and aliases.
-//! - `health`: `GET /health` and `GET /metrics` (JSON, or the Prometheus
-//!   text `prometheus` writes).
+//! - `health`: `GET /health`.
+//! - `metrics`: `GET /metrics`, JSON or the Prometheus text `prometheus`
+//!   writes.
 //! - `records`: `GET /requests`, pages of accounting records.
 
 pub mod health;
+pub mod metrics;
 pub mod models;
 mod prometheus;
 pub mod records;

@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use crate::app::App;
 use crate::body::ProxyBody;
 use crate::chat;
-use crate::endpoints::{health, models, records};
+use crate::endpoints::{health, metrics, models, records};
 use crate::errors::{EndpointError, json_response};
 use crate::link::SupervisorLink;
 
@@ -92,7 +92,7 @@ async fn route(
             json_response(StatusCode::OK, &models::listing(&app))
         }
         "/health" if method == Method::GET => health::health(&app),
-        "/metrics" if method == Method::GET => health::metrics(&app, &request).await,
+        "/metrics" if method == Method::GET => metrics::metrics(&app, &request).await,
         "/requests" if method == Method::GET => records::records(&app, request.uri().query()).await,
         "/v1/models" | "/health" | "/metrics" | "/requests" => {
             EndpointError::MethodNotAllowed.into_response()

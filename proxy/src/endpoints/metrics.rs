@@ -1,0 +1,91 @@
+//! `GET /metrics`: the router's figures as a JSON document, or in the
+//! Prometheus text format (`prometheus`).
+
+use hyper::StatusCode;
+use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use strata_protocol::api::{Metrics, RequestLogMetrics, TierCounts};
+use strata_protocol::wire::{RequestLogStats, RouterMetrics, ServiceTier};
+
+use crate::app::App;
+use crate::body::ProxyBody;
+use crate::errors::json_response;
+
+/// The `request_log` object: the config values, and the supervisor's
+/// counters (null while it is unreachable).
+fn request_log(app: &App, stats: Option<&RequestLogStats>) -> RequestLogMetrics {
+    let config = &app.config.request_log;
+    RequestLogMetrics {
+        path: config.path.as_ref().map(|path| path.display().to_string()),
+        max_bytes: config.max_bytes,
+        rotate_files: config.rotate_files,
+        capacity: config.capacity as u64,
+        write_errors: stats.map(|s| s.write_errors),
+        write_drops: stats.map(|s| s.write_drops),
+        evicted: stats.map(|s| s.evicted),
+        records_in_ring: stats.map(|s| s.records_in_ring),
+        next_seq: stats.map(|s| s.next_seq),
+        instance_id: stats.map(|s| s.instance_id.clone()),
+    }
+}
+
+/// The metrics document (JSON). Queue and in-flight counts are the
+/// router's totals over every proxy, as the supervisor counts them (null
+/// while it is unreachable).
+fn metrics_document(
+    app: &App,
+    state: &crate::link::LinkState,
+    metrics: Option<&RouterMetrics>,
+) -> Metrics {
+    let router = state.router.as_ref();
+    let tier = |tier: ServiceTier| metrics.map(|m| m.queue_depth_by_tier[tier.index()]);
+    let last = app.last_stream();
+    Metrics {
+        loaded_model: router.and_then(|r| r.loaded.clone()),
+        loading_model: router.and_then(|r| r.loading.clone()),
+        routing: router.map(|r| r.routing),
+        supervisor_connected: state.connected,
+        in_flight: metrics.map(|m| m.in_flight),
+        queue_depth: metrics.map(|m| m.queue_depth),
+        queue_depth_by_tier: TierCounts {
+            priority: tier(ServiceTier::Priority),
+            default: tier(ServiceTier::Default),
+            flex: tier(ServiceTier::Flex),
+        },
+        max_request_body_bytes: app.config.max_request_body_bytes,
+        last_stream_ttft_ms: last.ttft_ms,
+        last_stream_decode_tokens_per_second: last.decode_tokens_per_second,
+        request_log: request_log(app, metrics.map(|m| &m.request_log)),
+        in_flight_requests: metrics.map(|m| m.in_flight_requests.clone()),
+    }
+}
+
+/// `GET /metrics`: JSON, or Prometheus text on `Accept: text/plain` or
+/// `?format=prometheus`.
+pub async fn metrics(
+    app: &App,
+    request: &hyper::Request<hyper::body::Incoming>,
+) -> hyper::Response<ProxyBody> {
+    let state = app.link.state();
+    let metrics = app.link.metrics().await;
+    let doc = metrics_document(app, &state, metrics.as_ref());
+    let wants_text = request
+        .uri()
+        .query()
+        .is_some_and(|query| query.split('&').any(|pair| pair == "format=prometheus"))
+        || request
+            .headers()
+            .get(ACCEPT)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|accept| accept.starts_with("text/plain"));
+    if wants_text {
+        let text =
+            super::prometheus::render(&app.config, &doc, state.router.as_ref(), metrics.as_ref());
+        let mut response = hyper::Response::new(ProxyBody::full(text));
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        );
+        return response;
+    }
+    json_response(StatusCode::OK, &doc)
+}
