@@ -13,9 +13,9 @@ mod app;
 mod body;
 mod chat;
 mod endpoints;
-mod errors;
 pub mod link;
 pub mod observe;
+mod reply;
 pub mod server;
 mod upstream;
 

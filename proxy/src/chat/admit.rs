@@ -21,9 +21,9 @@ use strata_protocol::record::Phase;
 use strata_protocol::wire::{Grant, LeaseFailure};
 
 use crate::app::App;
-use crate::errors::StartFailure;
 use crate::link::{LeaseEnd, TicketEvent, TicketEvents};
 use crate::observe::{BodyKind, ModelGate};
+use crate::reply::StartFailure;
 use crate::upstream::{self, UpstreamBody};
 
 use super::error::ChatError;

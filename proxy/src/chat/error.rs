@@ -25,8 +25,8 @@ use strata_protocol::record::Reason;
 use strata_protocol::wire::{LeaseFailure, RevokeReason};
 
 use crate::body::ProxyBody;
-use crate::errors::ErrorReply;
 use crate::link::LeaseEnd;
+use crate::reply::ErrorReply;
 
 /// A failed chat request: one variant per distinct client-visible failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,9 +20,9 @@ use strata_protocol::wire::{ArrivalInfo, ServiceTier, TicketRequest};
 use time::OffsetDateTime;
 
 use crate::app::{App, LastStream};
-use crate::errors::StartFailure;
 use crate::link::TicketHandle;
 use crate::observe::Observed;
+use crate::reply::StartFailure;
 
 /// One request's measurements.
 pub struct Trace {

@@ -6,7 +6,7 @@ use strata_protocol::api::{Health, HealthStatus, SupervisorLink};
 
 use crate::app::App;
 use crate::body::ProxyBody;
-use crate::errors::json_response;
+use crate::reply::json_response;
 
 /// 200 while the supervisor is reachable, 503 otherwise; same shape.
 pub fn health(app: &App) -> hyper::Response<ProxyBody> {

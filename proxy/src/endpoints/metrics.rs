@@ -8,7 +8,7 @@ use strata_protocol::wire::{RequestLogStats, RouterMetrics, ServiceTier};
 
 use crate::app::App;
 use crate::body::ProxyBody;
-use crate::errors::json_response;
+use crate::reply::json_response;
 
 /// The `request_log` object: the config values, and the supervisor's
 /// counters (null while it is unreachable).

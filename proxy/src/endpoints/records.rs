@@ -11,7 +11,7 @@ use strata_protocol::page::{DEFAULT_PAGE_LIMIT, clamp_page_limit};
 
 use crate::app::App;
 use crate::body::ProxyBody;
-use crate::errors::{EndpointError, json_text_response};
+use crate::reply::{EndpointError, json_text_response};
 
 /// A parsed `/requests` query.
 #[derive(Debug, PartialEq, Eq)]

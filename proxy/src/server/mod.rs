@@ -39,8 +39,8 @@ use crate::app::App;
 use crate::body::ProxyBody;
 use crate::chat;
 use crate::endpoints::{health, metrics, models, records};
-use crate::errors::{EndpointError, json_response};
 use crate::link::SupervisorLink;
+use crate::reply::{EndpointError, json_response};
 
 use accept::{AcceptBackoff, Report};
 use memory::ConnectionGauge;
