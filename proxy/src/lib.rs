@@ -10,12 +10,12 @@
 #![forbid(unsafe_code)]
 
 mod app;
-mod body;
 mod chat;
 mod endpoints;
 pub mod link;
 pub mod observe;
 mod reply;
+mod response_body;
 pub mod server;
 mod upstream;
 

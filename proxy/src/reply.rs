@@ -17,7 +17,7 @@ use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use serde::Serialize;
 use strata_protocol::api::{ErrorBody, ErrorDetail};
 
-use crate::body::ProxyBody;
+use crate::response_body::ProxyBody;
 
 /// The header openai-python and openai-node read before their own retry
 /// rules (`true`/`false`).

@@ -24,9 +24,9 @@ use hyper::StatusCode;
 use strata_protocol::record::Reason;
 use strata_protocol::wire::{LeaseFailure, RevokeReason};
 
-use crate::body::ProxyBody;
 use crate::link::LeaseEnd;
 use crate::reply::ErrorReply;
+use crate::response_body::ProxyBody;
 
 /// A failed chat request: one variant per distinct client-visible failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

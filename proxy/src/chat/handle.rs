@@ -11,7 +11,7 @@ use hyper::{Request, Response};
 use strata_protocol::config::Resolution;
 
 use crate::app::App;
-use crate::body::ProxyBody;
+use crate::response_body::ProxyBody;
 
 use super::error::ChatError;
 use super::read::{self, BodyError};

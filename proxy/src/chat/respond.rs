@@ -10,8 +10,8 @@ use strata_protocol::record::Reason;
 use strata_protocol::wire::ServiceTier;
 
 use crate::app::App;
-use crate::body::ProxyBody;
 use crate::observe::{BodyKind, ResponseObserver};
+use crate::response_body::ProxyBody;
 
 use super::admit::Dispatched;
 use super::error::ChatError;

@@ -5,8 +5,8 @@ use hyper::StatusCode;
 use strata_protocol::api::{Health, HealthStatus, SupervisorLink};
 
 use crate::app::App;
-use crate::body::ProxyBody;
 use crate::reply::json_response;
+use crate::response_body::ProxyBody;
 
 /// 200 while the supervisor is reachable, 503 otherwise; same shape.
 pub fn health(app: &App) -> hyper::Response<ProxyBody> {

@@ -7,8 +7,8 @@ use strata_protocol::api::{Metrics, RequestLogMetrics, TierCounts};
 use strata_protocol::wire::{RequestLogStats, RouterMetrics, ServiceTier};
 
 use crate::app::App;
-use crate::body::ProxyBody;
 use crate::reply::json_response;
+use crate::response_body::ProxyBody;
 
 /// The `request_log` object: the config values, and the supervisor's
 /// counters (null while it is unreachable).

@@ -10,8 +10,8 @@ use hyper::StatusCode;
 use strata_protocol::page::{DEFAULT_PAGE_LIMIT, clamp_page_limit};
 
 use crate::app::App;
-use crate::body::ProxyBody;
 use crate::reply::{EndpointError, json_text_response};
+use crate::response_body::ProxyBody;
 
 /// A parsed `/requests` query.
 #[derive(Debug, PartialEq, Eq)]

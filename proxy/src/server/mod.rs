@@ -36,11 +36,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::app::App;
-use crate::body::ProxyBody;
 use crate::chat;
 use crate::endpoints::{health, metrics, models, records};
 use crate::link::SupervisorLink;
 use crate::reply::{EndpointError, json_response};
+use crate::response_body::ProxyBody;
 
 use accept::{AcceptBackoff, Report};
 use memory::ConnectionGauge;

@@ -24,9 +24,9 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use tokio::time::Instant as TokioInstant;
 
-use crate::body::BodySender;
 use crate::link::{LeaseEnd, TicketEvents};
 use crate::observe::{ModelGate, ResponseObserver};
+use crate::response_body::BodySender;
 
 use super::error::ChatError;
 use inband::{Cut, ErrorFrameCut};
@@ -176,7 +176,7 @@ impl Outbox<'_> {
 
 /// Passes one chunk to the client body, observing it as it goes.
 fn hand_over(
-    permit: tokio::sync::mpsc::Permit<'_, crate::body::StreamItem>,
+    permit: tokio::sync::mpsc::Permit<'_, crate::response_body::StreamItem>,
     data: Bytes,
     observer: &mut ResponseObserver,
     at_frame_boundary: &mut bool,

@@ -16,10 +16,10 @@ use tokio::task::JoinHandle;
 
 use strata_protocol::wire::RevokeReason;
 
-use crate::body::ProxyBody;
 use crate::chat::fake_backend::{FakeBackend, fake_backend};
 use crate::link::TicketEvent;
 use crate::observe::{BodyKind, Observed};
+use crate::response_body::ProxyBody;
 
 use super::*;
 
@@ -240,7 +240,7 @@ async fn a_client_that_stops_reading_is_cut_off_at_the_stall_limit() {
     let (end, _) = run.end().await;
     assert_eq!(end, ForwardEnd::ClientStalled);
     assert_eq!(run.elapsed(), CLIENT_STALL_LIMIT);
-    assert_eq!(run.taken(), crate::body::STREAM_CHANNEL_CHUNKS);
+    assert_eq!(run.taken(), crate::response_body::STREAM_CHANNEL_CHUNKS);
     assert!(matches!(run.read().await, Some(Err(_))), "aborted");
 }
 

@@ -26,8 +26,8 @@ use tokio::sync::oneshot;
 use tokio::time::Instant as TokioInstant;
 
 use crate::app::App;
-use crate::body::{BodySender, ProxyBody};
 use crate::observe::{BodyKind, ResponseObserver};
+use crate::response_body::{BodySender, ProxyBody};
 use crate::upstream::UpstreamBody;
 
 use super::admit::{Dispatched, Job};
