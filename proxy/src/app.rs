@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicU64;
 use strata_protocol::config::Config;
 
 use crate::link::SupervisorLink;
-use crate::server::tasks::Tasks;
+use crate::tasks::Tasks;
 use crate::upstream::UpstreamPool;
 
 /// Figures of the most recent streamed request that produced tokens.

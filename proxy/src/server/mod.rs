@@ -10,15 +10,12 @@
 //! what is left.
 //!
 //! Beside the loop: `listener` takes the listening socket before the
-//! runtime exists, `accept` decides the backoff after a failed accept,
-//! `tasks` tracks the request work that outlives its handler (the drain
-//! waits for it), and `memory` hands free heap memory back after a burst
-//! of connections.
+//! runtime exists, `accept` decides the backoff after a failed accept, and
+//! `memory` hands free heap memory back after a burst of connections.
 
 mod accept;
 pub mod listener;
 mod memory;
-pub(crate) mod tasks;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
