@@ -15,7 +15,9 @@ use std::marker::PhantomData;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::summary::FinishReason;
+use strata_protocol::record::FinishReason;
+
+use super::summary::{Timings, Usage};
 
 /// The accounting facts in one payload.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -34,28 +36,6 @@ pub(super) struct Frame {
     /// a `type` of `error`/`response.error`/`response.failed`, or top-level
     /// `code` and `message`.
     pub error: bool,
-}
-
-/// The counts in `usage`.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Usage {
-    pub prompt_tokens: Option<u64>,
-    pub completion_tokens: Option<u64>,
-    pub reasoning_tokens: Option<u64>,
-    /// `prompt_tokens_details.cached_tokens`.
-    pub cached_tokens: Option<u64>,
-}
-
-/// The llama.cpp-style `timings` object.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Timings {
-    pub prompt_n: Option<u64>,
-    pub cache_n: Option<u64>,
-    pub predicted_n: Option<u64>,
-    pub prompt_ms: Option<f64>,
-    pub predicted_ms: Option<f64>,
-    pub prompt_per_second: Option<f64>,
-    pub predicted_per_second: Option<f64>,
 }
 
 /// Reads one JSON text. Valid JSON that is not an object (or has none of the

@@ -10,7 +10,8 @@
 //! - `sse.rs`: line splitting and SSE syntax for `text/event-stream`.
 //! - `frame.rs`: what one JSON payload means (delta, usage, timings, error).
 //! - `json_body.rs`: the non-stream `application/json` body.
-//! - `summary.rs`: [`Observed`], [`FinishReason`] and the merge rules.
+//! - `summary.rs`: [`Observed`] with its [`Usage`] and [`Timings`], and
+//!   the merge rules.
 //! - `model_gate.rs`: [`ModelGate`], which holds a response's first frame
 //!   back until its `model` is known to be the leased one.
 //!
@@ -46,9 +47,9 @@ use std::time::Instant;
 
 use hyper::header::{CONTENT_TYPE, HeaderMap};
 
-pub use frame::{Timings, Usage};
 pub use model_gate::{ModelGate, ModelMismatch};
-pub use summary::{FinishReason, Observed};
+pub use strata_protocol::record::FinishReason;
+pub use summary::{Observed, Timings, Usage};
 
 /// The most the observer keeps of one SSE line or one non-stream JSON body:
 /// 256 KiB, counting a line's bytes before its `\n` (a CRLF line's `\r`
