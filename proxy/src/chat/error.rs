@@ -653,6 +653,73 @@ mod tests {
         }
     }
 
+    /// Every variant's whole rendering: status, headers, JSON body, SSE
+    /// frame and record reason, one line each.
+    fn rendered() -> String {
+        let mut out = String::new();
+        for (error, ..) in table() {
+            let response = error.into_response();
+            let header = |name: &str| {
+                response
+                    .headers()
+                    .get(name)
+                    .map(|value| value.to_str().unwrap().to_owned())
+            };
+            out.push_str(&format!(
+                "{error:?} | {} | {:?} {:?} {:?} | {} | {} | {:?}\n",
+                response.status().as_u16(),
+                header("content-type"),
+                header("retry-after"),
+                header("x-should-retry"),
+                error.reply().body_with(None),
+                std::str::from_utf8(&error.sse_frame())
+                    .unwrap()
+                    .replace('\n', "\\n"),
+                error.reason(),
+            ));
+        }
+        out
+    }
+
+    /// Pinned before `ChatError` became one table, so the change provably
+    /// changed no status, type, code, message, header or reason.
+    #[test]
+    fn every_variant_renders_as_before() {
+        assert_eq!(rendered(), GOLDEN);
+    }
+
+    const GOLDEN: &str = r#"BodyTooLarge | 413 | Some("application/json") None None | {"error":{"message":"request body exceeds max_request_body_bytes","type":"invalid_request_error","code":"request_too_large"}} | event: error\ndata: {"error":{"message":"request body exceeds max_request_body_bytes","type":"invalid_request_error","code":"request_too_large","status":413}}\n\n | InvalidRequest
+BodyUnreadable | 400 | Some("application/json") None None | {"error":{"message":"the request body could not be read","type":"invalid_request_error","code":"incomplete_body"}} | event: error\ndata: {"error":{"message":"the request body could not be read","type":"invalid_request_error","code":"incomplete_body","status":400}}\n\n | InvalidRequest
+BodyAbandoned | 400 | Some("application/json") None None | {"error":{"message":"the request body could not be read","type":"invalid_request_error","code":"incomplete_body"}} | event: error\ndata: {"error":{"message":"the request body could not be read","type":"invalid_request_error","code":"incomplete_body","status":400}}\n\n | ClientDisconnect
+InvalidJson | 400 | Some("application/json") None None | {"error":{"message":"request body is not valid JSON","type":"invalid_request_error","code":"invalid_json"}} | event: error\ndata: {"error":{"message":"request body is not valid JSON","type":"invalid_request_error","code":"invalid_json","status":400}}\n\n | InvalidRequest
+NotAnObject | 400 | Some("application/json") None None | {"error":{"message":"request body must be a JSON object","type":"invalid_request_error","code":"invalid_json"}} | event: error\ndata: {"error":{"message":"request body must be a JSON object","type":"invalid_request_error","code":"invalid_json","status":400}}\n\n | InvalidRequest
+ModelMissing | 400 | Some("application/json") None None | {"error":{"message":"model is required","type":"invalid_request_error","code":"invalid_request"}} | event: error\ndata: {"error":{"message":"model is required","type":"invalid_request_error","code":"invalid_request","status":400}}\n\n | InvalidRequest
+ModelNotAString | 400 | Some("application/json") None None | {"error":{"message":"model must be a string","type":"invalid_request_error","code":"invalid_request"}} | event: error\ndata: {"error":{"message":"model must be a string","type":"invalid_request_error","code":"invalid_request","status":400}}\n\n | InvalidRequest
+StreamNotABool | 400 | Some("application/json") None None | {"error":{"message":"stream must be a boolean","type":"invalid_request_error","code":"invalid_request"}} | event: error\ndata: {"error":{"message":"stream must be a boolean","type":"invalid_request_error","code":"invalid_request","status":400}}\n\n | InvalidRequest
+BadServiceTier | 400 | Some("application/json") None None | {"error":{"message":"service_tier must be one of priority, fast, default, auto or flex","type":"invalid_request_error","code":"invalid_service_tier"}} | event: error\ndata: {"error":{"message":"service_tier must be one of priority, fast, default, auto or flex","type":"invalid_request_error","code":"invalid_service_tier","status":400}}\n\n | InvalidRequest
+BadSpeed | 400 | Some("application/json") None None | {"error":{"message":"speed must be fast or standard","type":"invalid_request_error","code":"invalid_speed"}} | event: error\ndata: {"error":{"message":"speed must be fast or standard","type":"invalid_request_error","code":"invalid_speed","status":400}}\n\n | InvalidRequest
+ModelNotFound | 404 | Some("application/json") None None | {"error":{"message":"the requested model does not exist or is not enabled","type":"invalid_request_error","code":"model_not_found"}} | event: error\ndata: {"error":{"message":"the requested model does not exist or is not enabled","type":"invalid_request_error","code":"model_not_found","status":404}}\n\n | InvalidRequest
+SupervisorUnavailable | 503 | Some("application/json") None None | {"error":{"message":"the router's supervisor is not reachable; try again shortly","type":"server_error","code":"supervisor_unavailable"}} | event: error\ndata: {"error":{"message":"the router's supervisor is not reachable; try again shortly","type":"server_error","code":"supervisor_unavailable","status":503}}\n\n | UpstreamError
+SupervisorLost | 503 | Some("application/json") None None | {"error":{"message":"the router's supervisor went away; try again shortly","type":"server_error","code":"supervisor_unavailable"}} | event: error\ndata: {"error":{"message":"the router's supervisor went away; try again shortly","type":"server_error","code":"supervisor_unavailable","status":503}}\n\n | UpstreamError
+RoutingOff | 503 | Some("application/json") None None | {"error":{"message":"routing is turned off on this router","type":"server_error","code":"routing_off"}} | event: error\ndata: {"error":{"message":"routing is turned off on this router","type":"server_error","code":"routing_off","status":503}}\n\n | RoutingOff
+RevokedRoutingOff | 503 | Some("application/json") None None | {"error":{"message":"the operator turned routing off and interrupted this request","type":"server_error","code":"routing_off"}} | event: error\ndata: {"error":{"message":"the operator turned routing off and interrupted this request","type":"server_error","code":"routing_off","status":503}}\n\n | RoutingOff
+NotPrepared | 503 | Some("application/json") None None | {"error":{"message":"the model is not prepared to run on this machine","type":"server_error","code":"model_not_prepared"}} | event: error\ndata: {"error":{"message":"the model is not prepared to run on this machine","type":"server_error","code":"model_not_prepared","status":503}}\n\n | ModelNotPrepared
+LoadFailed { retry_after_s: 30 } | 503 | Some("application/json") Some("30") Some("false") | {"error":{"message":"the model failed to load","type":"server_error","code":"model_load_error"}} | event: error\ndata: {"error":{"message":"the model failed to load","type":"server_error","code":"model_load_error","status":503}}\n\n | ModelLoadError
+Cooldown { retry_after_s: 37 } | 503 | Some("application/json") Some("37") Some("false") | {"error":{"message":"a recent model load failed; retry later","type":"server_error","code":"model_load_error"}} | event: error\ndata: {"error":{"message":"a recent model load failed; retry later","type":"server_error","code":"model_load_error","status":503}}\n\n | ModelLoadError
+QueueFull | 429 | Some("application/json") Some("1") None | {"error":{"message":"too many pending requests (max_pending)","type":"rate_limit_error","code":"queue_full"}} | event: error\ndata: {"error":{"message":"too many pending requests (max_pending)","type":"rate_limit_error","code":"queue_full","status":429}}\n\n | QueueFull
+QueueTimeout | 504 | Some("application/json") None None | {"error":{"message":"the request waited longer than queue_ms for its model","type":"server_error","code":"queue_timeout"}} | event: error\ndata: {"error":{"message":"the request waited longer than queue_ms for its model","type":"server_error","code":"queue_timeout","status":504}}\n\n | QueueTimeout
+ShuttingDown | 503 | Some("application/json") None None | {"error":{"message":"the router is shutting down","type":"server_error","code":"shutting_down"}} | event: error\ndata: {"error":{"message":"the router is shutting down","type":"server_error","code":"shutting_down","status":503}}\n\n | Shutdown
+RevokedShutdown | 503 | Some("application/json") None None | {"error":{"message":"the router is shutting down and interrupted this request","type":"server_error","code":"shutting_down"}} | event: error\ndata: {"error":{"message":"the router is shutting down and interrupted this request","type":"server_error","code":"shutting_down","status":503}}\n\n | Shutdown
+Timeout | 504 | Some("application/json") None None | {"error":{"message":"the backend did not answer within response_ms","type":"server_error","code":"timeout"}} | event: error\ndata: {"error":{"message":"the backend did not answer within response_ms","type":"server_error","code":"timeout","status":504}}\n\n | Timeout
+StreamTimeout | 504 | Some("application/json") None None | {"error":{"message":"the response exceeded response_ms","type":"server_error","code":"timeout"}} | event: error\ndata: {"error":{"message":"the response exceeded response_ms","type":"server_error","code":"timeout","status":504}}\n\n | Timeout
+BackendUnreachable | 502 | Some("application/json") None None | {"error":{"message":"the backend could not be reached","type":"server_error","code":"upstream_error"}} | event: error\ndata: {"error":{"message":"the backend could not be reached","type":"server_error","code":"upstream_error","status":502}}\n\n | UpstreamError
+BackendGone | 502 | Some("application/json") None None | {"error":{"message":"the backend this request was routed to is gone","type":"server_error","code":"upstream_error"}} | event: error\ndata: {"error":{"message":"the backend this request was routed to is gone","type":"server_error","code":"upstream_error","status":502}}\n\n | UpstreamError
+WrongModel | 502 | Some("application/json") None None | {"error":{"message":"the backend answered as a different model than the one this request was routed to","type":"server_error","code":"upstream_error"}} | event: error\ndata: {"error":{"message":"the backend answered as a different model than the one this request was routed to","type":"server_error","code":"upstream_error","status":502}}\n\n | UpstreamError
+BackendCutOff | 502 | Some("application/json") None None | {"error":{"message":"the backend connection failed during the response","type":"server_error","code":"upstream_error"}} | event: error\ndata: {"error":{"message":"the backend connection failed during the response","type":"server_error","code":"upstream_error","status":502}}\n\n | UpstreamError
+BackendErrorFrame | 502 | Some("application/json") None None | {"error":{"message":"the backend reported an error during the response","type":"server_error","code":"upstream_error"}} | event: error\ndata: {"error":{"message":"the backend reported an error during the response","type":"server_error","code":"upstream_error","status":502}}\n\n | UpstreamError
+UpstreamStatus { status: 409, kind: "model_busy" } | 409 | Some("application/json") None None | {"error":{"message":"the backend answered with an error","type":"model_busy","code":"upstream_error"}} | event: error\ndata: {"error":{"message":"the backend answered with an error","type":"model_busy","code":"upstream_error","status":409}}\n\n | UpstreamError
+"#;
+
     #[test]
     fn the_sse_frame_carries_the_status_and_the_fixed_message() {
         let error = ChatError::upstream_status(StatusCode::INTERNAL_SERVER_ERROR, None);
