@@ -219,8 +219,10 @@ async fn wait_for_grant(
     }
 }
 
-/// A ticket that failed; a failed load still reports its figures. What
-/// the supervisor says about the failure goes to the log, not the client.
+/// A ticket that failed; a failed load still reports its figures. A failed
+/// or cooling start keeps the supervisor's generic cause for the error body
+/// (`last_error`; see `error.rs`); the rest of what the supervisor says (a
+/// model's status) goes to the log only.
 fn failed(trace: &mut Trace, failure: LeaseFailure) -> ChatError {
     match &failure {
         LeaseFailure::LoadFailed {

@@ -145,3 +145,154 @@ pub fn sse_head(body: ProxyBody, headers: &StrataHeaders) -> Response<ProxyBody>
     headers.apply(response_headers);
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http_body_util::BodyExt;
+    use serde_json::json;
+    use strata_protocol::config::ModelStatus;
+    use strata_protocol::record::RequestRecord;
+    use strata_protocol::wire::{ArrivalInfo, LeaseFailure};
+
+    use crate::link::{SupervisorLink, TicketEvent};
+
+    use super::super::{admit, request};
+    use super::*;
+
+    /// Bound on every wait (nothing here waits on a timer).
+    const BOUND: Duration = Duration::from_secs(10);
+
+    /// The supervisor's cause of a failed start, as it makes them.
+    const CAUSE: &str = "backend exited during startup (exit code 3)";
+
+    /// A ticket refused with `failure`, through the proxy's real path: the
+    /// supervisor's first answer taken by `admit::enqueue`, then [`reject`].
+    /// The response's head and JSON body, and the request's record.
+    async fn refused(failure: LeaseFailure) -> (Response<()>, serde_json::Value, RequestRecord) {
+        let (link, mut supervisor) = SupervisorLink::detached();
+        supervisor.connect("i-1");
+        let app = App::for_tests(link);
+        let mut trace = Trace::start(&app);
+        let chat = request::parse(Bytes::from_static(br#"{"model":"m"}"#)).unwrap();
+        let answer = async {
+            let events = supervisor.next_enqueued().await.expect("one ticket");
+            let arrival = ArrivalInfo {
+                arrival_seq: 1,
+                queue_depth: 0,
+                in_flight: 0,
+            };
+            events
+                .send(TicketEvent::Failed { arrival, failure })
+                .unwrap();
+        };
+        let enqueue = admit::enqueue(&app, "m", &chat, &mut trace);
+        let (queued, ()) = tokio::time::timeout(BOUND, async { tokio::join!(enqueue, answer) })
+            .await
+            .expect("answered within the bound");
+        let error = queued.err().expect("refused");
+        let headers = StrataHeaders {
+            request_id: trace.request_id.clone(),
+            concrete_model: Some(String::from("m")),
+            tier: None,
+        };
+        let (head, body) = reject(trace, &headers, error).into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        let record = tokio::time::timeout(BOUND, supervisor.next_record())
+            .await
+            .expect("the record within the bound")
+            .expect("one record");
+        let body = serde_json::from_slice(&body).expect("a JSON body");
+        (Response::from_parts(head, ()), body, record)
+    }
+
+    /// A failed start's 503 says why with the supervisor's generic cause
+    /// and the cooldown left, in fields of their own: the message stays the
+    /// fixed one, and nothing else the supervisor said is in the reply.
+    #[tokio::test]
+    async fn a_failed_start_carries_only_the_generic_cause_and_the_cooldown() {
+        let (head, body, record) = refused(LeaseFailure::LoadFailed {
+            message: String::from(CAUSE),
+            model_switch: true,
+            load_ms: Some(1600),
+            cooldown_ms: 30_000,
+        })
+        .await;
+        assert_eq!(head.status(), 503);
+        assert_eq!(head.headers()["retry-after"], "30");
+        assert_eq!(head.headers()["x-should-retry"], "false");
+        assert_eq!(head.headers()["x-strata-request-id"], record.request_id);
+        assert_eq!(
+            body,
+            json!({"error": {
+                "message": "the model failed to load",
+                "type": "server_error",
+                "code": "model_load_error",
+                "last_error": CAUSE,
+                "cooldown_remaining_ms": 30_000,
+            }})
+        );
+        assert_eq!(
+            (record.status, record.reason, record.model_load_ms),
+            (Some(503), Reason::ModelLoadError, Some(1600))
+        );
+    }
+
+    /// A refusal during the cooldown says the same cause and what is left.
+    #[tokio::test]
+    async fn a_cooldown_carries_only_the_generic_cause_and_what_is_left() {
+        let (head, body, record) = refused(LeaseFailure::Cooldown {
+            message: String::from(CAUSE),
+            remaining_ms: 9000,
+        })
+        .await;
+        assert_eq!(head.status(), 503);
+        assert_eq!(head.headers()["retry-after"], "9");
+        assert_eq!(
+            body,
+            json!({"error": {
+                "message": "a recent model load failed; retry later",
+                "type": "server_error",
+                "code": "model_load_error",
+                "last_error": CAUSE,
+                "cooldown_remaining_ms": 9000,
+            }})
+        );
+        assert_eq!(
+            (record.status, record.reason),
+            (Some(503), Reason::ModelLoadError)
+        );
+    }
+
+    /// Other refusals carry no supervisor text at all: a model's status
+    /// goes to the log only.
+    #[tokio::test]
+    async fn other_refusals_carry_nothing_from_the_supervisor() {
+        let (head, body, _) = refused(LeaseFailure::NotPrepared {
+            status: ModelStatus::NotInstalled,
+        })
+        .await;
+        assert_eq!(head.status(), 503);
+        assert!(head.headers().get("retry-after").is_none());
+        assert_eq!(
+            body,
+            json!({"error": {
+                "message": "the model is not prepared to run on this machine",
+                "type": "server_error",
+                "code": "model_not_prepared",
+            }})
+        );
+        let (head, body, _) = refused(LeaseFailure::QueueFull).await;
+        assert_eq!(head.status(), 429);
+        assert_eq!(
+            body,
+            json!({"error": {
+                "message": "too many pending requests (max_pending)",
+                "type": "rate_limit_error",
+                "code": "queue_full",
+            }})
+        );
+    }
+}

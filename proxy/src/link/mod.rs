@@ -411,8 +411,8 @@ impl TicketEvents {
 #[cfg(test)]
 pub(crate) struct DetachedSupervisor {
     commands: mpsc::UnboundedReceiver<LinkCommand>,
-    /// Kept so the link's state stays the default one (not connected).
-    _state: watch::Sender<LinkState>,
+    /// The link's state: not connected until [`DetachedSupervisor::connect`].
+    state: watch::Sender<LinkState>,
 }
 
 #[cfg(test)]
@@ -430,7 +430,7 @@ impl SupervisorLink {
         };
         let far_end = DetachedSupervisor {
             commands: commands_rx,
-            _state: state_tx,
+            state: state_tx,
         };
         (link, far_end)
     }
@@ -438,6 +438,26 @@ impl SupervisorLink {
 
 #[cfg(test)]
 impl DetachedSupervisor {
+    /// The link says it is connected to the supervisor of `instance_id`.
+    pub(crate) fn connect(&self, instance_id: &str) {
+        self.state.send_modify(|state| {
+            state.connected = true;
+            state.instance_id = Some(instance_id.to_owned());
+        });
+    }
+
+    /// The next ticket enqueued through the link: the sender of its events,
+    /// which the test answers as the supervisor would. Other commands are
+    /// skipped.
+    pub(crate) async fn next_enqueued(&mut self) -> Option<mpsc::UnboundedSender<TicketEvent>> {
+        while let Some(command) = self.commands.recv().await {
+            if let LinkCommand::Enqueue { events, .. } = command {
+                return Some(events);
+            }
+        }
+        None
+    }
+
     /// The next record handed to the link, with a ticket's `Finish` or on
     /// its own; other commands are skipped. Waits for it; `None` once every
     /// link handle is gone.
