@@ -127,8 +127,10 @@ impl Trace {
         }
     }
 
-    /// Finishes the trace. `success` is only possible for a 2xx status and
-    /// no detected failure; the caller passes what it saw.
+    /// Finishes the trace with `reason`, how the caller saw the request
+    /// end. A completed body that reported a failure in band is recorded as
+    /// an upstream error instead, and the record's `success` is derived
+    /// here: a completed reason, a 2xx status and no in-band error.
     pub fn finish(mut self, reason: Reason) {
         self.complete(reason);
     }
