@@ -8,7 +8,9 @@
 //! and keeps at most [`MAX_INSPECT_BYTES`] of one SSE line or one JSON body.
 //!
 //! - `sse.rs`: line splitting and SSE syntax for `text/event-stream`.
-//! - `frame.rs`: what one JSON payload means (delta, usage, timings, error).
+//! - `frame.rs`: what one JSON payload means (delta, usage, timings, error),
+//!   written in `reduce.rs`, which reduces any JSON value without building
+//!   it.
 //! - `json_body.rs`: the non-stream `application/json` body.
 //! - `summary.rs`: [`Observed`] with its [`Usage`] and [`Timings`], and
 //!   the merge rules.
@@ -34,6 +36,7 @@
 mod frame;
 mod json_body;
 mod model_gate;
+mod reduce;
 mod sse;
 mod summary;
 
