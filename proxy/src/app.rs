@@ -13,9 +13,9 @@ use std::sync::atomic::AtomicU64;
 
 use strata_protocol::config::Config;
 
-use crate::chat::UpstreamPool;
 use crate::link::SupervisorLink;
 use crate::tasks::Tasks;
+use crate::upstream::UpstreamPool;
 
 /// Figures of the most recent streamed request that produced tokens.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -68,5 +68,23 @@ impl App {
             .last_stream
             .lock()
             .unwrap_or_else(|poison| poison.into_inner()) = figures;
+    }
+}
+
+#[cfg(test)]
+impl App {
+    /// Tests: an `App` around `link`, with a config that matches nothing in
+    /// particular (one model, `m`; the default timers and scheduling).
+    pub fn for_tests(link: SupervisorLink) -> Arc<App> {
+        let text = serde_json::json!({
+            "python": "/nonexistent/python3",
+            "strata_dir": "/nonexistent",
+            "backend_port": 1,
+            "control_socket": "/nonexistent/control.sock",
+            "models": {"m": {"family": "qwen3.8-flash-next", "quantization": "q4", "upstream_model": "m"}},
+        })
+        .to_string();
+        let config = Config::from_json_str(&text).expect("a valid config");
+        App::new(Arc::new(config), link)
     }
 }

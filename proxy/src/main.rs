@@ -17,7 +17,7 @@ fn main() -> ExitCode {
         Ok(config) => config,
         Err(code) => return code,
     };
-    let listener = match strata_proxy::listener::take_listener(
+    let listener = match strata_proxy::server::listener::take_listener(
         config.listen,
         config.require_socket_activation,
     ) {

@@ -1,4 +1,4 @@
-//! Tests for `strata_proxy::listener::take_listener`.
+//! Tests for `strata_proxy::server::listener::take_listener`.
 //!
 //! Socket activation is tested on real inherited descriptors: each case runs
 //! `tests/launch_with_fd3.py`, which creates the socket(s) itself, places them at fd 3 (4, ...),
@@ -33,7 +33,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
-use strata_proxy::listener::{ListenerError, take_listener};
+use strata_proxy::server::listener::{ListenerError, take_listener};
 use strata_test_support::{Running, free_port_outside_ephemeral, python, repo_root};
 
 const ROLE_ENV: &str = "STRATA_LISTENER_TEST_ROLE";

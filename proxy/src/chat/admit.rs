@@ -15,20 +15,21 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use hyper::Response;
 use hyper::header::HeaderValue;
+use strata_protocol::record::Phase;
 use strata_protocol::wire::{Grant, LeaseFailure};
 
 use crate::app::App;
-use crate::errors::StartFailure;
 use crate::link::{LeaseEnd, TicketEvent, TicketEvents};
-use crate::observe::ModelGate;
+use crate::observe::{BodyKind, ModelGate};
+use crate::reply::StartFailure;
+use crate::upstream::{self, UpstreamBody};
 
 use super::error::ChatError;
 use super::progress::WaitProgress;
 use super::request::ChatRequest;
-use super::respond::body_kind;
-use super::upstream::{self, Upstream};
-use super::{Phase, Trace};
+use super::trace::Trace;
 
 /// A routed request on its way to the backend.
 pub struct Job {
@@ -42,9 +43,13 @@ pub struct Job {
     pub granted: Option<Grant>,
 }
 
-/// A request whose backend response headers have arrived.
-pub struct Dispatched {
-    pub upstream: Upstream,
+/// A request whose backend response headers have arrived. `B` is the
+/// response body: the backend connection's own, or (tests of the
+/// wait-first task) a synthetic one.
+pub struct Dispatched<B = UpstreamBody> {
+    /// Dropping it mid-body closes the backend connection: that is how a
+    /// generation is cancelled.
+    pub response: Response<B>,
     pub events: TicketEvents,
     /// Checks the response's `model` against the lease before it passes.
     pub gate: ModelGate,
@@ -163,10 +168,10 @@ impl Job {
         {
             ticket.headers_received();
         }
-        let kind = body_kind(upstream.response.headers());
+        let kind = BodyKind::from_headers(upstream.response.headers());
         let gate = ModelGate::new(kind, &grant.upstream_model, self.alias.as_deref());
         Ok(Dispatched {
-            upstream,
+            response: upstream.response,
             events: self.events,
             gate,
             deadline,
@@ -214,8 +219,10 @@ async fn wait_for_grant(
     }
 }
 
-/// A ticket that failed; a failed load still reports its figures. What
-/// the supervisor says about the failure goes to the log, not the client.
+/// A ticket that failed; a failed load still reports its figures. A failed
+/// or cooling start keeps the supervisor's generic cause for the error body
+/// (`last_error`; see `error.rs`); the rest of what the supervisor says (a
+/// model's status) goes to the log only.
 fn failed(trace: &mut Trace, failure: LeaseFailure) -> ChatError {
     match &failure {
         LeaseFailure::LoadFailed {

@@ -1,172 +1,39 @@
 //! `POST /v1/chat/completions`: from request to forwarded response.
 //!
-//! The path, in order: start the trace (arrival), read the body under the
-//! size limit (`read`), parse just the routing fields (`request`) and
-//! resolve the model (here), enqueue a ticket in the supervisor's one
-//! queue, whose first answer numbers the request, then wait for the grant
-//! and send the request to the leased backend (`admit`), and shape the
-//! response and forward its body (`respond`, `forward`). A request rejected
-//! before it has a ticket is numbered with one `Arrive` round trip. Every
-//! failure is one [`ChatError`] (`error`), which decides what the client is
-//! told and the record's reason; every exit finishes the trace exactly
-//! once, which also ends the ticket.
+//! The path, in order, as [`handle()`] runs it: start the trace (arrival),
+//! read the body under the size limit (`read`), parse just the routing
+//! fields (`request`) and resolve the model, enqueue a ticket in the
+//! supervisor's one queue, whose first answer numbers the request, then
+//! wait for the grant and send the request to the leased backend
+//! (`admit`), and shape the response (`respond`) and forward its body
+//! (`forward`). A request rejected before it has a ticket is numbered with
+//! one `Arrive` round trip. Every failure is one [`error::ChatError`],
+//! which decides what the client is told and the record's reason; every
+//! exit finishes the request's [`trace::Trace`] exactly once, which also
+//! ends the ticket.
 //!
-//! Streaming requests in wait-first mode get `200` and SSE headers as soon
-//! as they are numbered, comments while they wait, and any later failure as
-//! one `event: error` frame. Other requests keep the backend's status and
-//! headers.
+//! Streaming requests in wait-first mode are run by a task of their own
+//! (`wait_first`): `200` and SSE headers once their first byte is ready or
+//! their first keepalive is due, comments while they wait (`progress` says
+//! what), and any failure after the headers as one `event: error` frame.
+//! Other requests keep the backend's status and headers.
+//!
+//! The files depend one way: `handle` on `wait_first`, `respond`, `admit`
+//! and the rest; `wait_first` on `respond`, `admit`, `forward` and
+//! `progress`; `respond` on `admit`, `forward`, `trace` and `error`; no
+//! file imports one above it.
 
 mod admit;
 mod error;
+#[cfg(test)]
+mod fake_backend;
 mod forward;
+mod handle;
 mod progress;
 mod read;
 mod request;
 mod respond;
-mod trace;
-mod upstream;
+pub(crate) mod trace;
+mod wait_first;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use hyper::body::Incoming;
-use hyper::header::{ACCEPT, CONTENT_LENGTH};
-use hyper::{Request, Response};
-use strata_protocol::config::Resolution;
-
-use crate::app::App;
-use crate::body::ProxyBody;
-
-use error::ChatError;
-use read::BodyError;
-use request::ChatRequest;
-use respond::StrataHeaders;
-pub use trace::{Phase, Reason, Trace};
-pub use upstream::UpstreamPool;
-
-/// How long a request rejected before it has a ticket waits for the
-/// supervisor to number it before the proxy numbers it locally.
-const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Handles one chat completion request.
-pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<ProxyBody> {
-    let mut trace = Trace::start(&app);
-    let mut headers = StrataHeaders::default();
-    let accept = request.headers().get(ACCEPT).cloned();
-    let routed = match route(&app, request, &mut trace).await {
-        Ok(routed) => routed,
-        Err(error) => {
-            number_without_ticket(&app, &mut trace).await;
-            headers.request_id = trace.request_id.clone();
-            return respond::reject(trace, &headers, error);
-        }
-    };
-    headers.concrete_model = Some(routed.model.clone());
-
-    let queued = admit::enqueue(&app, &routed.model, &routed.chat, &mut trace).await;
-    headers.request_id = trace.request_id.clone();
-    let (events, granted) = match queued {
-        Ok(queued) => queued,
-        Err(error) => return respond::reject(trace, &headers, error),
-    };
-
-    let Routed { chat, alias, .. } = routed;
-    let job = admit::Job {
-        app: app.clone(),
-        alias,
-        body: chat.upstream_body,
-        accept,
-        events,
-        granted,
-    };
-    if chat.stream && app.config.scheduling.wait_when_busy {
-        headers.tier = Some(chat.tier);
-        return respond::respond_wait_first(job, trace, headers).await;
-    }
-    match job.admit_and_send(&mut trace, None).await {
-        Err(error) => respond::reject(trace, &headers, error),
-        Ok(dispatched) => {
-            headers.tier = Some(chat.tier);
-            let response = respond::respond_passthrough(&app, dispatched, trace, headers);
-            // Let the forwarding task just spawned hand over what the backend
-            // already sent (usually the whole JSON body arrives with its
-            // head), so hyper writes the response head and the first chunk
-            // in one write: one TCP segment and one client wakeup, not two.
-            tokio::task::yield_now().await;
-            response
-        }
-    }
-}
-
-/// A request whose model is resolved, before it has a ticket.
-struct Routed {
-    chat: ChatRequest,
-    /// The concrete model ID.
-    model: String,
-    /// The request's `model`, when Strata may echo it (see
-    /// [`crate::observe::ModelGate`]).
-    alias: Option<String>,
-}
-
-/// Reads the body under the limit, parses the routing fields and resolves
-/// the model, recording what it learns in the trace.
-async fn route(
-    app: &App,
-    request: Request<Incoming>,
-    trace: &mut Trace,
-) -> Result<Routed, ChatError> {
-    let declared_length = request
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok());
-    let limit = app.config.max_request_body_bytes;
-    let body = read::read_body(request.into_body(), declared_length, limit)
-        .await
-        .map_err(|err| match err {
-            BodyError::TooLarge(rest) => {
-                if let Some(rest) = rest {
-                    app.tasks.spawn(read::drain(rest));
-                }
-                ChatError::BodyTooLarge
-            }
-            BodyError::Malformed => ChatError::BodyUnreadable,
-            BodyError::Client => ChatError::BodyAbandoned,
-        })?;
-
-    let chat = request::parse(body)?;
-    trace.stream = chat.stream;
-    trace.tier = chat.tier;
-    let registry = &app.config.registry;
-    if registry.is_known_name(&chat.model) {
-        trace.model_requested = Some(chat.model.clone());
-    }
-    let view = app.link.routing_view();
-    let entry = match registry.resolve(&chat.model, view.loaded.as_deref()) {
-        Resolution::Concrete(entry) | Resolution::Alias { model: entry, .. } => entry,
-        Resolution::NotFound => return Err(ChatError::ModelNotFound),
-    };
-    trace.model_resolved = Some(entry.id.clone());
-    trace.upstream_model = Some(entry.upstream_model.clone());
-    // Strata answers with the requested name instead of its model_name when
-    // that name is one of the profile's aliases.
-    let alias = entry
-        .profile_info
-        .as_ref()
-        .filter(|info| info.aliases.contains(&chat.model))
-        .map(|_| chat.model.clone());
-    Ok(Routed {
-        model: entry.id.clone(),
-        alias,
-        chat,
-    })
-}
-
-/// Numbers a request that ends before it has a ticket (one round trip).
-async fn number_without_ticket(app: &App, trace: &mut Trace) {
-    let arrival = tokio::time::timeout(ARRIVAL_TIMEOUT, app.link.arrival())
-        .await
-        .ok()
-        .flatten();
-    trace.numbered(arrival);
-}
+pub use handle::handle;

@@ -1,43 +1,26 @@
-//! Shaping the response: a router-made error, the backend's own status and
-//! headers passed through, or (wait-first streaming) the router's SSE
-//! headers, held until the first byte or the first keepalive, with
-//! keepalives while the request waits, and the body forwarded after them. Every response carries the `x-strata-*` headers it has
-//! earned so far.
+//! Shaping a chat response: a router-made error ([`reject`]), the
+//! backend's own status and headers passed through
+//! ([`respond_passthrough`]), or the router's own SSE head for a wait-first
+//! stream ([`sse_head`]; `wait_first` decides when it goes out). Every
+//! response carries the `x-strata-*` headers it has earned so far.
 
-use std::future::Future;
-use std::time::{Duration, Instant};
-
-use http_body_util::BodyExt;
+use hyper::Response;
 use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
-use hyper::{Response, StatusCode};
+use strata_protocol::record::Reason;
 use strata_protocol::wire::ServiceTier;
-use tokio::sync::oneshot;
 
 use crate::app::App;
-use crate::body::{BodySender, ProxyBody};
 use crate::observe::{BodyKind, ResponseObserver};
+use crate::response_body::ProxyBody;
 
-use super::admit::{Dispatched, Job};
+use super::admit::Dispatched;
 use super::error::ChatError;
-use super::forward::{self, AfterHeaders, ForwardEnd, KEEPALIVE_INTERVAL, Watch};
-use super::progress::WaitProgress;
-use super::upstream::Upstream;
-use super::{Reason, Trace};
+use super::forward::{self, AfterHeaders, BackendBody, ForwardEnd, Watch};
+use super::trace::Trace;
 
 const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-strata-request-id");
 const CONCRETE_MODEL_HEADER: HeaderName = HeaderName::from_static("x-strata-concrete-model");
 const SERVICE_TIER_HEADER: HeaderName = HeaderName::from_static("x-strata-service-tier");
-
-/// How long a wait-first stream's head is held at most: its first
-/// keepalive is due then. A second inside the keepalive period, because a
-/// client counts its read timeout from sending the request, and raw httpx's
-/// default is exactly five seconds; the comments after it come every
-/// [`KEEPALIVE_INTERVAL`].
-pub const HEADER_HOLD: Duration = Duration::from_secs(4);
-
-/// How much of a backend error body is read to find its error `type` for
-/// an `event: error` frame.
-const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 /// The `x-strata-*` headers of one response.
 #[derive(Clone, Default)]
@@ -84,21 +67,6 @@ pub fn reject(mut trace: Trace, headers: &StrataHeaders, error: ChatError) -> Re
     response
 }
 
-pub fn body_kind(headers: &HeaderMap) -> BodyKind {
-    let content_type = headers
-        .get(CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    if content_type.starts_with("text/event-stream") {
-        BodyKind::Sse
-    } else if content_type.starts_with("application/json") {
-        BodyKind::Json
-    } else {
-        BodyKind::Other
-    }
-}
-
 /// Headers copied from the backend's response; the rest (its
 /// `Connection: close` in particular) describe its own connection.
 const PASSTHROUGH_HEADERS: [&str; 4] = [
@@ -109,17 +77,17 @@ const PASSTHROUGH_HEADERS: [&str; 4] = [
 ];
 
 /// Passes the backend's status and headers through and streams its body.
-pub fn respond_passthrough(
+pub fn respond_passthrough<B: BackendBody>(
     app: &App,
-    mut dispatched: Dispatched,
+    mut dispatched: Dispatched<B>,
     mut trace: Trace,
     headers: StrataHeaders,
 ) -> Response<ProxyBody> {
-    let upstream_headers = dispatched.upstream.response.headers();
-    let kind = body_kind(upstream_headers);
+    let upstream_headers = dispatched.response.headers();
+    let kind = BodyKind::from_headers(upstream_headers);
     let (tx, body) = ProxyBody::channel();
     let mut response = Response::new(body);
-    *response.status_mut() = dispatched.upstream.response.status();
+    *response.status_mut() = dispatched.response.status();
     for name in PASSTHROUGH_HEADERS {
         if let Some(value) = upstream_headers.get(name) {
             response.headers_mut().insert(name, value.clone());
@@ -130,7 +98,7 @@ pub fn respond_passthrough(
     app.tasks.spawn(async move {
         let mut observer = ResponseObserver::new(kind);
         let end = forward::forward(
-            &mut dispatched.upstream,
+            dispatched.response.body_mut(),
             &tx,
             &mut observer,
             &mut dispatched.gate,
@@ -155,7 +123,8 @@ pub fn respond_passthrough(
     response
 }
 
-fn end_reason(end: ForwardEnd, upstream_ok: bool) -> Reason {
+/// The record's reason for a forwarded body that ended with `end`.
+pub fn end_reason(end: ForwardEnd, upstream_ok: bool) -> Reason {
     match end {
         ForwardEnd::Completed if upstream_ok => Reason::Completed,
         // The backend's own error response, passed through whole.
@@ -166,66 +135,8 @@ fn end_reason(end: ForwardEnd, upstream_ok: bool) -> Reason {
     }
 }
 
-/// Runs `work` while sending SSE comments to a waiting client. Returns
-/// `None` if the client went away first (dropping `work`; the trace's
-/// finish then withdraws the ticket or ends its lease).
-async fn with_keepalive<T>(
-    tx: &BodySender,
-    observer: &mut ResponseObserver,
-    progress: &WaitProgress,
-    work: impl Future<Output = T>,
-) -> Option<T> {
-    tokio::pin!(work);
-    let mut tick = tokio::time::interval_at(
-        (Instant::now() + KEEPALIVE_INTERVAL).into(),
-        KEEPALIVE_INTERVAL,
-    );
-    loop {
-        tokio::select! {
-            output = &mut work => return Some(output),
-            _ = tick.tick() => {
-                // A client that has not taken the last comment yet does not
-                // need another one; nothing here may wait for the client.
-                match tx.try_reserve() {
-                    Ok(permit) => {
-                        let now = Instant::now();
-                        let comment = progress.comment(now);
-                        observer.observe(&comment, now);
-                        permit.send(Ok(comment));
-                    }
-                    Err(tokio::sync::mpsc::error::TrySendError::Full(())) => {}
-                    Err(tokio::sync::mpsc::error::TrySendError::Closed(())) => return None,
-                }
-            }
-            _ = tx.closed() => return None,
-        }
-    }
-}
-
-/// Wait-first streaming. The `200` and SSE headers are held until the
-/// first byte is ready for the client or the first keepalive is due
-/// ([`HEADER_HOLD`] after arrival), whichever comes first; a failure before that is
-/// a real HTTP error, exactly like a non-streaming request's (a router-made
-/// error, or the backend's own error response passed through). After it, a
-/// failure is one `event: error` frame. One task does all of it and alone
-/// decides when the head goes out; the handler only waits for that answer
-/// (and is dropped by hyper if the client leaves, which the task notices).
-pub async fn respond_wait_first(
-    job: Job,
-    trace: Trace,
-    headers: StrataHeaders,
-) -> Response<ProxyBody> {
-    let (answer, answered) = oneshot::channel();
-    let tasks = job.app.tasks.clone();
-    tasks.spawn(wait_first(job, trace, headers, answer));
-    // The task answers on every path on which the client is still there.
-    answered
-        .await
-        .unwrap_or_else(|_| ChatError::BackendCutOff.into_response())
-}
-
 /// The `200` and SSE headers of a wait-first stream around `body`.
-fn sse_head(body: ProxyBody, headers: &StrataHeaders) -> Response<ProxyBody> {
+pub fn sse_head(body: ProxyBody, headers: &StrataHeaders) -> Response<ProxyBody> {
     let mut response = Response::new(body);
     let response_headers = response.headers_mut();
     response_headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -235,249 +146,153 @@ fn sse_head(body: ProxyBody, headers: &StrataHeaders) -> Response<ProxyBody> {
     response
 }
 
-/// What the held admission came to.
-enum Held {
-    Admitted(Result<Dispatched, ChatError>),
-    /// The first keepalive came due first: the head went out with it.
-    Committed(Option<Result<Dispatched, ChatError>>),
-    ClientGone,
-}
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
 
-async fn wait_first(
-    job: Job,
-    mut trace: Trace,
-    headers: StrataHeaders,
-    answer: oneshot::Sender<Response<ProxyBody>>,
-) {
-    let app = job.app.clone();
-    let first_keepalive = trace.arrived + HEADER_HOLD;
-    let (tx, body) = ProxyBody::channel();
-    let mut observer = ResponseObserver::new(BodyKind::Sse);
-    let mut answer = Some(answer);
-    let mut body = Some(body);
-    let progress = WaitProgress::new(
-        trace.model_resolved.as_deref().unwrap_or_default(),
-        trace.tier,
-        trace.queue_depth_at_arrival as u64,
-        trace.arrived,
-        app.config.timers.startup_ms,
-    );
+    use bytes::Bytes;
+    use http_body_util::BodyExt;
+    use serde_json::json;
+    use strata_protocol::config::ModelStatus;
+    use strata_protocol::record::RequestRecord;
+    use strata_protocol::wire::{ArrivalInfo, LeaseFailure};
 
-    // Admission, with the head held. Boxed: the waiting task does not
-    // carry the send's state (see `admit_and_send`).
-    let held = {
-        let mut admit = Box::pin(job.admit_and_send(&mut trace, Some(&progress)));
-        let first = {
-            let client_gone = closed(&mut answer);
-            tokio::pin!(client_gone);
-            tokio::select! {
-                admitted = &mut admit => Some(Held::Admitted(admitted)),
-                () = &mut client_gone => Some(Held::ClientGone),
-                () = tokio::time::sleep_until(first_keepalive.into()) => None,
-            }
+    use crate::link::{SupervisorLink, TicketEvent};
+
+    use super::super::{admit, request};
+    use super::*;
+
+    /// Bound on every wait (nothing here waits on a timer).
+    const BOUND: Duration = Duration::from_secs(10);
+
+    /// The supervisor's cause of a failed start, as it makes them.
+    const CAUSE: &str = "backend exited during startup (exit code 3)";
+
+    /// A ticket refused with `failure`, through the proxy's real path: the
+    /// supervisor's first answer taken by `admit::enqueue`, then [`reject`].
+    /// The response's head and JSON body, and the request's record.
+    async fn refused(failure: LeaseFailure) -> (Response<()>, serde_json::Value, RequestRecord) {
+        let (link, mut supervisor) = SupervisorLink::detached();
+        supervisor.connect("i-1");
+        let app = App::for_tests(link);
+        let mut trace = Trace::start(&app);
+        let chat = request::parse(Bytes::from_static(br#"{"model":"m"}"#)).unwrap();
+        let answer = async {
+            let events = supervisor.next_enqueued().await.expect("one ticket");
+            let arrival = ArrivalInfo {
+                arrival_seq: 1,
+                queue_depth: 0,
+                in_flight: 0,
+            };
+            events
+                .send(TicketEvent::Failed { arrival, failure })
+                .unwrap();
         };
-        match first {
-            Some(held) => held,
-            // The first keepalive is due: the head goes out with it.
-            None => {
-                let now = Instant::now();
-                let comment = progress.comment(now);
-                observer.observe(&comment, now);
-                let _ = tx.try_reserve().map(|permit| permit.send(Ok(comment)));
-                if commit(&mut answer, &mut body, &headers) {
-                    Held::Committed(with_keepalive(&tx, &mut observer, &progress, admit).await)
-                } else {
-                    Held::ClientGone
-                }
-            }
-        }
-    };
-    let (admitted, committed) = match held {
-        Held::ClientGone => {
-            trace.observed = Some(observer.finish());
-            trace.finish(Reason::ClientDisconnect);
-            return;
-        }
-        Held::Committed(None) => {
-            trace.status = Some(StatusCode::OK.as_u16());
-            trace.observed = Some(observer.finish());
-            trace.finish(Reason::ClientDisconnect);
-            return;
-        }
-        Held::Committed(Some(admitted)) => (admitted, true),
-        Held::Admitted(admitted) => (admitted, false),
-    };
-    if committed {
-        trace.status = Some(StatusCode::OK.as_u16());
-    }
-    let mut dispatched = match admitted {
-        Err(error) if !committed => {
-            send(&mut answer, reject(trace, &headers, error));
-            return;
-        }
-        Err(error) => return fail_committed(&tx, observer, trace, error).await,
-        Ok(dispatched) => dispatched,
-    };
-    let status = dispatched.upstream.response.status();
-    if !status.is_success() {
-        if !committed {
-            // Exactly what a non-streaming request gets.
-            let response = respond_passthrough(&app, dispatched, trace, headers);
-            send(&mut answer, response);
-            return;
-        }
-        let error = Box::pin(upstream_status(status, &mut dispatched.upstream)).await;
-        // Held until the record is submitted, like the passthrough path.
-        let _dispatched = dispatched;
-        return fail_committed(&tx, observer, trace, error).await;
+        let enqueue = admit::enqueue(&app, "m", &chat, &mut trace);
+        let (queued, ()) = tokio::time::timeout(BOUND, async { tokio::join!(enqueue, answer) })
+            .await
+            .expect("answered within the bound");
+        let error = queued.err().expect("refused");
+        let headers = StrataHeaders {
+            request_id: trace.request_id.clone(),
+            concrete_model: Some(String::from("m")),
+            tier: None,
+        };
+        let (head, body) = reject(trace, &headers, error).into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        let record = tokio::time::timeout(BOUND, supervisor.next_record())
+            .await
+            .expect("the record within the bound")
+            .expect("one record");
+        let body = serde_json::from_slice(&body).expect("a JSON body");
+        (Response::from_parts(head, ()), body, record)
     }
 
-    // Forwarding; a held head goes out with the first chunk (or comment).
-    let end = {
-        let mut forwarding = Box::pin(forward::forward(
-            &mut dispatched.upstream,
-            &tx,
-            &mut observer,
-            &mut dispatched.gate,
-            if committed {
-                AfterHeaders::InBandError
-            } else {
-                AfterHeaders::Held
-            },
-            Watch {
-                lease: &mut dispatched.events,
-                deadline: dispatched.deadline,
-                keepalive: true,
-                first_keepalive: (!committed).then_some(first_keepalive),
-            },
-        ));
-        match body.as_mut() {
-            None => Some(forwarding.await),
-            Some(held_body) => {
-                let first = {
-                    let client_gone = closed(&mut answer);
-                    tokio::pin!(client_gone);
-                    tokio::select! {
-                        end = &mut forwarding => First::Ended(end),
-                        () = held_body.first_ready() => First::Ready,
-                        () = &mut client_gone => First::ClientGone,
-                    }
-                };
-                match first {
-                    First::ClientGone => None,
-                    // Ended with nothing handed over: a failure is still a
-                    // real status; a clean end is an empty stream.
-                    First::Ended(ForwardEnd::Failed(error)) => {
-                        drop(forwarding);
-                        drop(dispatched);
-                        send(&mut answer, reject(trace, &headers, error));
-                        return;
-                    }
-                    First::Ended(end) => {
-                        commit(&mut answer, &mut body, &headers);
-                        trace.status = Some(StatusCode::OK.as_u16());
-                        Some(end)
-                    }
-                    First::Ready => {
-                        if commit(&mut answer, &mut body, &headers) {
-                            trace.status = Some(StatusCode::OK.as_u16());
-                            Some(forwarding.await)
-                        } else {
-                            None
-                        }
-                    }
-                }
-            }
-        }
-    };
-    trace.observed = Some(observer.finish());
-    match end {
-        Some(end) => trace.finish(end_reason(end, true)),
-        None => trace.finish(Reason::ClientDisconnect),
+    /// A failed start's 503 says why with the supervisor's generic cause
+    /// and the cooldown left, in fields of their own: the message stays the
+    /// fixed one, and nothing else the supervisor said is in the reply.
+    #[tokio::test]
+    async fn a_failed_start_carries_only_the_generic_cause_and_the_cooldown() {
+        let (head, body, record) = refused(LeaseFailure::LoadFailed {
+            message: String::from(CAUSE),
+            model_switch: true,
+            load_ms: Some(1600),
+            cooldown_ms: 30_000,
+        })
+        .await;
+        assert_eq!(head.status(), 503);
+        assert_eq!(head.headers()["retry-after"], "30");
+        assert_eq!(head.headers()["x-should-retry"], "false");
+        assert_eq!(head.headers()["x-strata-request-id"], record.request_id);
+        assert_eq!(
+            body,
+            json!({"error": {
+                "message": "the model failed to load",
+                "type": "server_error",
+                "code": "model_load_error",
+                "last_error": CAUSE,
+                "cooldown_remaining_ms": 30_000,
+            }})
+        );
+        assert_eq!(
+            (record.status, record.reason, record.model_load_ms),
+            (Some(503), Reason::ModelLoadError, Some(1600))
+        );
     }
-    drop(dispatched);
-}
 
-/// Ends a stream whose head went out with one `event: error` frame, and
-/// finishes its trace.
-async fn fail_committed(
-    tx: &BodySender,
-    mut observer: ResponseObserver,
-    mut trace: Trace,
-    error: ChatError,
-) {
-    Box::pin(forward::fail_after_headers(
-        tx,
-        AfterHeaders::InBandError,
-        error,
-        &mut observer,
-    ))
-    .await;
-    trace.observed = Some(observer.finish());
-    trace.finish(error.reason());
-}
-
-/// Sends the held `200` and SSE head with the body. False if the client
-/// is already gone.
-fn commit(
-    answer: &mut Option<oneshot::Sender<Response<ProxyBody>>>,
-    body: &mut Option<ProxyBody>,
-    headers: &StrataHeaders,
-) -> bool {
-    let Some(body) = body.take() else {
-        return true;
-    };
-    send(answer, sse_head(body, headers))
-}
-
-/// What came first while a held stream's forwarding started.
-enum First {
-    Ended(ForwardEnd),
-    Ready,
-    ClientGone,
-}
-
-/// Hands the handler its response; false if the client left meanwhile.
-fn send(
-    answer: &mut Option<oneshot::Sender<Response<ProxyBody>>>,
-    response: Response<ProxyBody>,
-) -> bool {
-    answer
-        .take()
-        .is_some_and(|answer| answer.send(response).is_ok())
-}
-
-/// Resolves when the handler (and so the client) is gone; never once the
-/// answer was sent.
-async fn closed(answer: &mut Option<oneshot::Sender<Response<ProxyBody>>>) {
-    match answer {
-        Some(answer) => answer.closed().await,
-        None => std::future::pending().await,
+    /// A refusal during the cooldown says the same cause and what is left.
+    #[tokio::test]
+    async fn a_cooldown_carries_only_the_generic_cause_and_what_is_left() {
+        let (head, body, record) = refused(LeaseFailure::Cooldown {
+            message: String::from(CAUSE),
+            remaining_ms: 9000,
+        })
+        .await;
+        assert_eq!(head.status(), 503);
+        assert_eq!(head.headers()["retry-after"], "9");
+        assert_eq!(
+            body,
+            json!({"error": {
+                "message": "a recent model load failed; retry later",
+                "type": "server_error",
+                "code": "model_load_error",
+                "last_error": CAUSE,
+                "cooldown_remaining_ms": 9000,
+            }})
+        );
+        assert_eq!(
+            (record.status, record.reason),
+            (Some(503), Reason::ModelLoadError)
+        );
     }
-}
 
-/// A backend error response as an `event: error` frame's error: the
-/// backend's status, and its error `type` when it sent the usual
-/// `{"error":{...}}` document and the type is a known one. Its message is
-/// not passed on (it may quote the request); the frame's is fixed.
-async fn upstream_status(status: StatusCode, upstream: &mut Upstream) -> ChatError {
-    let mut body = Vec::new();
-    let response_body = upstream.response.body_mut();
-    while body.len() < ERROR_BODY_LIMIT {
-        match response_body.frame().await {
-            Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data() {
-                    body.extend_from_slice(&data);
-                }
-            }
-            _ => break,
-        }
+    /// Other refusals carry no supervisor text at all: a model's status
+    /// goes to the log only.
+    #[tokio::test]
+    async fn other_refusals_carry_nothing_from_the_supervisor() {
+        let (head, body, _) = refused(LeaseFailure::NotPrepared {
+            status: ModelStatus::NotInstalled,
+        })
+        .await;
+        assert_eq!(head.status(), 503);
+        assert!(head.headers().get("retry-after").is_none());
+        assert_eq!(
+            body,
+            json!({"error": {
+                "message": "the model is not prepared to run on this machine",
+                "type": "server_error",
+                "code": "model_not_prepared",
+            }})
+        );
+        let (head, body, _) = refused(LeaseFailure::QueueFull).await;
+        assert_eq!(head.status(), 429);
+        assert_eq!(
+            body,
+            json!({"error": {
+                "message": "too many pending requests (max_pending)",
+                "type": "rate_limit_error",
+                "code": "queue_full",
+            }})
+        );
     }
-    let parsed: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
-    let backend_type = parsed
-        .as_ref()
-        .and_then(|value| value.get("error"))
-        .and_then(|error| error.get("type"))
-        .and_then(|kind| kind.as_str());
-    ChatError::upstream_status(status, backend_type)
 }

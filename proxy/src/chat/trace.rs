@@ -13,16 +13,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use strata_protocol::ids;
+use strata_protocol::record::{
+    CHAT_ENDPOINT, Phase, Reason, RequestRecord, SCHEMA_VERSION, format_timestamp,
+};
 use strata_protocol::wire::{ArrivalInfo, ServiceTier, TicketRequest};
 use time::OffsetDateTime;
 
 use crate::app::{App, LastStream};
-use crate::errors::StartFailure;
 use crate::link::TicketHandle;
 use crate::observe::Observed;
-use strata_protocol::record::{CHAT_ENDPOINT, RequestRecord, SCHEMA_VERSION, format_timestamp};
-
-pub use strata_protocol::record::{Phase, Reason};
+use crate::reply::StartFailure;
 
 /// One request's measurements.
 pub struct Trace {
@@ -66,7 +66,9 @@ impl Trace {
     pub fn start(app: &Arc<App>) -> Trace {
         Trace {
             app: app.clone(),
-            arrived: Instant::now(),
+            // Tokio's clock: the std clock in a running proxy, the paused
+            // one in tests, whose wait-first hold counts from here.
+            arrived: tokio::time::Instant::now().into_std(),
             arrived_at: OffsetDateTime::now_utc(),
             arrival_seq: None,
             request_id: String::new(),
@@ -125,8 +127,10 @@ impl Trace {
         }
     }
 
-    /// Finishes the trace. `success` is only possible for a 2xx status and
-    /// no detected failure; the caller passes what it saw.
+    /// Finishes the trace with `reason`, how the caller saw the request
+    /// end. A completed body that reported a failure in band is recorded as
+    /// an upstream error instead, and the record's `success` is derived
+    /// here: a completed reason, a 2xx status and no in-band error.
     pub fn finish(mut self, reason: Reason) {
         self.complete(reason);
     }

@@ -405,3 +405,69 @@ impl TicketEvents {
         (tx, events)
     }
 }
+
+/// Tests: the far end of a [`SupervisorLink::detached`] link, which reads
+/// what the link was asked to send instead of a supervisor.
+#[cfg(test)]
+pub(crate) struct DetachedSupervisor {
+    commands: mpsc::UnboundedReceiver<LinkCommand>,
+    /// The link's state: not connected until [`DetachedSupervisor::connect`].
+    state: watch::Sender<LinkState>,
+}
+
+#[cfg(test)]
+impl SupervisorLink {
+    /// Tests: a link with no connection task and no supervisor behind it.
+    pub(crate) fn detached() -> (SupervisorLink, DetachedSupervisor) {
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        let (state_tx, state) = watch::channel(LinkState::default());
+        let link = SupervisorLink {
+            shared: Arc::new(Shared {
+                commands,
+                state,
+                next_ticket: AtomicU64::new(1),
+            }),
+        };
+        let far_end = DetachedSupervisor {
+            commands: commands_rx,
+            state: state_tx,
+        };
+        (link, far_end)
+    }
+}
+
+#[cfg(test)]
+impl DetachedSupervisor {
+    /// The link says it is connected to the supervisor of `instance_id`.
+    pub(crate) fn connect(&self, instance_id: &str) {
+        self.state.send_modify(|state| {
+            state.connected = true;
+            state.instance_id = Some(instance_id.to_owned());
+        });
+    }
+
+    /// The next ticket enqueued through the link: the sender of its events,
+    /// which the test answers as the supervisor would. Other commands are
+    /// skipped.
+    pub(crate) async fn next_enqueued(&mut self) -> Option<mpsc::UnboundedSender<TicketEvent>> {
+        while let Some(command) = self.commands.recv().await {
+            if let LinkCommand::Enqueue { events, .. } = command {
+                return Some(events);
+            }
+        }
+        None
+    }
+
+    /// The next record handed to the link, with a ticket's `Finish` or on
+    /// its own; other commands are skipped. Waits for it; `None` once every
+    /// link handle is gone.
+    pub(crate) async fn next_record(&mut self) -> Option<RequestRecord> {
+        while let Some(command) = self.commands.recv().await {
+            if let LinkCommand::Finish { record, .. } | LinkCommand::SubmitRecord(record) = command
+            {
+                return Some(record.record);
+            }
+        }
+        None
+    }
+}

@@ -18,7 +18,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use strata_protocol::config::Config;
 use strata_protocol::page::RecordsPage;
 use strata_protocol::wire::{
     CacheScores, LoadPhase, LookupFailure, PROTOCOL_VERSION, ProxyMessage, RequestLogStats,
@@ -501,20 +500,6 @@ async fn the_handle_sends_headers_received_and_finish_for_its_ticket() {
     );
 }
 
-/// A proxy config that matches nothing in particular; the trace only needs
-/// an [`crate::app::App`] around the link.
-fn proxy_config() -> Arc<strata_protocol::config::Config> {
-    let text = serde_json::json!({
-        "python": "/nonexistent/python3",
-        "strata_dir": "/nonexistent",
-        "backend_port": 1,
-        "control_socket": "/nonexistent/control.sock",
-        "models": {"m": {"family": "qwen3.8-flash-next", "quantization": "q4", "upstream_model": "m"}},
-    })
-    .to_string();
-    Arc::new(Config::from_json_str(&text).expect("a valid config"))
-}
-
 /// A `TicketHandle` is finished by the request's trace, and a trace that is
 /// dropped unfinished (hyper cancelled the handler: the client went away)
 /// still finishes its ticket, as a client disconnect in the phase it had
@@ -523,8 +508,8 @@ fn proxy_config() -> Arc<strata_protocol::config::Config> {
 #[tokio::test]
 async fn a_dropped_trace_finishes_its_ticket_as_a_client_disconnect() {
     let (_fake, link, mut peer) = connected().await;
-    let app = crate::app::App::new(proxy_config(), link.clone());
-    let mut trace = crate::chat::Trace::start(&app);
+    let app = crate::app::App::for_tests(link.clone());
+    let mut trace = crate::chat::trace::Trace::start(&app);
     let (handle, _events) = link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
     let ticket = peer.enqueued("m", ServiceTier::Default).await;
     trace.ticket = Some(handle);
@@ -535,10 +520,13 @@ async fn a_dropped_trace_finishes_its_ticket_as_a_client_disconnect() {
             record,
         } => {
             assert_eq!(got, ticket);
-            assert_eq!(record.record.reason, crate::chat::Reason::ClientDisconnect);
+            assert_eq!(
+                record.record.reason,
+                strata_protocol::record::Reason::ClientDisconnect
+            );
             assert_eq!(
                 record.record.disconnect_phase,
-                Some(crate::chat::Phase::Queued)
+                Some(strata_protocol::record::Phase::Queued)
             );
         }
         other => panic!("expected Finish, got {other:?}"),

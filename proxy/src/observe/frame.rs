@@ -1,21 +1,21 @@
 //! What one JSON payload means for accounting: an SSE `data:` payload (a
 //! chat-completion chunk, an error object) or a whole non-stream body.
 //!
-//! The payload is walked once by serde_json with hand-written visitors that
-//! keep only a handful of numbers and flags. Unknown keys are skipped by
-//! serde_json's `IgnoredAny` path, which neither builds values nor unescapes
-//! strings, so a content delta's text is only looked at to tell whether it is
-//! empty. Every visitor accepts every JSON type: a field of an unexpected
-//! type reads as "not reported" instead of failing the whole frame, so a
-//! backend quirk in one field cannot erase the usage next to it. The only
-//! error [`parse`] returns is "this is not JSON".
+//! This is the schema, written in `reduce.rs`'s machinery: the payload is
+//! walked once by serde_json with visitors that keep only a handful of
+//! numbers and flags. Unknown keys are skipped by serde_json's `IgnoredAny`
+//! path, which neither builds values nor unescapes strings, so a content
+//! delta's text is only looked at to tell whether it is empty. Every visitor
+//! accepts every JSON type: a field of an unexpected type reads as "not
+//! reported" instead of failing the whole frame, so a backend quirk in one
+//! field cannot erase the usage next to it. The only error [`parse`]
+//! returns is "this is not JSON".
 
-use std::fmt;
-use std::marker::PhantomData;
+use serde::de::{Deserializer, MapAccess, SeqAccess};
+use strata_protocol::record::FinishReason;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-
-use super::summary::FinishReason;
+use super::reduce::{Count, Fields, NonEmpty, NonNull, Number, Obj, Reduce, Reducer, fields, read};
+use super::summary::{Timings, Usage};
 
 /// The accounting facts in one payload.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -36,258 +36,16 @@ pub(super) struct Frame {
     pub error: bool,
 }
 
-/// The counts in `usage`.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Usage {
-    pub prompt_tokens: Option<u64>,
-    pub completion_tokens: Option<u64>,
-    pub reasoning_tokens: Option<u64>,
-    /// `prompt_tokens_details.cached_tokens`.
-    pub cached_tokens: Option<u64>,
-}
-
-/// The llama.cpp-style `timings` object.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Timings {
-    pub prompt_n: Option<u64>,
-    pub cache_n: Option<u64>,
-    pub predicted_n: Option<u64>,
-    pub prompt_ms: Option<f64>,
-    pub predicted_ms: Option<f64>,
-    pub prompt_per_second: Option<f64>,
-    pub predicted_per_second: Option<f64>,
-}
-
 /// Reads one JSON text. Valid JSON that is not an object (or has none of the
 /// interesting keys) yields an empty [`Frame`].
 pub(super) fn parse(payload: &[u8]) -> Result<Frame, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(payload);
-    let top = de.deserialize_any(Reducer::<Obj<Top>>(PhantomData))?;
+    let top = de.deserialize_any(Reducer::<Obj<Top>>::new())?;
     de.end()?;
     Ok(top.0.map(Top::into_frame).unwrap_or_default())
 }
 
-// ---- The reduction machinery -------------------------------------------
-
-/// How one JSON value of any type reduces to `Self`. Every method defaults
-/// to "nothing useful here", and containers are drained without building
-/// anything, so an implementation only states the cases it cares about.
-trait Reduce<'de>: Default {
-    fn u64(_: u64) -> Self {
-        Self::default()
-    }
-    fn i64(_: i64) -> Self {
-        Self::default()
-    }
-    fn f64(_: f64) -> Self {
-        Self::default()
-    }
-    fn str(_: &str) -> Self {
-        Self::default()
-    }
-    fn bool(_: bool) -> Self {
-        Self::default()
-    }
-    fn null() -> Self {
-        Self::default()
-    }
-    /// An array or object, after it has been skipped.
-    fn container(_non_empty: bool) -> Self {
-        Self::default()
-    }
-    fn seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
-        let non_empty = seq.next_element::<IgnoredAny>()?.is_some();
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Self::container(non_empty))
-    }
-    fn map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        let non_empty = map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some();
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Self::container(non_empty))
-    }
-}
-
-/// The one visitor (and seed) behind every [`Reduce`] type. It always goes
-/// through `deserialize_any`, so the JSON decides which method runs.
-struct Reducer<T>(PhantomData<T>);
-
-impl<T> Reducer<T> {
-    fn new() -> Self {
-        Self(PhantomData)
-    }
-}
-
-impl<'de, T: Reduce<'de>> DeserializeSeed<'de> for Reducer<T> {
-    type Value = T;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de, T: Reduce<'de>> Visitor<'de> for Reducer<T> {
-    type Value = T;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<T, E> {
-        Ok(T::bool(v))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
-        Ok(T::i64(v))
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<T, E> {
-        Ok(T::u64(v))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<T, E> {
-        Ok(T::f64(v))
-    }
-    // serde's default `visit_borrowed_str` forwards here, so both the
-    // zero-copy and the unescaped-into-scratch cases arrive as `&str`.
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
-        Ok(T::str(v))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<T, E> {
-        Ok(T::null())
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<T, A::Error> {
-        T::seq(seq)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-        T::map(map)
-    }
-}
-
-/// A JSON object with a few known keys.
-trait Fields<'de>: Default {
-    type Key: Copy;
-    /// Which known key `name` is; `None` skips the value unread.
-    fn key(name: &str) -> Option<Self::Key>;
-    /// Reads the value of a known key (a repeated key: the last one wins).
-    fn value<A: MapAccess<'de>>(&mut self, key: Self::Key, map: &mut A) -> Result<(), A::Error>;
-}
-
-/// `Some` when the value was an object; any other JSON type is `None`.
-struct Obj<T>(Option<T>);
-
-impl<T> Default for Obj<T> {
-    fn default() -> Self {
-        Self(None)
-    }
-}
-
-impl<'de, T: Fields<'de>> Reduce<'de> for Obj<T> {
-    fn map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        let mut fields = T::default();
-        while let Some(key) = map.next_key_seed(KeySeed::<T>(PhantomData))? {
-            match key {
-                Some(key) => fields.value(key, &mut map)?,
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(Self(Some(fields)))
-    }
-}
-
-/// Reads an object key straight into `T::Key` without allocating.
-struct KeySeed<T>(PhantomData<T>);
-
-impl<'de, T: Fields<'de>> DeserializeSeed<'de> for KeySeed<T> {
-    type Value = Option<T::Key>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de, T: Fields<'de>> Visitor<'de> for KeySeed<T> {
-    type Value = Option<T::Key>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object key")
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(T::key(v))
-    }
-}
-
-fn read<'de, T: Reduce<'de>, A: MapAccess<'de>>(map: &mut A) -> Result<T, A::Error> {
-    map.next_value_seed(Reducer::<T>::new())
-}
-
-// ---- Leaf values --------------------------------------------------------
-
-/// A token count: a non-negative integer, or a float with a zero fraction
-/// (some engines serialise counts through a float); anything else is
-/// "not reported" rather than a rounded guess.
-#[derive(Default)]
-struct Count(Option<u64>);
-
-impl Reduce<'_> for Count {
-    fn u64(v: u64) -> Self {
-        Self(Some(v))
-    }
-    fn f64(v: f64) -> Self {
-        // 2^64 as f64; `as` would saturate above it.
-        const LIMIT: f64 = 18_446_744_073_709_551_616.0;
-        let whole = v.fract() == 0.0 && (0.0..LIMIT).contains(&v);
-        Self(whole.then_some(v as u64))
-    }
-}
-
-/// An engine duration or rate, copied as sent.
-#[derive(Default)]
-struct Number(Option<f64>);
-
-impl Reduce<'_> for Number {
-    fn u64(v: u64) -> Self {
-        Self(Some(v as f64))
-    }
-    fn i64(v: i64) -> Self {
-        Self(Some(v as f64))
-    }
-    fn f64(v: f64) -> Self {
-        Self(Some(v))
-    }
-}
-
-/// Whether a delta field carries output: a non-empty string, array or
-/// object (content-part arrays and tool-call lists included).
-#[derive(Default)]
-struct NonEmpty(bool);
-
-impl Reduce<'_> for NonEmpty {
-    fn str(v: &str) -> Self {
-        Self(!v.is_empty())
-    }
-    fn container(non_empty: bool) -> Self {
-        Self(non_empty)
-    }
-}
-
-/// Present and not `null`.
-#[derive(Default)]
-struct NonNull(bool);
-
-impl Reduce<'_> for NonNull {
-    fn u64(_: u64) -> Self {
-        Self(true)
-    }
-    fn i64(_: i64) -> Self {
-        Self(true)
-    }
-    fn f64(_: f64) -> Self {
-        Self(true)
-    }
-    fn str(_: &str) -> Self {
-        Self(true)
-    }
-    fn bool(_: bool) -> Self {
-        Self(true)
-    }
-    fn container(_: bool) -> Self {
-        Self(true)
-    }
-}
+// ---- Leaf values of this schema ----------------------------------------
 
 /// A `finish_reason` string; `null` and non-strings are "none".
 #[derive(Default)]
@@ -349,29 +107,10 @@ struct Choice {
     finish: Finish,
 }
 
-#[derive(Clone, Copy)]
-enum ChoiceKey {
-    Delta,
-    FinishReason,
-}
-
-impl<'de> Fields<'de> for Choice {
-    type Key = ChoiceKey;
-    fn key(name: &str) -> Option<ChoiceKey> {
-        match name {
-            "delta" => Some(ChoiceKey::Delta),
-            "finish_reason" => Some(ChoiceKey::FinishReason),
-            _ => None,
-        }
-    }
-    fn value<A: MapAccess<'de>>(&mut self, key: ChoiceKey, map: &mut A) -> Result<(), A::Error> {
-        match key {
-            ChoiceKey::Delta => self.delta = read(map)?,
-            ChoiceKey::FinishReason => self.finish = read(map)?,
-        }
-        Ok(())
-    }
-}
+fields!(Choice, ChoiceKey {
+    "delta" => delta,
+    "finish_reason" => finish,
+});
 
 /// A `delta`; only whether it generated anything survives.
 #[derive(Default)]
@@ -407,38 +146,13 @@ struct UsageFields {
     prompt_details: Obj<Details>,
 }
 
-#[derive(Clone, Copy)]
-enum UsageKey {
-    PromptTokens,
-    CompletionTokens,
-    ReasoningTokens,
-    CompletionDetails,
-    PromptDetails,
-}
-
-impl<'de> Fields<'de> for UsageFields {
-    type Key = UsageKey;
-    fn key(name: &str) -> Option<UsageKey> {
-        Some(match name {
-            "prompt_tokens" => UsageKey::PromptTokens,
-            "completion_tokens" => UsageKey::CompletionTokens,
-            "reasoning_tokens" => UsageKey::ReasoningTokens,
-            "completion_tokens_details" => UsageKey::CompletionDetails,
-            "prompt_tokens_details" => UsageKey::PromptDetails,
-            _ => return None,
-        })
-    }
-    fn value<A: MapAccess<'de>>(&mut self, key: UsageKey, map: &mut A) -> Result<(), A::Error> {
-        match key {
-            UsageKey::PromptTokens => self.prompt_tokens = read(map)?,
-            UsageKey::CompletionTokens => self.completion_tokens = read(map)?,
-            UsageKey::ReasoningTokens => self.reasoning_tokens = read(map)?,
-            UsageKey::CompletionDetails => self.completion_details = read(map)?,
-            UsageKey::PromptDetails => self.prompt_details = read(map)?,
-        }
-        Ok(())
-    }
-}
+fields!(UsageFields, UsageKey {
+    "prompt_tokens" => prompt_tokens,
+    "completion_tokens" => completion_tokens,
+    "reasoning_tokens" => reasoning_tokens,
+    "completion_tokens_details" => completion_details,
+    "prompt_tokens_details" => prompt_details,
+});
 
 impl UsageFields {
     fn into_usage(self) -> Usage {
@@ -464,70 +178,22 @@ struct Details {
     cached_tokens: Count,
 }
 
-#[derive(Clone, Copy)]
-enum DetailsKey {
-    Reasoning,
-    Cached,
-}
+fields!(Details, DetailsKey {
+    "reasoning_tokens" => reasoning_tokens,
+    "cached_tokens" => cached_tokens,
+});
 
-impl<'de> Fields<'de> for Details {
-    type Key = DetailsKey;
-    fn key(name: &str) -> Option<DetailsKey> {
-        match name {
-            "reasoning_tokens" => Some(DetailsKey::Reasoning),
-            "cached_tokens" => Some(DetailsKey::Cached),
-            _ => None,
-        }
-    }
-    fn value<A: MapAccess<'de>>(&mut self, key: DetailsKey, map: &mut A) -> Result<(), A::Error> {
-        match key {
-            DetailsKey::Reasoning => self.reasoning_tokens = read(map)?,
-            DetailsKey::Cached => self.cached_tokens = read(map)?,
-        }
-        Ok(())
-    }
-}
-
-#[derive(Clone, Copy)]
-enum TimingsKey {
-    PromptN,
-    CacheN,
-    PredictedN,
-    PromptMs,
-    PredictedMs,
-    PromptPerSecond,
-    PredictedPerSecond,
-}
-
-impl<'de> Fields<'de> for Timings {
-    type Key = TimingsKey;
-    fn key(name: &str) -> Option<TimingsKey> {
-        Some(match name {
-            "prompt_n" => TimingsKey::PromptN,
-            "cache_n" => TimingsKey::CacheN,
-            "predicted_n" => TimingsKey::PredictedN,
-            "prompt_ms" => TimingsKey::PromptMs,
-            "predicted_ms" => TimingsKey::PredictedMs,
-            "prompt_per_second" => TimingsKey::PromptPerSecond,
-            "predicted_per_second" => TimingsKey::PredictedPerSecond,
-            _ => return None,
-        })
-    }
-    fn value<A: MapAccess<'de>>(&mut self, key: TimingsKey, map: &mut A) -> Result<(), A::Error> {
-        let count = |map: &mut A| read(map).map(|Count(n)| n);
-        let number = |map: &mut A| read(map).map(|Number(x)| x);
-        match key {
-            TimingsKey::PromptN => self.prompt_n = count(map)?,
-            TimingsKey::CacheN => self.cache_n = count(map)?,
-            TimingsKey::PredictedN => self.predicted_n = count(map)?,
-            TimingsKey::PromptMs => self.prompt_ms = number(map)?,
-            TimingsKey::PredictedMs => self.predicted_ms = number(map)?,
-            TimingsKey::PromptPerSecond => self.prompt_per_second = number(map)?,
-            TimingsKey::PredictedPerSecond => self.predicted_per_second = number(map)?,
-        }
-        Ok(())
-    }
-}
+// `Timings` is a result type (`summary.rs`): plain `Option`s, read through
+// the leaf reducers.
+fields!(Timings, TimingsKey {
+    "prompt_n" => prompt_n as Count,
+    "cache_n" => cache_n as Count,
+    "predicted_n" => predicted_n as Count,
+    "prompt_ms" => prompt_ms as Number,
+    "predicted_ms" => predicted_ms as Number,
+    "prompt_per_second" => prompt_per_second as Number,
+    "predicted_per_second" => predicted_per_second as Number,
+});
 
 /// The Responses-API wrapper `{"response":{"error":...}}`.
 #[derive(Default)]
@@ -535,16 +201,7 @@ struct ResponseObj {
     error: NonNull,
 }
 
-impl<'de> Fields<'de> for ResponseObj {
-    type Key = ();
-    fn key(name: &str) -> Option<()> {
-        (name == "error").then_some(())
-    }
-    fn value<A: MapAccess<'de>>(&mut self, _: (), map: &mut A) -> Result<(), A::Error> {
-        self.error = read(map)?;
-        Ok(())
-    }
-}
+fields!(ResponseObj, ResponseKey { "error" => error });
 
 /// The top-level object.
 #[derive(Default)]
@@ -559,47 +216,16 @@ struct Top {
     message: NonNull,
 }
 
-#[derive(Clone, Copy)]
-enum TopKey {
-    Choices,
-    Usage,
-    Timings,
-    Error,
-    Response,
-    Type,
-    Code,
-    Message,
-}
-
-impl<'de> Fields<'de> for Top {
-    type Key = TopKey;
-    fn key(name: &str) -> Option<TopKey> {
-        Some(match name {
-            "choices" => TopKey::Choices,
-            "usage" => TopKey::Usage,
-            "timings" => TopKey::Timings,
-            "error" => TopKey::Error,
-            "response" => TopKey::Response,
-            "type" => TopKey::Type,
-            "code" => TopKey::Code,
-            "message" => TopKey::Message,
-            _ => return None,
-        })
-    }
-    fn value<A: MapAccess<'de>>(&mut self, key: TopKey, map: &mut A) -> Result<(), A::Error> {
-        match key {
-            TopKey::Choices => self.choices = read(map)?,
-            TopKey::Usage => self.usage = read(map)?,
-            TopKey::Timings => self.timings = read(map)?,
-            TopKey::Error => self.error = read(map)?,
-            TopKey::Response => self.response = read(map)?,
-            TopKey::Type => self.kind = read(map)?,
-            TopKey::Code => self.code = read(map)?,
-            TopKey::Message => self.message = read(map)?,
-        }
-        Ok(())
-    }
-}
+fields!(Top, TopKey {
+    "choices" => choices,
+    "usage" => usage,
+    "timings" => timings,
+    "error" => error,
+    "response" => response,
+    "type" => kind,
+    "code" => code,
+    "message" => message,
+});
 
 impl Top {
     fn into_frame(self) -> Frame {

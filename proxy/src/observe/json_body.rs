@@ -50,7 +50,7 @@ impl JsonBody {
             Ok(frame) => {
                 out.inband_error = frame.error;
                 out.finish_reason = frame.first_finish;
-                out.absorb_accounting(&frame);
+                out.absorb_accounting(&frame.usage, &frame.timings);
             }
             // A 2xx "JSON" body that is not JSON (or was cut short) did not
             // give the client a completion.

@@ -8,9 +8,12 @@
 //! and keeps at most [`MAX_INSPECT_BYTES`] of one SSE line or one JSON body.
 //!
 //! - `sse.rs`: line splitting and SSE syntax for `text/event-stream`.
-//! - `frame.rs`: what one JSON payload means (delta, usage, timings, error).
+//! - `frame.rs`: what one JSON payload means (delta, usage, timings, error),
+//!   written in `reduce.rs`, which reduces any JSON value without building
+//!   it.
 //! - `json_body.rs`: the non-stream `application/json` body.
-//! - `summary.rs`: [`Observed`], [`FinishReason`] and the merge rules.
+//! - `summary.rs`: [`Observed`] with its [`Usage`] and [`Timings`], and
+//!   the merge rules.
 //! - `model_gate.rs`: [`ModelGate`], which holds a response's first frame
 //!   back until its `model` is known to be the leased one.
 //!
@@ -33,6 +36,7 @@
 mod frame;
 mod json_body;
 mod model_gate;
+mod reduce;
 mod sse;
 mod summary;
 
@@ -44,9 +48,11 @@ mod tests;
 use std::fmt;
 use std::time::Instant;
 
-pub use frame::{Timings, Usage};
+use hyper::header::{CONTENT_TYPE, HeaderMap};
+
 pub use model_gate::{ModelGate, ModelMismatch};
-pub use summary::{FinishReason, Observed};
+pub use strata_protocol::record::FinishReason;
+pub use summary::{Observed, Timings, Usage};
 
 /// The most the observer keeps of one SSE line or one non-stream JSON body:
 /// 256 KiB, counting a line's bytes before its `\n` (a CRLF line's `\r`
@@ -62,6 +68,25 @@ pub enum BodyKind {
     Json,
     /// Anything else: only bytes are counted.
     Other,
+}
+
+impl BodyKind {
+    /// The kind a response's `Content-Type` names (case-insensitive, any
+    /// parameters after the media type ignored); none at all is `Other`.
+    pub fn from_headers(headers: &HeaderMap) -> BodyKind {
+        let content_type = headers
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        if content_type.starts_with("text/event-stream") {
+            BodyKind::Sse
+        } else if content_type.starts_with("application/json") {
+            BodyKind::Json
+        } else {
+            BodyKind::Other
+        }
+    }
 }
 
 /// Watches one response body as it is forwarded.

@@ -245,7 +245,7 @@ impl SseState {
         if frame.last_finish.is_some() {
             self.out.finish_reason = frame.last_finish;
         }
-        self.out.absorb_accounting(&frame);
+        self.out.absorb_accounting(&frame.usage, &frame.timings);
     }
 }
 

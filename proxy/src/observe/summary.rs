@@ -6,9 +6,7 @@
 
 use std::time::Instant;
 
-pub use strata_protocol::record::FinishReason;
-
-use super::frame::{Frame, Timings, Usage};
+use strata_protocol::record::FinishReason;
 
 /// Everything the observer learned from one response body.
 ///
@@ -44,20 +42,41 @@ pub struct Observed {
     pub accounting_unavailable: bool,
 }
 
+/// The counts in `usage`.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Usage {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub reasoning_tokens: Option<u64>,
+    /// `prompt_tokens_details.cached_tokens`.
+    pub cached_tokens: Option<u64>,
+}
+
+/// The llama.cpp-style `timings` object.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Timings {
+    pub prompt_n: Option<u64>,
+    pub cache_n: Option<u64>,
+    pub predicted_n: Option<u64>,
+    pub prompt_ms: Option<f64>,
+    pub predicted_ms: Option<f64>,
+    pub prompt_per_second: Option<f64>,
+    pub predicted_per_second: Option<f64>,
+}
+
 impl Observed {
-    /// Folds a frame's usage and timings in.
+    /// Folds one frame's usage and timings in.
     ///
     /// Each field takes the value from the last frame that reported it, so a
     /// backend that sends usage and timings in separate frames, or repeats
     /// cumulative usage on every chunk, still ends with its final numbers;
     /// a frame that omits a field does not erase an earlier report.
-    pub(super) fn absorb_accounting(&mut self, frame: &Frame) {
+    pub(super) fn absorb_accounting(&mut self, u: &Usage, t: &Timings) {
         fn take<T: Copy>(slot: &mut Option<T>, reported: Option<T>) {
             if reported.is_some() {
                 *slot = reported;
             }
         }
-        let (u, t) = (&frame.usage, &frame.timings);
         let usage = &mut self.usage;
         take(&mut usage.prompt_tokens, u.prompt_tokens);
         take(&mut usage.completion_tokens, u.completion_tokens);

@@ -643,3 +643,22 @@ fn other_bodies_only_count_bytes() {
     );
     assert_eq!(whole(BodyKind::Sse, b"").response_bytes, 0);
 }
+
+#[test]
+fn the_body_kind_comes_from_the_content_type() {
+    use hyper::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+    for (content_type, kind) in [
+        (Some("text/event-stream"), BodyKind::Sse),
+        (Some("Text/Event-Stream; charset=utf-8"), BodyKind::Sse),
+        (Some("application/json"), BodyKind::Json),
+        (Some("APPLICATION/JSON;charset=UTF-8"), BodyKind::Json),
+        (Some("text/plain"), BodyKind::Other),
+        (None, BodyKind::Other),
+    ] {
+        let mut headers = HeaderMap::new();
+        if let Some(value) = content_type {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(value));
+        }
+        assert_eq!(BodyKind::from_headers(&headers), kind, "{content_type:?}");
+    }
+}

@@ -1,60 +1,31 @@
 //! The forwarding loop with a synthetic backend body and a synthetic
 //! client, under tokio's paused clock.
 //!
-//! The backend is a body fed by a channel (a chunk, an error, or the end
-//! when the test drops the sender) that counts the chunks the loop has
-//! taken, so backpressure is visible. The client is the receiving end of
-//! the proxy's own [`ProxyBody::channel`], read (or not) by the test; the
-//! lease is a detached [`TicketEvents`]. Time is paused, so the stall limit
-//! (60 s), keepalives (5 s) and the final-frame limit (1 s) pass at once
-//! and can be asserted to the millisecond; `sleep` is only used to move
-//! that clock to the moment a test acts. Every wait on the loop is bounded
+//! The backend is a [`FakeBody`](crate::chat::fake_backend::FakeBody) fed
+//! by the test (a chunk, an error, or the end) that counts the chunks the
+//! loop has taken, so backpressure is visible. The client is the receiving
+//! end of the proxy's own [`ProxyBody::channel`], read (or not) by the
+//! test; the lease is a detached [`TicketEvents`]. Time is paused, so the
+//! stall limit (60 s), keepalives (5 s) and the final-frame limit (1 s)
+//! pass at once and can be asserted to the millisecond; `sleep` is only
+//! used to move that clock to the moment a test acts. Every wait on the loop is bounded
 //! (a paused-clock timeout), so a loop that hangs fails instead of blocking.
 
-use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
-
-use hyper::body::{Body, Frame};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::body::ProxyBody;
+use strata_protocol::wire::RevokeReason;
+
+use crate::chat::fake_backend::{FakeBackend, fake_backend};
 use crate::link::TicketEvent;
 use crate::observe::{BodyKind, Observed};
-use strata_protocol::wire::RevokeReason;
+use crate::response_body::ProxyBody;
 
 use super::*;
 
 /// Bound on every wait (paused clock: it costs nothing, and it is far past
 /// every limit the loop has).
 const BOUND: Duration = Duration::from_secs(3600);
-
-/// The synthetic backend body: what the test sends, in order; an `Err`
-/// fails the body, dropping the sender ends it cleanly.
-struct Backend {
-    rx: mpsc::UnboundedReceiver<Result<Bytes, String>>,
-    /// Chunks the loop has taken from the body.
-    taken: Arc<AtomicUsize>,
-}
-
-impl Body for Backend {
-    type Data = Bytes;
-    type Error = String;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, String>>> {
-        self.rx.poll_recv(cx).map(|item| {
-            item.map(|item| {
-                self.taken.fetch_add(1, Ordering::SeqCst);
-                item.map(Frame::data)
-            })
-        })
-    }
-}
 
 /// How one run is set up.
 struct Setup {
@@ -93,8 +64,7 @@ impl Setup {
 
 /// One forwarding loop under test, and the test's ends of it.
 struct Run {
-    backend: Option<mpsc::UnboundedSender<Result<Bytes, String>>>,
-    taken: Arc<AtomicUsize>,
+    backend: FakeBackend,
     client: Option<ProxyBody>,
     lease: mpsc::UnboundedSender<TicketEvent>,
     task: Option<JoinHandle<(ForwardEnd, Observed)>>,
@@ -102,12 +72,7 @@ struct Run {
 }
 
 fn start(setup: Setup) -> Run {
-    let (backend_tx, rx) = mpsc::unbounded_channel();
-    let taken = Arc::new(AtomicUsize::new(0));
-    let mut body = Backend {
-        rx,
-        taken: taken.clone(),
-    };
+    let (backend, mut body) = fake_backend();
     let (tx, client) = ProxyBody::channel();
     let (lease_tx, mut lease) = TicketEvents::detached();
     let started = TokioInstant::now();
@@ -115,7 +80,7 @@ fn start(setup: Setup) -> Run {
     let task = tokio::spawn(async move {
         let mut observer = ResponseObserver::new(setup.kind);
         let mut gate = setup.gate;
-        let end = forward_body(
+        let end = forward(
             &mut body,
             &tx,
             &mut observer,
@@ -132,8 +97,7 @@ fn start(setup: Setup) -> Run {
         (end, observer.finish())
     });
     Run {
-        backend: Some(backend_tx),
-        taken,
+        backend,
         client: Some(client),
         lease: lease_tx,
         task: Some(task),
@@ -143,20 +107,15 @@ fn start(setup: Setup) -> Run {
 
 impl Run {
     fn send(&self, chunk: &'static str) {
-        self.backend
-            .as_ref()
-            .expect("the backend is open")
-            .send(Ok(Bytes::from_static(chunk.as_bytes())))
-            .unwrap();
+        self.backend.send(chunk);
     }
 
     fn fail_backend(&mut self) {
-        let backend = self.backend.take().expect("the backend is open");
-        backend.send(Err("connection reset".into())).unwrap();
+        self.backend.fail();
     }
 
     fn end_backend(&mut self) {
-        self.backend = None;
+        self.backend.end();
     }
 
     /// The client's next item: `Some(Ok(bytes))`, `Some(Err(_))` for an
@@ -200,7 +159,7 @@ impl Run {
     }
 
     fn taken(&self) -> usize {
-        self.taken.load(Ordering::SeqCst)
+        self.backend.taken()
     }
 }
 
@@ -281,7 +240,7 @@ async fn a_client_that_stops_reading_is_cut_off_at_the_stall_limit() {
     let (end, _) = run.end().await;
     assert_eq!(end, ForwardEnd::ClientStalled);
     assert_eq!(run.elapsed(), CLIENT_STALL_LIMIT);
-    assert_eq!(run.taken(), crate::body::STREAM_CHANNEL_CHUNKS);
+    assert_eq!(run.taken(), crate::response_body::STREAM_CHANNEL_CHUNKS);
     assert!(matches!(run.read().await, Some(Err(_))), "aborted");
 }
 

@@ -14,9 +14,9 @@
 //! The loop's own clocks (the stall limit, keepalives) read tokio's
 //! [`TokioInstant`], which is the std clock in a running proxy and the
 //! paused clock in tests; the response deadline arrives as a std `Instant`
-//! from the caller. The loop is generic over the backend body only so tests
-//! can feed it a synthetic one (`tests.rs`); the proxy passes the hyper
-//! body of its [`Upstream`].
+//! from the caller. The loop is generic over the backend body
+//! ([`BackendBody`]) only so tests can feed it a synthetic one (`tests.rs`);
+//! the proxy passes its [`UpstreamBody`](crate::upstream::UpstreamBody).
 
 use std::time::{Duration, Instant};
 
@@ -24,12 +24,11 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use tokio::time::Instant as TokioInstant;
 
-use crate::body::BodySender;
 use crate::link::{LeaseEnd, TicketEvents};
 use crate::observe::{ModelGate, ResponseObserver};
+use crate::response_body::BodySender;
 
 use super::error::ChatError;
-use super::upstream::Upstream;
 use inband::{Cut, ErrorFrameCut};
 
 /// The SSE comment sent to waiting clients.
@@ -177,7 +176,7 @@ impl Outbox<'_> {
 
 /// Passes one chunk to the client body, observing it as it goes.
 fn hand_over(
-    permit: tokio::sync::mpsc::Permit<'_, crate::body::StreamItem>,
+    permit: tokio::sync::mpsc::Permit<'_, crate::response_body::StreamItem>,
     data: Bytes,
     observer: &mut ResponseObserver,
     at_frame_boundary: &mut bool,
@@ -218,32 +217,28 @@ pub struct Watch<'a> {
     pub first_keepalive: Option<Instant>,
 }
 
-/// Copies `upstream`'s body to `tx` until one side ends.
-pub async fn forward(
-    upstream: &mut Upstream,
-    tx: &BodySender,
-    observer: &mut ResponseObserver,
-    gate: &mut ModelGate,
-    mode: AfterHeaders,
-    watch: Watch<'_>,
-) -> ForwardEnd {
-    let body = upstream.response.body_mut();
-    forward_body(body, tx, observer, gate, mode, watch).await
+/// A backend response body as the loop reads it: the proxy's
+/// [`UpstreamBody`](crate::upstream::UpstreamBody), or a test's synthetic
+/// one. `Send + 'static` so a forwarding task can own it.
+pub trait BackendBody:
+    hyper::body::Body<Data = Bytes, Error: std::fmt::Display + Send> + Unpin + Send + 'static
+{
 }
 
-/// [`forward`] for any backend body.
-async fn forward_body<B>(
+impl<B> BackendBody for B where
+    B: hyper::body::Body<Data = Bytes, Error: std::fmt::Display + Send> + Unpin + Send + 'static
+{
+}
+
+/// Copies the backend's `body` to `tx` until one side ends.
+pub async fn forward<B: BackendBody>(
     body: &mut B,
     tx: &BodySender,
     observer: &mut ResponseObserver,
     gate: &mut ModelGate,
     mode: AfterHeaders,
     watch: Watch<'_>,
-) -> ForwardEnd
-where
-    B: hyper::body::Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
-{
+) -> ForwardEnd {
     let Watch {
         lease,
         deadline,

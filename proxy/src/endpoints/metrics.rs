@@ -1,38 +1,14 @@
-//! `GET /health` and `GET /metrics`.
+//! `GET /metrics`: the router's figures as a JSON document, or in the
+//! Prometheus text format (`prometheus`).
 
 use hyper::StatusCode;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
-use strata_protocol::api::{
-    Health, HealthStatus, Metrics, RequestLogMetrics, SupervisorLink, TierCounts,
-};
+use strata_protocol::api::{Metrics, RequestLogMetrics, TierCounts};
 use strata_protocol::wire::{RequestLogStats, RouterMetrics, ServiceTier};
 
 use crate::app::App;
-use crate::body::ProxyBody;
-use crate::errors::json_response;
-
-/// 200 while the supervisor is reachable, 503 otherwise; same shape.
-pub fn health(app: &App) -> hyper::Response<ProxyBody> {
-    let state = app.link.state();
-    let router = state.router.as_ref();
-    let (status, code, supervisor) = if state.connected {
-        (HealthStatus::Ok, StatusCode::OK, SupervisorLink::Connected)
-    } else {
-        (
-            HealthStatus::Unavailable,
-            StatusCode::SERVICE_UNAVAILABLE,
-            SupervisorLink::Disconnected,
-        )
-    };
-    let body = Health {
-        status,
-        supervisor,
-        routing: router.map(|r| r.routing),
-        loaded_model: router.and_then(|r| r.loaded.clone()),
-        draining: router.map(|r| r.draining),
-    };
-    json_response(code, &body)
-}
+use crate::reply::json_response;
+use crate::response_body::ProxyBody;
 
 /// The `request_log` object: the config values, and the supervisor's
 /// counters (null while it is unreachable).
@@ -103,7 +79,7 @@ pub async fn metrics(
             .is_some_and(|accept| accept.starts_with("text/plain"));
     if wants_text {
         let text =
-            crate::prometheus::render(&app.config, &doc, state.router.as_ref(), metrics.as_ref());
+            super::prometheus::render(&app.config, &doc, state.router.as_ref(), metrics.as_ref());
         let mut response = hyper::Response::new(ProxyBody::full(text));
         response.headers_mut().insert(
             CONTENT_TYPE,

@@ -9,7 +9,9 @@
 //! carries data (request content, model names from the request, another
 //! process's error text, numbers), so nothing a client sent or a backend
 //! said can be reflected through it. Detail for operators goes to the log
-//! where the failure is found, never into the reply.
+//! where the failure is found. The one exception is a failed model start:
+//! its body also carries the supervisor's generic cause and the cooldown
+//! left, in fields of their own ([`StartFailure`]).
 
 use bytes::Bytes;
 use hyper::StatusCode;
@@ -17,7 +19,7 @@ use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use serde::Serialize;
 use strata_protocol::api::{ErrorBody, ErrorDetail};
 
-use crate::body::ProxyBody;
+use crate::response_body::ProxyBody;
 
 /// The header openai-python and openai-node read before their own retry
 /// rules (`true`/`false`).

@@ -10,8 +10,8 @@ use hyper::StatusCode;
 use strata_protocol::page::{DEFAULT_PAGE_LIMIT, clamp_page_limit};
 
 use crate::app::App;
-use crate::body::ProxyBody;
-use crate::errors::{EndpointError, json_text_response};
+use crate::reply::{EndpointError, json_text_response};
+use crate::response_body::ProxyBody;
 
 /// A parsed `/requests` query.
 #[derive(Debug, PartialEq, Eq)]
@@ -47,7 +47,9 @@ pub fn parse_query(query: Option<&str>) -> Result<RecordsQuery, EndpointError> {
     })
 }
 
-pub async fn requests(app: &App, query: Option<&str>) -> hyper::Response<ProxyBody> {
+/// `GET /requests?after=&limit=`: the page the supervisor answers, as
+/// stored.
+pub async fn records(app: &App, query: Option<&str>) -> hyper::Response<ProxyBody> {
     let query = match parse_query(query) {
         Ok(query) => query,
         Err(error) => return error.into_response(),

@@ -8,6 +8,14 @@
 //! proxy is draining, and lets every accepted request finish, bounded by
 //! `drain_ms` when it is positive. A second signal, or the deadline, ends
 //! what is left.
+//!
+//! Beside the loop: `listener` takes the listening socket before the
+//! runtime exists, `accept` decides the backoff after a failed accept, and
+//! `memory` hands free heap memory back after a burst of connections.
+
+mod accept;
+pub mod listener;
+mod memory;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,13 +32,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::accept::{AcceptBackoff, Report};
 use crate::app::App;
-use crate::body::ProxyBody;
-use crate::errors::{EndpointError, json_response};
+use crate::chat;
+use crate::endpoints::{health, metrics, models, records};
 use crate::link::SupervisorLink;
-use crate::memory::{self, ConnectionGauge};
-use crate::{chat, health, models, requests};
+use crate::reply::{EndpointError, json_response};
+use crate::response_body::ProxyBody;
+
+use accept::{AcceptBackoff, Report};
+use memory::ConnectionGauge;
 
 /// A client that opens a connection and sends no complete header within
 /// this long is dropped.
@@ -79,10 +89,8 @@ async fn route(
             json_response(StatusCode::OK, &models::listing(&app))
         }
         "/health" if method == Method::GET => health::health(&app),
-        "/metrics" if method == Method::GET => health::metrics(&app, &request).await,
-        "/requests" if method == Method::GET => {
-            requests::requests(&app, request.uri().query()).await
-        }
+        "/metrics" if method == Method::GET => metrics::metrics(&app, &request).await,
+        "/requests" if method == Method::GET => records::records(&app, request.uri().query()).await,
         "/v1/models" | "/health" | "/metrics" | "/requests" => {
             EndpointError::MethodNotAllowed.into_response()
         }
