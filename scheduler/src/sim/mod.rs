@@ -1,6 +1,6 @@
 //! A deterministic simulator on the real decision function.
 //!
-//! [`simulate`] runs a [`Workload`] (built-in [`generate`]d agents and
+//! [`simulate`] runs a [`Workload`] (built-in [generated](generate()) agents and
 //! bursts, a workload file, or a replay of the router's own records) under a
 //! [`Policy`]: the router's own [`decide`](crate::decide) with a config's
 //! rules, the baselines users would otherwise run, or the ideal bound. What
