@@ -3,7 +3,7 @@
 use hyper::StatusCode;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use strata_protocol::api::{
-    Health, HealthStatus, Metrics, RequestLogMetrics, SupervisorLink, TierCounts,
+    Health, HealthStatus, LinkStatus, Metrics, RequestLogMetrics, TierCounts,
 };
 use strata_protocol::wire::{RequestLogStats, RouterMetrics, ServiceTier};
 
@@ -16,12 +16,12 @@ pub fn health(app: &App) -> hyper::Response<ProxyBody> {
     let state = app.link.state();
     let router = state.router.as_ref();
     let (status, code, supervisor) = if state.connected {
-        (HealthStatus::Ok, StatusCode::OK, SupervisorLink::Connected)
+        (HealthStatus::Ok, StatusCode::OK, LinkStatus::Connected)
     } else {
         (
             HealthStatus::Unavailable,
             StatusCode::SERVICE_UNAVAILABLE,
-            SupervisorLink::Disconnected,
+            LinkStatus::Disconnected,
         )
     };
     let body = Health {
@@ -75,6 +75,7 @@ fn metrics_document(
             default: tier(ServiceTier::Default),
             flex: tier(ServiceTier::Flex),
         },
+        queue_depth_by_model: metrics.map(|m| m.queue_depth_by_model.clone()),
         max_request_body_bytes: app.config.max_request_body_bytes,
         last_stream_ttft_ms: last.ttft_ms,
         last_stream_decode_tokens_per_second: last.decode_tokens_per_second,

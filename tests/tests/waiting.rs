@@ -307,7 +307,7 @@ fn grace_keeps_the_model_through_a_tool_gap_and_restarts() {
 
 /// Tiers inside the loaded model: with one slot busy, waiting default, flex and priority
 /// requests (in that arrival order) run priority, default, flex; `/metrics` splits the queue by
-/// tier meanwhile, and each record snapshots the engine at its arrival.
+/// tier (and by model) meanwhile, and each record snapshots the engine at its arrival.
 #[test]
 fn tiers_order_the_loaded_models_queue_and_metrics_split_it() {
     let stack = Stack::start(
@@ -337,6 +337,7 @@ fn tiers_order_the_loaded_models_queue_and_metrics_split_it() {
         json!({"priority": 1, "default": 1, "flex": 1}),
         "{metrics}"
     );
+    assert_eq!(metrics["queue_depth_by_model"], json!({A: 3}), "{metrics}");
     let prometheus = http::get(stack.addr(), "/metrics?format=prometheus").text();
     assert!(
         prometheus.contains("strata_router_queue_depth_by_tier{tier=\"priority\"} 1"),
