@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use strata_protocol::control::Status;
 
 use crate::binaries::{binary, wrap_command};
 use crate::config::TestConfig;
@@ -163,7 +164,7 @@ impl Stack {
     }
 
     /// Bare `status` from the control socket.
-    pub fn status(&self) -> Value {
+    pub fn status(&self) -> Status {
         self.sup().status()
     }
 

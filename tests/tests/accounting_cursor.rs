@@ -154,7 +154,7 @@ fn eviction_and_every_cursor_case() {
             "{rec}"
         );
     }
-    assert_eq!(stack.status()["instance_id"], json!(instance));
+    assert_eq!(stack.status().instance_id, instance);
     assert_eq!(
         stack.metrics()["request_log"]["instance_id"],
         json!(instance)

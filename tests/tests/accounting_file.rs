@@ -266,7 +266,7 @@ fn metrics_report_every_request_log_figure() {
     wait_records(addr, 7);
     wait_last_line(&log, 7);
     let instance = page(addr, "").instance_id().to_owned();
-    assert_eq!(stack.status()["instance_id"], json!(instance));
+    assert_eq!(stack.status().instance_id, instance);
     let last_seq = page(addr, "limit=1").next_seq();
     let metrics = stack.metrics()["request_log"].clone();
     assert_eq!(

@@ -60,9 +60,9 @@ fn request_id(stream: &Stream) -> String {
 
 /// `active_leases + waiting_requests` from the supervisor's status: every request the router
 /// has accepted for routing and not finished.
-fn routed(stack: &Stack) -> u64 {
+fn routed(stack: &Stack) -> usize {
     let status = stack.status();
-    status["active_leases"].as_u64().unwrap_or(0) + status["waiting_requests"].as_u64().unwrap_or(0)
+    status.active_leases + status.waiting_requests
 }
 
 /// Chat requests the backend process `pid` received (the fake logs each one).
@@ -199,7 +199,7 @@ fn a_supervisor_restart_never_lets_waiting_requests_reach_the_next_model() {
     stack.supervisor().crash_and_restart();
     stack.fake_log().wait_no_backends_left(DEADLINE);
     poll_until(DEADLINE, "the proxy to reach the new supervisor", || {
-        stack.status()["proxies"] == 1
+        stack.status().proxies == 1
     });
     let wrong = stack.config().upstream(M2);
     // Read the waiting streams' outcome first: they must not wait for a new model at all.

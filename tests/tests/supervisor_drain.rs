@@ -35,8 +35,8 @@ fn hold(stack: &Stack, model: &str) -> Stream {
     stream
 }
 
-fn waiting(stack: &Stack) -> u64 {
-    stack.status()["waiting_requests"].as_u64().unwrap_or(0)
+fn waiting(stack: &Stack) -> usize {
+    stack.status().waiting_requests
 }
 
 /// `drain_ms: 0`: the SIGTERM drain serves everything accepted before it: the active stream,
@@ -63,12 +63,10 @@ fn sigterm_serves_accepted_work_then_stops() {
     poll_until(DEADLINE, "qa queued", || waiting(&stack) == 1);
     let queued_b = spawn_chat(&stack, chat_request(B, false, "qb", Value::Null));
     poll_until(DEADLINE, "qb queued", || waiting(&stack) == 2);
-    let backend = stack.status()["child_pid"].as_u64().unwrap() as u32;
+    let backend = stack.status().child_pid.unwrap();
 
     stack.supervisor().terminate();
-    poll_until(DEADLINE, "status says draining", || {
-        stack.status()["draining"] == json!(true)
-    });
+    poll_until(DEADLINE, "status says draining", || stack.status().draining);
     let refused = stack.chat(&chat_request(A, false, "late", Value::Null));
     assert_eq!(refused.status, 503, "{refused}");
     assert_eq!(refused.json()["error"]["code"], "shutting_down");
@@ -111,7 +109,7 @@ fn a_load_in_progress_finishes_during_the_drain() {
     );
     let request = spawn_chat(&stack, chat_request(A, false, "x", Value::Null));
     poll_until(DEADLINE, "the load to start", || {
-        stack.status()["loading"] == json!(A)
+        stack.status().loading.as_deref() == Some(A)
     });
     stack.supervisor().terminate();
     let response = request.join().unwrap();
@@ -144,9 +142,7 @@ fn a_second_signal_forces_the_end() {
     let queued = spawn_chat(&stack, chat_request(B, false, "qb", Value::Null));
     poll_until(DEADLINE, "qb queued", || waiting(&stack) == 1);
     stack.supervisor().terminate();
-    poll_until(DEADLINE, "draining", || {
-        stack.status()["draining"] == json!(true)
-    });
+    poll_until(DEADLINE, "draining", || stack.status().draining);
     let asked = Instant::now();
     stack.supervisor().daemon().kill(Signal::SIGTERM);
     let frames = holder.remaining_frames(DEADLINE);
@@ -217,16 +213,14 @@ fn the_drain_takes_no_new_proxies_or_loads() {
         .expect_status(200);
     let holder = hold(&stack, A);
     stack.supervisor().terminate();
-    poll_until(DEADLINE, "draining", || {
-        stack.status()["draining"] == json!(true)
-    });
+    poll_until(DEADLINE, "draining", || stack.status().draining);
     let on = stack.control().on(Some(A));
     on.assert_failed();
     assert_eq!(on.message(), "on: the daemon is shutting down");
     let second = stack.spawn_extra_proxy();
     let health = poll_until_health(second);
     assert_eq!(health.status, 503, "{health}");
-    assert_eq!(stack.status()["proxies"], 1);
+    assert_eq!(stack.status().proxies, 1);
     holder.disconnect();
     let status = stack.supervisor().daemon().wait_exit(DEADLINE);
     assert!(status.success(), "{status}");

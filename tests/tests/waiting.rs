@@ -67,8 +67,8 @@ fn spawn_chat(addr: SocketAddr, body: Value) -> JoinHandle<Response> {
 }
 
 /// The engine's counts as the supervisor's status reports them.
-fn waiting(stack: &Stack) -> u64 {
-    stack.status()["waiting_requests"].as_u64().unwrap_or(0)
+fn waiting(stack: &Stack) -> usize {
+    stack.status().waiting_requests
 }
 
 /// A streaming request that holds its model busy until the test lets go of it (it would run
@@ -326,7 +326,7 @@ fn tiers_order_the_loaded_models_queue_and_metrics_split_it() {
         let mut body = tagged(A, false, tag, Value::Null);
         body["service_tier"] = json!(tier);
         handles.push((tag, spawn_chat(stack.addr(), body)));
-        let n = handles.len() as u64;
+        let n = handles.len();
         poll_until(DEADLINE, format!("{tag} queued"), || waiting(&stack) == n);
     }
     let metrics = stack.metrics();
@@ -483,7 +483,7 @@ fn cache_scenario(tag: &str, fake_profile: &[(&str, Value)], lookup_ms: u64) -> 
     for (tag, cached) in [("c10", 200), ("c90", 1800), ("c50", 1000)] {
         let extra = json!({"prompt_tokens": 2000, "cached_tokens": cached});
         handles.push(spawn_chat(stack.addr(), tagged(A, false, tag, extra)));
-        let n = handles.len() as u64;
+        let n = handles.len();
         poll_until(DEADLINE, format!("{tag} queued"), || waiting(&stack) == n);
     }
     assert_eq!(
@@ -569,7 +569,7 @@ fn a_busy_backend_falls_back_to_arrival_order() {
     for (tag, cached) in [("c10", 200), ("c90", 1800), ("c50", 1000)] {
         let extra = json!({"prompt_tokens": 2000, "cached_tokens": cached});
         handles.push(spawn_chat(stack.addr(), tagged(A, false, tag, extra)));
-        let n = handles.len() as u64;
+        let n = handles.len();
         poll_until(DEADLINE, format!("{tag} queued"), || waiting(&stack) == n);
     }
     release(short);
@@ -808,8 +808,8 @@ fn a_draining_proxy_serves_its_waiting_tickets() {
     }
     let status = stack.wait_proxy_exit(DEADLINE);
     assert!(status.success(), "{status}");
-    assert_eq!(stack.status()["waiting_requests"], 0);
-    assert_eq!(stack.status()["active_leases"], 0);
+    assert_eq!(stack.status().waiting_requests, 0);
+    assert_eq!(stack.status().active_leases, 0);
     stack.start_proxy();
     stack.stop();
 }
