@@ -19,6 +19,7 @@
 
 mod frame;
 mod messages;
+mod refuse;
 
 pub use frame::{
     FrameReader, MAX_FRAME_BYTES, WireError, decode_payload, encode_frame, encode_frame_into,
@@ -30,3 +31,4 @@ pub use messages::{
     RouterState, ServiceTier, SubmittedRecord, SupervisorMessage, TicketId, TicketRequest,
     TicketScore, proxy_frame_limit,
 };
+pub use refuse::RefuseReason;
