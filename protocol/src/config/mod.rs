@@ -96,6 +96,8 @@ mod profile;
 mod registry;
 mod request_log;
 mod strict_json;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod timers;
 
 pub use alias::Alias;

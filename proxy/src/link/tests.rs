@@ -15,10 +15,11 @@
 //! out many backoffs costs nothing.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use strata_protocol::config::Config;
+use strata_protocol::config::testing::one_model_config;
 use strata_protocol::page::RecordsPage;
 use strata_protocol::wire::{
     CacheScores, LoadPhase, LookupFailure, PROTOCOL_VERSION, ProxyMessage, RequestLogStats,
@@ -503,16 +504,8 @@ async fn the_handle_sends_headers_received_and_finish_for_its_ticket() {
 
 /// A proxy config that matches nothing in particular; the trace only needs
 /// an [`crate::app::App`] around the link.
-fn proxy_config() -> Arc<strata_protocol::config::Config> {
-    let text = serde_json::json!({
-        "python": "/nonexistent/python3",
-        "strata_dir": "/nonexistent",
-        "backend_port": 1,
-        "control_socket": "/nonexistent/control.sock",
-        "models": {"m": {"family": "qwen3.8-flash-next", "quantization": "q4", "upstream_model": "m"}},
-    })
-    .to_string();
-    Arc::new(Config::from_json_str(&text).expect("a valid config"))
+fn proxy_config() -> Arc<Config> {
+    Arc::new(one_model_config(Path::new("/nonexistent/control.sock")))
 }
 
 /// A `TicketHandle` is finished by the request's trace, and a trace that is

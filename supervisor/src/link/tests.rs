@@ -16,9 +16,10 @@
 //! sleeps to synchronise.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use strata_protocol::config::Config;
+use strata_protocol::config::testing::one_model_config;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::stats::RequestStats;
 use strata_protocol::wire::{
@@ -939,15 +940,7 @@ async fn serve_gives_each_proxy_its_own_connection() {
 /// A config with one model, `m`, that is not installed: the engine refuses
 /// its tickets at once and never launches anything.
 fn config() -> Arc<Config> {
-    let text = serde_json::json!({
-        "python": "/nonexistent/python3",
-        "strata_dir": "/nonexistent",
-        "backend_port": 1,
-        "control_socket": "/nonexistent/control.sock",
-        "models": {"m": {"family": "qwen3.8-flash-next", "quantization": "q4", "upstream_model": "m"}},
-    })
-    .to_string();
-    Arc::new(Config::from_json_str(&text).expect("a valid config"))
+    Arc::new(one_model_config(Path::new("/nonexistent/control.sock")))
 }
 
 /// With the real engine behind it: `Welcome` comes before the engine's
