@@ -33,6 +33,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use strata_protocol::config::Config;
+use strata_protocol::control::Status;
 use strata_protocol::os::die_with_parent;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UnixStream};
@@ -545,7 +546,7 @@ async fn wait_for_control(socket: &Path, pid: u32) -> Result<(), String> {
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if let Ok(Some(daemon_pid)) = timeout(PROBE_TIMEOUT, probe_status(socket)).await
-            && daemon_pid == u64::from(pid)
+            && daemon_pid == pid
         {
             return Ok(());
         }
@@ -561,7 +562,7 @@ async fn wait_for_control(socket: &Path, pid: u32) -> Result<(), String> {
 }
 
 /// One `status` request; the daemon PID it reports.
-async fn probe_status(socket: &Path) -> Option<u64> {
+async fn probe_status(socket: &Path) -> Option<u32> {
     let mut stream = UnixStream::connect(socket).await.ok()?;
     stream.write_all(b"status\n").await.ok()?;
     let mut line = String::new();
@@ -570,8 +571,8 @@ async fn probe_status(socket: &Path) -> Option<u64> {
         .read_line(&mut line)
         .await
         .ok()?;
-    let reply: serde_json::Value = serde_json::from_str(&line).ok()?;
-    reply.get("daemon_pid")?.as_u64()
+    let status: Status = serde_json::from_str(&line).ok()?;
+    Some(status.daemon_pid)
 }
 
 /// Polls until `GET /health` on `listen` answers with an HTTP status line.

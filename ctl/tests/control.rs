@@ -167,7 +167,9 @@ fn off_now_unloads_a_loaded_model() {
     let sup = start_supervisor(MODELS);
     let out = ctl(&["on", control_socket(&sup), "up-a"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let pid = final_event(&out)["child_pid"].as_u64().unwrap() as u32;
+    let pid = parse_status(&final_event(&out))
+        .child_pid
+        .expect("a backend after on");
 
     let out = ctl(&["off", "--now", control_socket(&sup)]);
     let (messages, last) = split_stderr(&out);
