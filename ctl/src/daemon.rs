@@ -34,6 +34,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use strata_os::{current_thread_runtime, die_with_parent};
 use strata_protocol::config::Config;
+use strata_protocol::control::Status;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::signal::unix::{SignalKind, signal};
@@ -542,7 +543,7 @@ async fn wait_for_control(socket: &Path, pid: u32) -> Result<(), String> {
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if let Ok(Some(daemon_pid)) = timeout(PROBE_TIMEOUT, probe_status(socket)).await
-            && daemon_pid == u64::from(pid)
+            && daemon_pid == pid
         {
             return Ok(());
         }
@@ -558,7 +559,7 @@ async fn wait_for_control(socket: &Path, pid: u32) -> Result<(), String> {
 }
 
 /// One `status` request; the daemon PID it reports.
-async fn probe_status(socket: &Path) -> Option<u64> {
+async fn probe_status(socket: &Path) -> Option<u32> {
     let mut stream = UnixStream::connect(socket).await.ok()?;
     stream.write_all(b"status\n").await.ok()?;
     let mut line = String::new();
@@ -567,8 +568,8 @@ async fn probe_status(socket: &Path) -> Option<u64> {
         .read_line(&mut line)
         .await
         .ok()?;
-    let reply: serde_json::Value = serde_json::from_str(&line).ok()?;
-    reply.get("daemon_pid")?.as_u64()
+    let status: Status = serde_json::from_str(&line).ok()?;
+    Some(status.daemon_pid)
 }
 
 /// Polls until `GET /health` on `listen` answers with an HTTP status line.

@@ -1,13 +1,15 @@
 //! `strata-ctl top URL|SOCKET`: a live view of a running router.
 //!
 //! With a proxy URL it polls, every `--interval` seconds, `GET /metrics`
-//! (JSON, and the Prometheus text for the per-model queue and the load
-//! counters), `GET /health` (the drain state) and `GET /requests` from a
+//! (JSON), `GET /health` (the drain state) and `GET /requests` from a
 //! cursor, and shows the loaded or loading model (with how long the load
 //! has run), routing and drain state, the queue by tier and by model, the
-//! requests it holds with their stage and age, and the last records with their TTFT, decode rate
-//! and reason. With the control socket's path it shows what `status` says
-//! (records live behind the proxy). No endpoint of its own.
+//! requests it holds with their stage and age, and the last records with
+//! their TTFT, decode rate and reason. Every document is read as its
+//! `strata_protocol` type ([`Metrics`], [`Health`], [`RecordsPage`] of
+//! [`RequestRecord`]s, [`Status`]), so a renamed field fails here instead
+//! of showing nothing. With the control socket's path it shows what
+//! `status` says (records live behind the proxy). No endpoint of its own.
 //!
 //! On a terminal it draws in place (ratatui on crossterm: alternate screen,
 //! redrawn on every poll and resize) and quits on `q`, Esc or Ctrl-C; when
@@ -22,10 +24,10 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use strata_protocol::api::{Health, InFlightRequest, Metrics};
 use strata_protocol::control::{ControlRequest, Status};
 use strata_protocol::page::RecordsPage;
+use strata_protocol::record::RequestRecord;
 
 use crate::requests::{BaseUrl, get};
 
@@ -203,18 +205,15 @@ impl Snapshot {
     }
 
     fn poll_proxy(&mut self, base: &BaseUrl, keep: usize, now: Instant) -> Result<(), String> {
-        let json = |body: Vec<u8>| -> Result<Value, String> {
-            serde_json::from_slice(&body).map_err(|err| format!("not JSON: {err}"))
-        };
+        let body = get(base, &format!("{}/metrics", base.path))?;
         let metrics: Metrics =
-            serde_json::from_value(json(get(base, &format!("{}/metrics", base.path))?)?)
-                .map_err(|err| format!("unexpected /metrics: {err}"))?;
-        self.loaded = metrics.loaded_model.clone();
-        self.set_loading(metrics.loading_model.clone(), now);
+            serde_json::from_slice(&body).map_err(|err| format!("unexpected /metrics: {err}"))?;
+        self.loaded = metrics.loaded_model;
+        self.set_loading(metrics.loading_model, now);
         self.routing = metrics.routing;
         self.in_flight = metrics.in_flight;
         self.queue_depth = metrics.queue_depth;
-        self.held = metrics.in_flight_requests.clone().unwrap_or_default();
+        self.held = metrics.in_flight_requests.unwrap_or_default();
         let tiers = metrics.queue_depth_by_tier;
         self.by_tier = [
             ("priority", tiers.priority),
@@ -224,15 +223,10 @@ impl Snapshot {
         .into_iter()
         .filter_map(|(tier, n)| n.map(|n| (tier.to_owned(), n)))
         .collect();
-        // The per-model queue is in the Prometheus text only.
-        let text = get(base, &format!("{}/metrics?format=prometheus", base.path))?;
-        self.by_model = String::from_utf8_lossy(&text)
-            .lines()
-            .filter_map(|line| {
-                let rest = line.strip_prefix("strata_router_queue_depth_by_model{model=\"")?;
-                let (model, value) = rest.split_once("\"} ")?;
-                Some((model.to_owned(), value.parse::<f64>().ok()? as u64))
-            })
+        self.by_model = metrics
+            .queue_depth_by_model
+            .unwrap_or_default()
+            .into_iter()
             .collect();
         // /health answers 503 while the supervisor is away; that is no error here.
         self.draining = get(base, &format!("{}/health", base.path))
@@ -259,12 +253,16 @@ impl Snapshot {
             if page.records.is_empty() {
                 break;
             }
+            // The whole page, or (with the cursor where it was) an error.
+            let records = page
+                .records
+                .iter()
+                .map(|text| serde_json::from_str::<RequestRecord>(text))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|err| format!("unexpected /requests record: {err}"))?;
             self.cursor = page.next_seq;
-            for text in &page.records {
-                let Ok(record) = serde_json::from_str::<Value>(text) else {
-                    continue;
-                };
-                self.records.push_back(record_line(&record));
+            for record in &records {
+                self.records.push_back(record_line(record));
                 while self.records.len() > keep {
                     self.records.pop_front();
                 }
@@ -287,27 +285,26 @@ impl Snapshot {
     }
 }
 
-fn record_line(record: &Value) -> RecordLine {
-    let decode = record["predicted_per_second"].as_f64().or_else(|| {
-        let tokens = record["completion_tokens"].as_u64().filter(|n| *n >= 2)?;
-        let ms = record["generation_ms"].as_u64().filter(|ms| *ms > 0)?;
+fn record_line(record: &RequestRecord) -> RecordLine {
+    let decode = record.predicted_per_second.or_else(|| {
+        let tokens = record.completion_tokens.filter(|n| *n >= 2)?;
+        let ms = record.generation_ms.filter(|ms| *ms > 0)?;
         Some((tokens - 1) as f64 * 1000.0 / ms as f64)
     });
     RecordLine {
-        seq: record["seq"].as_u64().unwrap_or(0),
-        model: record["model_resolved"]
-            .as_str()
+        seq: record.seq,
+        model: record
+            .model_resolved
+            .as_deref()
             .unwrap_or("-")
             .chars()
             .take(28)
             .collect(),
-        reason: record["reason"].as_str().unwrap_or("?").to_owned(),
-        status: record["status"]
-            .as_u64()
-            .map_or("-".to_owned(), |s| s.to_string()),
-        ttft_ms: record["ttft_ms"].as_u64(),
+        reason: record.reason.as_str().to_owned(),
+        status: record.status.map_or("-".to_owned(), |s| s.to_string()),
+        ttft_ms: record.ttft_ms,
         decode,
-        total_ms: record["total_ms"].as_u64().unwrap_or(0),
+        total_ms: record.total_ms,
     }
 }
 
@@ -452,10 +449,15 @@ mod tests {
             }],
             ..Snapshot::default()
         };
-        snapshot.records.push_back(record_line(&serde_json::json!({
-            "seq": 7, "model_resolved": "m-q4", "reason": "completed", "status": 200,
-            "ttft_ms": 120, "completion_tokens": 11, "generation_ms": 500, "total_ms": 700
-        })));
+        let mut record: RequestRecord =
+            serde_json::from_value(strata_test_support::record_json("1-2-7")).unwrap();
+        record.seq = 7;
+        record.model_resolved = Some("m-q4".into());
+        record.ttft_ms = Some(120);
+        record.completion_tokens = Some(11);
+        record.generation_ms = Some(500);
+        record.total_ms = 700;
+        snapshot.records.push_back(record_line(&record));
         let text = snapshot.lines(now).join("\n");
         assert!(
             text.contains("model: loaded m-q4   routing: on   drain: no"),

@@ -67,18 +67,18 @@ fn backend_pid(message: &str) -> Option<u32> {
 
 #[test]
 fn on_status_off_against_a_real_supervisor() {
-    let sup = Supervisor::start(MODELS);
+    let sup = start_supervisor(MODELS);
 
     // status: one JSON line with the daemon's PID.
-    let out = ctl(&["status", sup.socket()]);
+    let out = ctl(&["status", control_socket(&sup)]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stderr), "");
-    let status = final_event(&out);
-    assert_eq!(status["daemon_pid"], json!(sup.process.pid()));
-    assert_eq!(status["loaded"], Value::Null);
+    let status = parse_status(&final_event(&out));
+    assert_eq!(status.daemon_pid, sup.pid());
+    assert_eq!(status.loaded, None);
 
     // on: the spec's progress lines, in order, then the final message.
-    let out = ctl(&["on", sup.socket(), "up-a"]);
+    let out = ctl(&["on", control_socket(&sup), "up-a"]);
     let (messages, last) = split_stderr(&out);
     assert!(out.status.success(), "{messages:#?}\n{last}");
     let pid = messages
@@ -105,14 +105,18 @@ fn on_status_off_against_a_real_supervisor() {
     assert_eq!(done["event"], "done");
     assert_eq!(done["ok"], true);
     assert_eq!(done["message"], last.as_str());
-    assert_eq!(done["loaded"], "up-a");
-    assert_eq!(done["child_pid"], json!(pid));
-    assert_eq!(done["routing"], true);
-    assert_eq!(done["daemon_pid"], json!(sup.process.pid()));
+    let status = parse_status(&done);
+    assert_eq!(status.loaded.as_deref(), Some("up-a"));
+    assert_eq!(status.child_pid, Some(pid));
+    assert!(status.routing);
+    assert_eq!(status.daemon_pid, sup.pid());
     assert!(is_alive(pid));
 
     // on again, with and without the model: already on, no progress.
-    for args in [vec!["on", sup.socket(), "up-a"], vec!["on", sup.socket()]] {
+    for args in [
+        vec!["on", control_socket(&sup), "up-a"],
+        vec!["on", control_socket(&sup)],
+    ] {
         let out = ctl(&args);
         assert!(out.status.success());
         assert_eq!(text(&out.stderr), "on: already on\n");
@@ -121,12 +125,12 @@ fn on_status_off_against_a_real_supervisor() {
 
     // status while loaded.
     let status = sup.status();
-    assert_eq!(status["loaded"], "up-a");
-    assert_eq!(status["child_pid"], json!(pid));
-    assert_eq!(status["busy"], false);
+    assert_eq!(status.loaded.as_deref(), Some("up-a"));
+    assert_eq!(status.child_pid, Some(pid));
+    assert!(!status.busy);
 
     // off: routing off, unload, stop, exited; the backend is gone.
-    let out = ctl(&["off", sup.socket()]);
+    let out = ctl(&["off", control_socket(&sup)]);
     let (messages, last) = split_stderr(&out);
     assert!(out.status.success(), "{messages:#?}\n{last}");
     assert_eq!(
@@ -141,13 +145,14 @@ fn on_status_off_against_a_real_supervisor() {
     assert_eq!(last, "off: model unloaded, routing disabled");
     let done = final_event(&out);
     assert_eq!(done["ok"], true);
-    assert_eq!(done["loaded"], Value::Null);
-    assert_eq!(done["child_pid"], Value::Null);
-    assert_eq!(done["routing"], false);
+    let status = parse_status(&done);
+    assert_eq!(status.loaded, None);
+    assert_eq!(status.child_pid, None);
+    assert!(!status.routing);
     assert!(!is_alive(pid), "backend pid {pid} still running after off");
 
     // off --now with nothing loaded.
-    let out = ctl(&["off", "--now", sup.socket()]);
+    let out = ctl(&["off", "--now", control_socket(&sup)]);
     assert!(out.status.success());
     let (messages, last) = split_stderr(&out);
     assert_eq!(
@@ -159,12 +164,14 @@ fn on_status_off_against_a_real_supervisor() {
 
 #[test]
 fn off_now_unloads_a_loaded_model() {
-    let sup = Supervisor::start(MODELS);
-    let out = ctl(&["on", sup.socket(), "up-a"]);
+    let sup = start_supervisor(MODELS);
+    let out = ctl(&["on", control_socket(&sup), "up-a"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let pid = final_event(&out)["child_pid"].as_u64().unwrap() as u32;
+    let pid = parse_status(&final_event(&out))
+        .child_pid
+        .expect("a backend after on");
 
-    let out = ctl(&["off", "--now", sup.socket()]);
+    let out = ctl(&["off", "--now", control_socket(&sup)]);
     let (messages, last) = split_stderr(&out);
     assert!(out.status.success(), "{messages:#?}\n{last}");
     assert_eq!(
@@ -178,15 +185,15 @@ fn off_now_unloads_a_loaded_model() {
     );
     assert_eq!(last, "off: model unloaded, routing disabled");
     assert!(!is_alive(pid));
-    assert_eq!(sup.status()["loaded"], Value::Null);
+    assert_eq!(sup.status().loaded, None);
 }
 
 #[test]
 fn on_for_an_uninstalled_or_unknown_model_fails() {
-    let sup = Supervisor::start(MODELS);
+    let sup = start_supervisor(MODELS);
     let before = sup.status();
 
-    let out = ctl(&["on", sup.socket(), "not-installed"]);
+    let out = ctl(&["on", control_socket(&sup), "not-installed"]);
     assert_eq!(out.status.code(), Some(1));
     let done = final_event(&out);
     assert_eq!(done["event"], "done");
@@ -200,22 +207,22 @@ fn on_for_an_uninstalled_or_unknown_model_fails() {
         "on: model not-installed is not prepared (not_installed)"
     );
 
-    let out = ctl(&["on", sup.socket(), "no-such-model"]);
+    let out = ctl(&["on", control_socket(&sup), "no-such-model"]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(final_event(&out)["ok"], false);
 
     let after = sup.status();
-    assert_eq!(after["routing"], before["routing"]);
-    assert_eq!(after["loaded"], Value::Null);
+    assert_eq!(after.routing, before.routing);
+    assert_eq!(after.loaded, None);
 }
 
 #[test]
 fn interrupting_on_cancels_the_load() {
-    let sup = Supervisor::start(MODELS);
-    let routing_before = sup.status()["routing"].clone();
+    let sup = start_supervisor(MODELS);
+    let routing_before = sup.status().routing;
 
     let mut child = Command::new(ctl_exe())
-        .args(["on", sup.socket(), "up-slow"])
+        .args(["on", control_socket(&sup), "up-slow"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -237,17 +244,16 @@ fn interrupting_on_cancels_the_load() {
 
     let status = poll_for(LONG, "the daemon to cancel the load", || {
         let status = sup.status();
-        (status["busy"] == false && status["loading"].is_null() && status["child_pid"].is_null())
-            .then_some(status)
+        (!status.busy && status.loading.is_none() && status.child_pid.is_none()).then_some(status)
     });
-    assert_eq!(status["loaded"], Value::Null);
-    assert_eq!(status["routing"], routing_before);
+    assert_eq!(status.loaded, None);
+    assert_eq!(status.routing, routing_before);
     poll_for(SHORT, "the cancelled backend to be gone", || {
         (!is_alive(pid)).then_some(())
     });
     // The load never finished: the fake never wrote its ready file (it may
     // not even have got as far as logging its start).
-    let events = json_lines(&sup.fake_log);
+    let events = sup.fake_log().events();
     assert!(
         !events
             .iter()

@@ -10,6 +10,8 @@
 //! `null` has one meaning throughout: the figure lives in the supervisor,
 //! and the supervisor is not reachable right now.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -47,7 +49,7 @@ pub struct ErrorDetail {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
     pub status: HealthStatus,
-    pub supervisor: SupervisorLink,
+    pub supervisor: LinkStatus,
     pub routing: Option<bool>,
     pub loaded_model: Option<String>,
     pub draining: Option<bool>,
@@ -60,9 +62,10 @@ pub enum HealthStatus {
     Unavailable,
 }
 
+/// `/health.supervisor`: whether the proxy's link to the supervisor is up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SupervisorLink {
+pub enum LinkStatus {
     Connected,
     Disconnected,
 }
@@ -78,6 +81,9 @@ pub struct Metrics {
     pub in_flight: Option<u64>,
     pub queue_depth: Option<u64>,
     pub queue_depth_by_tier: TierCounts,
+    /// Waiting requests per configured model (every one listed, in ID
+    /// order).
+    pub queue_depth_by_model: Option<BTreeMap<String, u64>>,
     pub max_request_body_bytes: u64,
     pub last_stream_ttft_ms: Option<u64>,
     pub last_stream_decode_tokens_per_second: Option<f64>,

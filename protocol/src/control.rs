@@ -81,7 +81,7 @@ impl ControlRequest {
 /// The status document: `status`'s answer, and the fields of every `done`.
 /// Every key is always present (null when unknown), so scripts can rely on
 /// the shape; `busy` tells whether the process fields describe a settled
-/// state.
+/// state. Its keys are [`STATUS_FIELDS`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
     pub daemon_pid: u32,
@@ -102,6 +102,26 @@ pub struct Status {
     pub waiting_requests: usize,
     pub cooldown_remaining_ms: Option<u64>,
 }
+
+/// Every key of a [`Status`] line, in the order it is written: what scripts
+/// (and the end-to-end tests) may rely on. Renaming or adding a field
+/// changes this list, and the test below fails until it says so.
+pub const STATUS_FIELDS: [&str; 14] = [
+    "daemon_pid",
+    "instance_id",
+    "busy",
+    "operation",
+    "routing",
+    "draining",
+    "child_pid",
+    "loaded",
+    "loading",
+    "last_startup_error",
+    "proxies",
+    "active_leases",
+    "waiting_requests",
+    "cooldown_remaining_ms",
+];
 
 /// One event line of an `on`/`off` operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -291,11 +311,68 @@ mod tests {
         );
     }
 
+    /// The keys of `line`'s object, in the order they are written (a
+    /// `serde_json::Value` would sort them).
+    fn keys_in_order(line: &str) -> Vec<String> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = Vec<String>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Vec<String>, A::Error> {
+                let mut keys = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    keys.push(key);
+                }
+                Ok(keys)
+            }
+        }
+        use serde::Deserializer as _;
+        serde_json::Deserializer::from_str(line)
+            .deserialize_map(Keys)
+            .expect("an object")
+    }
+
+    /// The status document's keys are exactly [`STATUS_FIELDS`], in that
+    /// order, every one present (a null too), with these JSON types; a `done`
+    /// is `event`, `ok`, `message` and the same keys.
+    #[test]
+    fn the_status_document_has_exactly_its_pinned_keys() {
+        let mut unknown = status();
+        unknown.child_pid = None;
+        unknown.loaded = None;
+        let line = to_line(&unknown);
+        assert_eq!(keys_in_order(&line), STATUS_FIELDS);
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({
+                "daemon_pid": 7, "instance_id": "7-1", "busy": false, "operation": null,
+                "routing": true, "draining": false, "child_pid": null, "loaded": null,
+                "loading": null, "last_startup_error": null, "proxies": 1,
+                "active_leases": 0, "waiting_requests": 0, "cooldown_remaining_ms": null
+            })
+        );
+        let done = to_line(&ControlEvent::Done(Done {
+            ok: true,
+            message: "m".into(),
+            status: unknown,
+        }));
+        let mut expected = vec!["event", "ok", "message"];
+        expected.extend(STATUS_FIELDS);
+        assert_eq!(keys_in_order(&done), expected);
+    }
+
     #[test]
     fn answers_have_the_spec_shapes_and_read_back() {
         let line = to_line(&status());
         let value: serde_json::Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(value.as_object().unwrap().len(), 14);
+        assert_eq!(value.as_object().unwrap().len(), STATUS_FIELDS.len());
         assert!(value["cooldown_remaining_ms"].is_null(), "present as null");
         assert_eq!(
             ControlReply::parse(&line),
@@ -312,7 +389,7 @@ mod tests {
         assert_eq!(value["event"], "done");
         assert_eq!(value["ok"], true);
         assert_eq!(value["daemon_pid"], 7);
-        assert_eq!(value.as_object().unwrap().len(), 17);
+        assert_eq!(value.as_object().unwrap().len(), STATUS_FIELDS.len() + 3);
         assert_eq!(ControlReply::parse(&line), Some(ControlReply::Event(done)));
 
         let progress = ControlEvent::Progress {

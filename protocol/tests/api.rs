@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use strata_protocol::api::{
     AliasModel, ConcreteModel, ErrorBody, ErrorDetail, Health, HealthStatus, InFlightRequest,
-    ListObject, Metrics, ModelItem, ModelList, ModelObject, RequestLogMetrics, SupervisorLink,
+    LinkStatus, ListObject, Metrics, ModelItem, ModelList, ModelObject, RequestLogMetrics,
     TierCounts,
 };
 use strata_protocol::config::ModelStatus;
@@ -64,7 +64,7 @@ fn health_names_the_supervisor_link_and_nulls_what_only_it_knows() {
     pins(
         &Health {
             status: HealthStatus::Ok,
-            supervisor: SupervisorLink::Connected,
+            supervisor: LinkStatus::Connected,
             routing: Some(true),
             loaded_model: Some("m".into()),
             draining: Some(false),
@@ -74,7 +74,7 @@ fn health_names_the_supervisor_link_and_nulls_what_only_it_knows() {
     pins(
         &Health {
             status: HealthStatus::Unavailable,
-            supervisor: SupervisorLink::Disconnected,
+            supervisor: LinkStatus::Disconnected,
             routing: None,
             loaded_model: None,
             draining: None,
@@ -97,6 +97,7 @@ fn metrics_carry_every_figure_and_the_request_log() {
             default: Some(2),
             flex: Some(0),
         },
+        queue_depth_by_model: Some([("a".to_owned(), 1), ("b".to_owned(), 2)].into()),
         max_request_body_bytes: 1024,
         last_stream_ttft_ms: Some(12),
         last_stream_decode_tokens_per_second: Some(40.5),
@@ -126,6 +127,7 @@ fn metrics_carry_every_figure_and_the_request_log() {
             "loaded_model": "a", "loading_model": null, "routing": true,
             "supervisor_connected": true, "in_flight": 2, "queue_depth": 3,
             "queue_depth_by_tier": {"priority": 1, "default": 2, "flex": 0},
+            "queue_depth_by_model": {"a": 1, "b": 2},
             "max_request_body_bytes": 1024, "last_stream_ttft_ms": 12,
             "last_stream_decode_tokens_per_second": 40.5,
             "request_log": {

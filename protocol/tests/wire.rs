@@ -1,5 +1,7 @@
-//! Every supervisor-socket message survives a frame round trip, and the
-//! framing rejects oversized, truncated and malformed input.
+//! Every supervisor-socket message survives a frame round trip, the
+//! encoding is pinned together with `PROTOCOL_VERSION` (and the hello
+//! frames for every version), and the framing rejects oversized, truncated
+//! and malformed input.
 
 use strata_protocol::config::ModelStatus;
 use strata_protocol::page::RecordsPage;
@@ -284,6 +286,142 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
         });
     }
     out
+}
+
+/// The variant names of `ProxyMessage`. No wildcard: a new variant stops
+/// this from compiling until it has a name here and a sample in
+/// [`proxy_messages`], so the golden hash below covers it.
+fn proxy_variant(message: &ProxyMessage) -> &'static str {
+    match message {
+        ProxyMessage::Hello { .. } => "Hello",
+        ProxyMessage::Enqueue { .. } => "Enqueue",
+        ProxyMessage::HeadersReceived { .. } => "HeadersReceived",
+        ProxyMessage::Finish { .. } => "Finish",
+        ProxyMessage::Arrive { .. } => "Arrive",
+        ProxyMessage::SubmitRecord { .. } => "SubmitRecord",
+        ProxyMessage::SetDraining { .. } => "SetDraining",
+        ProxyMessage::QueryRecords { .. } => "QueryRecords",
+        ProxyMessage::QueryMetrics { .. } => "QueryMetrics",
+        ProxyMessage::TicketScores { .. } => "TicketScores",
+    }
+}
+
+/// The variant names of `SupervisorMessage` (see [`proxy_variant`]).
+fn supervisor_variant(message: &SupervisorMessage) -> &'static str {
+    match message {
+        SupervisorMessage::Welcome { .. } => "Welcome",
+        SupervisorMessage::Refused { .. } => "Refused",
+        SupervisorMessage::State(_) => "State",
+        SupervisorMessage::Queued { .. } => "Queued",
+        SupervisorMessage::Admitted { .. } => "Admitted",
+        SupervisorMessage::Progress { .. } => "Progress",
+        SupervisorMessage::Granted(_) => "Granted",
+        SupervisorMessage::Failed { .. } => "Failed",
+        SupervisorMessage::Revoked { .. } => "Revoked",
+        SupervisorMessage::ProtocolError { .. } => "ProtocolError",
+        SupervisorMessage::Arrival { .. } => "Arrival",
+        SupervisorMessage::Records { .. } => "Records",
+        SupervisorMessage::Metrics { .. } => "Metrics",
+        SupervisorMessage::ScoreTickets { .. } => "ScoreTickets",
+    }
+}
+
+/// Every variant of both enums has a sample, so a change to any of them
+/// changes the golden hash.
+#[test]
+fn every_variant_has_a_sample() {
+    let proxy: std::collections::BTreeSet<_> = proxy_messages().iter().map(proxy_variant).collect();
+    assert_eq!(
+        proxy.len(),
+        10,
+        "a ProxyMessage variant has no sample: {proxy:?}"
+    );
+    let supervisor: std::collections::BTreeSet<_> = supervisor_messages()
+        .iter()
+        .map(supervisor_variant)
+        .collect();
+    assert_eq!(
+        supervisor.len(),
+        14,
+        "a SupervisorMessage variant has no sample: {supervisor:?}"
+    );
+}
+
+/// FNV-1a, 64 bits: a hash written out here, so the pin below never moves
+/// with a library.
+fn fnv1a_64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The wire format as of a protocol version: `PROTOCOL_VERSION` and the
+/// hash of every sample message's frame. Round trips cannot notice a change
+/// (both ends are built from the same source); this can.
+const PINNED_WIRE: (u32, u64) = (8, 0x564b_d997_ed08_1a64);
+
+/// A change to any message's shape (a field, a variant, its order or type)
+/// changes the encoded samples; the test fails until `PROTOCOL_VERSION` and
+/// the pin are updated together.
+#[test]
+fn the_encoding_is_pinned_with_the_protocol_version() {
+    let mut frames = Vec::new();
+    for message in proxy_messages() {
+        encode_frame_into(&mut frames, &message).unwrap();
+    }
+    for message in supervisor_messages() {
+        encode_frame_into(&mut frames, &message).unwrap();
+    }
+    let hash = fnv1a_64(&frames);
+    let (version, pinned) = PINNED_WIRE;
+    assert!(
+        (PROTOCOL_VERSION, hash) == PINNED_WIRE,
+        "the supervisor-socket encoding is ({PROTOCOL_VERSION}, {hash:#018x}), pinned as \
+         ({version}, {pinned:#018x}). If a message or field changed shape, bump PROTOCOL_VERSION \
+         (protocol/src/wire/messages.rs), run this test again and pin the pair it prints in \
+         PINNED_WIRE; if only the samples here changed, pin the new hash with the same version."
+    );
+}
+
+/// The hello and its two answers are how builds of different protocol
+/// versions tell each other apart: whatever its version, a proxy must be
+/// able to send a hello any supervisor reads, and to read the `Welcome` (to
+/// compare its version) or the `Refused` (to log why and exit 78) that
+/// comes back. So these three frames are the same bytes in every version,
+/// whatever else changes; this pins them, with a literal version number.
+#[test]
+fn the_hello_frames_are_the_same_in_every_protocol_version() {
+    let why = "the Hello, Welcome and Refused frames must decode alike in every protocol version \
+               (a proxy of another version could no longer be told why it is refused): keep \
+               their variant index and fields, and change the rest of the protocol instead";
+    let hello = ProxyMessage::Hello {
+        protocol_version: 7,
+        fingerprint: 0x0102_0304_0506_0708,
+        pid: 4242,
+    };
+    assert_eq!(
+        encode_frame(&hello).unwrap(),
+        [0, 0, 0, 14, 0, 7, 253, 8, 7, 6, 5, 4, 3, 2, 1, 251, 146, 16],
+        "{why}"
+    );
+    let welcome = SupervisorMessage::Welcome {
+        protocol_version: 7,
+        instance_id: "4242-1".into(),
+        supervisor_pid: 4242,
+    };
+    assert_eq!(
+        encode_frame(&welcome).unwrap(),
+        [0, 0, 0, 12, 0, 7, 6, 52, 50, 52, 50, 45, 49, 251, 146, 16],
+        "{why}"
+    );
+    let refused = SupervisorMessage::Refused {
+        reason: "no".into(),
+    };
+    assert_eq!(
+        encode_frame(&refused).unwrap(),
+        [0, 0, 0, 4, 1, 2, 110, 111],
+        "{why}"
+    );
 }
 
 #[test]

@@ -76,15 +76,9 @@ impl App {
     /// Tests: an `App` around `link`, with a config that matches nothing in
     /// particular (one model, `m`; the default timers and scheduling).
     pub fn for_tests(link: SupervisorLink) -> Arc<App> {
-        let text = serde_json::json!({
-            "python": "/nonexistent/python3",
-            "strata_dir": "/nonexistent",
-            "backend_port": 1,
-            "control_socket": "/nonexistent/control.sock",
-            "models": {"m": {"family": "qwen3.8-flash-next", "quantization": "q4", "upstream_model": "m"}},
-        })
-        .to_string();
-        let config = Config::from_json_str(&text).expect("a valid config");
+        let config = strata_protocol::config::testing::one_model_config(
+            std::path::Path::new("/nonexistent/control.sock"),
+        );
         App::new(Arc::new(config), link)
     }
 }

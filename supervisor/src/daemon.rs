@@ -173,15 +173,9 @@ mod tests {
     use super::*;
 
     fn config(dir: &std::path::Path) -> Arc<Config> {
-        let text = serde_json::json!({
-            "python": "/usr/bin/python3",
-            "strata_dir": "/nonexistent",
-            "backend_port": 1,
-            "control_socket": dir.join("control.sock"),
-            "models": {"m": {"family": "qwen3.8-flash-next", "quantization": "q4", "upstream_model": "m"}},
-        })
-        .to_string();
-        Arc::new(Config::from_json_str(&text).expect("a valid config"))
+        Arc::new(strata_protocol::config::testing::one_model_config(
+            &dir.join("control.sock"),
+        ))
     }
 
     /// The supervisor's `run`, in-process: an engine task that fails ends it with an error

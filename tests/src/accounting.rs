@@ -10,7 +10,8 @@
 //! - [`assert_schema`]: the schema table of the spec as code: exact key set (in schema order,
 //!   no duplicates), the type of every field, and the relations between fields (timestamps
 //!   against durations, nulls that go together).
-//! - [`chat_request`]: a chat body with the fake backend's per-request `fake` overrides.
+//! - [`chat_request`]: a chat body with the fake backend's per-request `fake` overrides;
+//!   [`rejections`]: requests that each make one record, quickly.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -266,6 +267,21 @@ pub fn chat_request(model: &str, stream: bool, content: &str, fake: Value) -> Va
         body["fake"] = fake;
     }
     body
+}
+
+/// Sends `n` chat requests the proxy rejects at once (the body `[]`: 400), each of which
+/// makes one record without touching the backend.
+pub fn rejections(addr: SocketAddr, n: usize) {
+    for _ in 0..n {
+        http::request(
+            addr,
+            "POST",
+            http::CHAT_PATH,
+            &[("content-type", "application/json")],
+            b"[]",
+        )
+        .expect_status(400);
+    }
 }
 
 /// The top-level member names of the JSON object `text`, in order (duplicates kept): what a

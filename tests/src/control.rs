@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use strata_protocol::control::{STATUS_FIELDS, Status};
 
 use crate::poll::DEADLINE;
 
@@ -70,8 +71,13 @@ impl ControlClient {
         Ok(session.read_to_end(self.timeout))
     }
 
-    /// Bare `status`: exactly one JSON line.
-    pub fn status(&self) -> Value {
+    /// Bare `status`: exactly one line, read as the typed document (see [`parse_status`]).
+    pub fn status(&self) -> Status {
+        parse_status(&self.status_json())
+    }
+
+    /// Bare `status` as its raw JSON line, for the tests of the document's JSON itself.
+    pub fn status_json(&self) -> Value {
         let mut lines = self.request("status");
         assert_eq!(lines.len(), 1, "status must answer one line: {lines:?}");
         lines.remove(0)
@@ -108,6 +114,34 @@ impl ControlClient {
         }
         ControlSession::new(stream)
     }
+}
+
+/// A status line (or the status fields of a `done`) as the typed [`Status`]. Its keys must be
+/// exactly [`STATUS_FIELDS`] (plus `event`, `ok` and `message` in a `done`): serde would
+/// read a missing optional field as `None`, and a test would then compare against `None`
+/// without noticing.
+pub fn parse_status(line: &Value) -> Status {
+    let object = line
+        .as_object()
+        .unwrap_or_else(|| panic!("a status line is an object: {line}"));
+    let mut keys: Vec<&str> = object
+        .keys()
+        .map(String::as_str)
+        .filter(|key| !["event", "ok", "message"].contains(key))
+        .collect();
+    keys.sort_unstable();
+    let mut expected = STATUS_FIELDS;
+    expected.sort_unstable();
+    assert_eq!(keys, expected, "the status keys of {line}");
+    serde_json::from_value(line.clone())
+        .unwrap_or_else(|err| panic!("not a status document ({err}): {line}"))
+}
+
+/// The backend's PID in `status`; panics (showing the status) when no backend runs.
+pub fn child_pid(status: &Status) -> u32 {
+    status
+        .child_pid
+        .unwrap_or_else(|| panic!("no child_pid in {status:?}"))
 }
 
 /// The line of `{"cmd":"on","model":MODEL}`.
@@ -299,6 +333,11 @@ impl OpReply {
             }
         }
         OpReply { progress, done }
+    }
+
+    /// The status fields of the done event, as the typed [`Status`] (see [`parse_status`]).
+    pub fn status(&self) -> Status {
+        parse_status(&self.done)
     }
 
     /// The done event's `ok`.

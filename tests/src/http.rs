@@ -29,6 +29,9 @@ use crate::poll::DEADLINE;
 /// The chat completions path.
 pub const CHAT_PATH: &str = "/v1/chat/completions";
 
+/// The header naming a request's ID (and its record's `request_id`).
+pub const REQUEST_ID: &str = "x-strata-request-id";
+
 /// A whole HTTP response.
 #[derive(Debug, Clone)]
 pub struct Response {
@@ -43,6 +46,12 @@ impl Response {
     /// The first value of header `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         header_in(&self.headers, name)
+    }
+
+    /// The router's `x-strata-request-id`; panics (showing the response) without one.
+    pub fn request_id(&self) -> &str {
+        self.header(REQUEST_ID)
+            .unwrap_or_else(|| panic!("no {REQUEST_ID}: {self}"))
     }
 
     /// Every value of header `name` (case-insensitive).
@@ -274,6 +283,11 @@ pub fn post_json(addr: SocketAddr, path: &str, body: &Value) -> Response {
 /// `POST /v1/chat/completions` with `body`, read to the end.
 pub fn chat(addr: SocketAddr, body: &Value) -> Response {
     post_json(addr, CHAT_PATH, body)
+}
+
+/// [`chat`] on a thread of its own, for requests that wait while the test goes on.
+pub fn spawn_chat(addr: SocketAddr, body: Value) -> std::thread::JoinHandle<Response> {
+    std::thread::spawn(move || chat(addr, &body))
 }
 
 /// The bytes of a request: request line, `Host`, `Connection: close`, `Content-Length` (unless
@@ -577,6 +591,16 @@ impl Stream {
     /// The first value of header `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         header_in(&self.headers, name)
+    }
+
+    /// The router's `x-strata-request-id`; panics without one.
+    pub fn request_id(&self) -> &str {
+        self.header(REQUEST_ID).unwrap_or_else(|| {
+            panic!(
+                "no {REQUEST_ID} on the {} stream: {:?}",
+                self.status, self.headers
+            )
+        })
     }
 
     /// Stop keeping a copy of the body handed out (for very large bodies).

@@ -52,7 +52,9 @@ pub mod systemd;
 pub use strata_test_support::{binaries, daemon, net, poll, procs, python, tempdir};
 
 pub use config::{A3B, ConfigBuilder, FLASH, ModelSpec, TestConfig};
-pub use control::{ControlClient, ControlSession, OpReply, off_line, on_line};
+pub use control::{
+    ControlClient, ControlSession, OpReply, child_pid, off_line, on_line, parse_status,
+};
 pub use fake_log::{FakeLog, StartEvent};
 pub use proxy::{FakeProxy, LeaseId, LinkError, TicketPhase, Welcome};
 pub use strata_test_support::{

@@ -23,8 +23,10 @@ use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use serde_json::Value;
+use serde_json::{Value, json};
+use strata_protocol::control::Status;
 
+use crate::accounting::chat_request;
 use crate::binaries::{binary, wrap_command};
 use crate::config::TestConfig;
 use crate::control::ControlClient;
@@ -163,8 +165,13 @@ impl Stack {
     }
 
     /// Bare `status` from the control socket.
-    pub fn status(&self) -> Value {
+    pub fn status(&self) -> Status {
         self.sup().status()
+    }
+
+    /// The requests waiting in the engine's queue, as the supervisor's status counts them.
+    pub fn waiting(&self) -> usize {
+        self.status().waiting_requests
     }
 
     /// The fake backend's log.
@@ -345,6 +352,21 @@ impl Stack {
     /// `POST /v1/chat/completions` on the proxy, returning once the headers are in.
     pub fn open_chat(&self, body: &Value) -> http::Stream {
         http::open_chat(self.addr(), body)
+    }
+
+    /// A streaming request that holds `model` busy until the test lets go of it (it would run
+    /// for a minute), read up to its first data frame: it has its lease then. Letting go
+    /// (dropping or disconnecting it) is a client disconnect, which ends the lease at once, so
+    /// no timing is involved. `tag` is its message, and its `fake.error_message` (a key the
+    /// fake reads only with `error_status`), so the fake's event log names it.
+    pub fn hold(&self, model: &str, tag: &str) -> http::Stream {
+        let fake = json!({"tokens": 600, "token_delay_ms": 100, "error_message": tag});
+        let mut stream = self.open_chat(&chat_request(model, true, tag, fake));
+        assert_eq!(stream.status, 200, "{tag}: {:?}", stream.headers);
+        stream.frames_until(DEADLINE, "the holder's first data frame", |frame| {
+            frame.is_data()
+        });
+        stream
     }
 
     /// The proxy's `/metrics` JSON.

@@ -11,11 +11,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use serde_json::Value;
+use strata_protocol::control::Status;
 
 use crate::binaries::daemon_command;
 use crate::config::TestConfig;
-use crate::control::ControlClient;
+use crate::control::{ControlClient, parse_status};
 use crate::daemon::Daemon;
 use crate::fake_log::FakeLog;
 use crate::poll::{DEADLINE, POLL_INTERVAL};
@@ -52,9 +52,9 @@ pub fn spawn_supervisor(config: &TestConfig, name: &str) -> Daemon {
 pub fn wait_supervisor_serving(daemon: &mut Daemon, control: &ControlClient) {
     crate::poll::poll_until(DEADLINE, "the supervisor to serve", || {
         assert!(daemon.is_running(), "{}", daemon.stderr_report());
-        control
-            .try_request("status")
-            .is_ok_and(|lines| lines.len() == 1 && lines[0]["daemon_pid"] == daemon.pid())
+        control.try_request("status").is_ok_and(|lines| {
+            lines.len() == 1 && parse_status(&lines[0]).daemon_pid == daemon.pid()
+        })
     });
 }
 
@@ -102,8 +102,9 @@ impl Supervisor {
             if self.config.supervisor_socket.exists()
                 && let Ok(lines) = client.try_request("status")
                 && lines.len() == 1
-                && lines[0].get("daemon_pid").is_some()
             {
+                // Serving; and its answer is a whole status document.
+                parse_status(&lines[0]);
                 return;
             }
             if std::time::Instant::now() >= deadline {
@@ -170,7 +171,7 @@ impl Supervisor {
     }
 
     /// Bare `status`.
-    pub fn status(&self) -> Value {
+    pub fn status(&self) -> Status {
         self.control().status()
     }
 

@@ -55,9 +55,10 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::{Map, Value, json};
+use strata_protocol::control::Status;
 
 use crate::binaries::binary;
-use crate::control::ControlClient;
+use crate::control::{ControlClient, parse_status};
 use crate::fake_log::FakeLog;
 use crate::http;
 use crate::net::free_port;
@@ -1224,13 +1225,13 @@ impl SdStack {
     }
 
     /// Bare `status` from the control socket.
-    pub fn status(&self) -> Value {
+    pub fn status(&self) -> Status {
         self.control().status()
     }
 
     /// `strata-ctl status /run/PREFIX/control.sock` run inside the namespace, as an operator
     /// would.
-    pub fn ctl_status(&self) -> Value {
+    pub fn ctl_status(&self) -> Status {
         let mut command = self.sd().nsenter(binary("strata-ctl"));
         command.arg("status").arg(&self.control_socket);
         let output = output_within(command, DEADLINE)
@@ -1241,12 +1242,13 @@ impl SdStack {
             output.status,
             String::from_utf8_lossy(&output.stderr),
         );
-        serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        let line: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
             panic!(
                 "strata-ctl status printed no JSON ({err}): {}",
                 String::from_utf8_lossy(&output.stdout)
             )
-        })
+        });
+        parse_status(&line)
     }
 
     /// The fake backend's log (its PIDs are namespace PIDs).

@@ -6,26 +6,12 @@
 //! check it end to end, with the proxy's query parsing in front.
 
 use serde_json::json;
-use strata_e2e::accounting::{Page, all_records, page, record_count, wait_records};
-use strata_e2e::http::{self, CHAT_PATH};
+use strata_e2e::accounting::{Page, all_records, page, record_count, rejections, wait_records};
+use strata_e2e::http;
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, ModelSpec};
 
 const A: &str = "flash-a";
-
-/// `n` rejected chat requests (each makes one record, quickly).
-fn rejections(addr: std::net::SocketAddr, n: usize) {
-    for _ in 0..n {
-        http::request(
-            addr,
-            "POST",
-            CHAT_PATH,
-            &[("content-type", "application/json")],
-            b"[]",
-        )
-        .expect_status(400);
-    }
-}
 
 /// `(seqs, next_seq, dropped, oldest_seq)` of a page.
 fn shape(page: &Page) -> (Vec<u64>, u64, u64, Option<u64>) {
@@ -154,7 +140,7 @@ fn eviction_and_every_cursor_case() {
             "{rec}"
         );
     }
-    assert_eq!(stack.status()["instance_id"], json!(instance));
+    assert_eq!(stack.status().instance_id, instance);
     assert_eq!(
         stack.metrics()["request_log"]["instance_id"],
         json!(instance)

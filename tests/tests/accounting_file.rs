@@ -16,27 +16,13 @@ use std::process::Command;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use strata_e2e::accounting::{
-    Record, all_records, chat_request, jsonl_lines, page, set_config_keys, wait_jsonl,
+    Record, all_records, chat_request, jsonl_lines, page, rejections, set_config_keys, wait_jsonl,
     wait_records, with_request_log,
 };
-use strata_e2e::http::{self, CHAT_PATH};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_for, poll_until};
 
 const A: &str = "flash-a";
-
-fn rejections(addr: std::net::SocketAddr, n: usize) {
-    for _ in 0..n {
-        http::request(
-            addr,
-            "POST",
-            CHAT_PATH,
-            &[("content-type", "application/json")],
-            b"[]",
-        )
-        .expect_status(400);
-    }
-}
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -266,7 +252,7 @@ fn metrics_report_every_request_log_figure() {
     wait_records(addr, 7);
     wait_last_line(&log, 7);
     let instance = page(addr, "").instance_id().to_owned();
-    assert_eq!(stack.status()["instance_id"], json!(instance));
+    assert_eq!(stack.status().instance_id, instance);
     let last_seq = page(addr, "limit=1").next_seq();
     let metrics = stack.metrics()["request_log"].clone();
     assert_eq!(

@@ -54,9 +54,8 @@ fn a_sigkilled_proxys_in_flight_requests_each_get_one_supervisor_record() {
     conns.extend((0..WAITING).map(|_| http::send_chat(addr, &chat_body(B, false))));
     poll_for(DEADLINE, "every request to reach the supervisor", || {
         let status = stack.status();
-        (status["active_leases"] == json!(STREAMS + JSON_LEASES)
-            && status["waiting_requests"] == json!(WAITING))
-        .then_some(())
+        (status.active_leases == STREAMS + JSON_LEASES && status.waiting_requests == WAITING)
+            .then_some(())
     });
 
     stack.kill_proxy(Signal::SIGKILL);
@@ -65,10 +64,10 @@ fn a_sigkilled_proxys_in_flight_requests_each_get_one_supervisor_record() {
     drop(conns);
     let status = poll_for(DEADLINE, "the supervisor to forget the dead proxy", || {
         let status = stack.status();
-        (status["proxies"] == json!(0)).then_some(status)
+        (status.proxies == 0).then_some(status)
     });
-    assert_eq!(status["active_leases"], json!(0), "{status}");
-    assert_eq!(status["waiting_requests"], json!(0), "{status}");
+    assert_eq!(status.active_leases, 0, "{status:?}");
+    assert_eq!(status.waiting_requests, 0, "{status:?}");
 
     stack.start_proxy();
     let total = 1 + STREAMS + JSON_LEASES + WAITING;
@@ -78,7 +77,7 @@ fn a_sigkilled_proxys_in_flight_requests_each_get_one_supervisor_record() {
         total,
         "exactly one record each: {records:#?}"
     );
-    let instance = stack.status()["instance_id"].as_str().unwrap().to_owned();
+    let instance = stack.status().instance_id.clone();
     assert_all_schema(&records, &instance);
 
     let lost: Vec<&Record> = records[1..].iter().collect();

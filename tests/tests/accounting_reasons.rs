@@ -267,7 +267,7 @@ fn wait_first_reasons() {
     poll_until(DEADLINE, "the slow model's backend to start", || {
         stack.fake_log().start_count(&upstream) == 1
     });
-    assert_eq!(stack.status()["loading"], json!(SLOW_LOAD));
+    assert_eq!(stack.status().loading.as_deref(), Some(SLOW_LOAD));
     drop(loading);
     count(1);
     let rec = wait_record_where(addr, "the loading stream's disconnect", |record| {
@@ -283,7 +283,7 @@ fn wait_first_reasons() {
     assert!(rec["lease_at"].is_string(), "{rec}");
     // The load goes on without the client; wait for it so the next steps see a quiet engine.
     poll_until(DEADLINE, "the slow model loaded", || {
-        stack.status()["loaded"] == json!(SLOW_LOAD)
+        stack.status().loaded.as_deref() == Some(SLOW_LOAD)
     });
 
     // model_not_prepared: an uninstalled model is never launched.

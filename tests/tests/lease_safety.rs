@@ -51,18 +51,11 @@ fn stalled_client(stack: &Stack, body: &Value) -> Stream {
     stream
 }
 
-fn request_id(stream: &Stream) -> String {
-    stream
-        .header("x-strata-request-id")
-        .expect("x-strata-request-id")
-        .to_owned()
-}
-
 /// `active_leases + waiting_requests` from the supervisor's status: every request the router
 /// has accepted for routing and not finished.
-fn routed(stack: &Stack) -> u64 {
+fn routed(stack: &Stack) -> usize {
     let status = stack.status();
-    status["active_leases"].as_u64().unwrap_or(0) + status["waiting_requests"].as_u64().unwrap_or(0)
+    status.active_leases + status.waiting_requests
 }
 
 /// Chat requests the backend process `pid` received (the fake logs each one).
@@ -162,7 +155,7 @@ fn wait_first_config(tag: &str) -> ConfigBuilder {
 fn off_now_then_on_another_model_never_serves_the_waiting_requests() {
     let stack = Stack::start(wait_first_config("offnow-m2").set("response_ms", 0).build());
     let (stalled, waiting) = stalled_and_three_waiting(&stack);
-    let stalled_id = request_id(&stalled);
+    let stalled_id = stalled.request_id().to_owned();
 
     let off = stack.control().off(true);
     off.assert_ok();
@@ -173,7 +166,7 @@ fn off_now_then_on_another_model_never_serves_the_waiting_requests() {
 
     let wrong = stack.config().upstream(M2);
     for mut stream in waiting {
-        let id = request_id(&stream);
+        let id = stream.request_id().to_owned();
         let frames = stream.remaining_frames(DEADLINE);
         assert_failed_not_served(&frames, 503, "routing_off", &wrong);
         let record = wait_record(stack.addr(), &id);
@@ -199,13 +192,13 @@ fn a_supervisor_restart_never_lets_waiting_requests_reach_the_next_model() {
     stack.supervisor().crash_and_restart();
     stack.fake_log().wait_no_backends_left(DEADLINE);
     poll_until(DEADLINE, "the proxy to reach the new supervisor", || {
-        stack.status()["proxies"] == 1
+        stack.status().proxies == 1
     });
     let wrong = stack.config().upstream(M2);
     // Read the waiting streams' outcome first: they must not wait for a new model at all.
     let mut outcomes = Vec::new();
     for mut stream in waiting {
-        let id = request_id(&stream);
+        let id = stream.request_id().to_owned();
         outcomes.push((id, stream.remaining_frames(DEADLINE)));
     }
     // The stalled client lets go; a request for M2 loads it.
@@ -245,7 +238,7 @@ fn a_client_that_stops_reading_is_cut_off_at_response_ms_and_frees_its_slot() {
         .chat(&chat_request(M1, false, "warm", Value::Null))
         .expect_status(200);
     let stalled = stalled_client(&stack, &big_stream(M1));
-    let stalled_id = request_id(&stalled);
+    let stalled_id = stalled.request_id().to_owned();
     let m1 = backend_pid(&stack, M1);
     poll_until(DEADLINE, "the stalled stream to reach the backend", || {
         chat_requests_of(&stack, m1) == 2
@@ -284,7 +277,7 @@ fn off_now_interrupts_a_client_that_stopped_reading() {
         .chat(&chat_request(M1, false, "warm", Value::Null))
         .expect_status(200);
     let stalled = stalled_client(&stack, &big_stream(M1));
-    let stalled_id = request_id(&stalled);
+    let stalled_id = stalled.request_id().to_owned();
     let m1 = backend_pid(&stack, M1);
     poll_until(DEADLINE, "the stalled stream to reach the backend", || {
         chat_requests_of(&stack, m1) == 2
@@ -342,7 +335,7 @@ fn off_now_during_the_header_wait_is_routing_off() {
         assert_eq!(record.json["reason"], "routing_off", "{}", record.raw);
         assert_eq!(record.json["status"], 503, "{}", record.raw);
         if let Some(mut stream) = streaming {
-            let id = request_id(&stream);
+            let id = stream.request_id().to_owned();
             let frames = stream.remaining_frames(DEADLINE);
             assert_failed_not_served(&frames, 503, "routing_off", "none");
             let record = wait_record(addr, &id);
@@ -390,7 +383,7 @@ fn a_response_from_another_model_never_reaches_the_client() {
             }
             let mut response = stack.open_chat(&body);
             assert_eq!(response.status, 200, "the backend's headers");
-            let id = request_id(&response);
+            let id = response.request_id().to_owned();
             let outcome = response.try_read_to_end(DEADLINE);
             let received = String::from_utf8_lossy(response.received()).into_owned();
             assert!(

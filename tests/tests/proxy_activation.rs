@@ -9,7 +9,6 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use serde_json::json;
 use strata_e2e::http::{self, chat_body};
 use strata_e2e::stack::{Stack, launch_with_fd3};
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, free_port};
@@ -39,7 +38,7 @@ fn activation_accepted_serves_on_the_launchers_socket() {
     assert_eq!(health["supervisor"], "connected");
     let response = stack.chat(&chat_body(A, false));
     assert_eq!(response.status, 200, "{response}");
-    assert_eq!(stack.status()["proxies"], json!(1));
+    assert_eq!(stack.status().proxies, 1);
     // The adopted descriptor stays the proxy's listener (fd 3, a socket).
     let fd3 =
         std::fs::read_link(format!("/proc/{}/fd/3", stack.proxy_pid())).expect("fd 3 of the proxy");
@@ -88,8 +87,8 @@ fn assert_refused(
         "{tag}: {stderr}"
     );
     assert_eq!(
-        stack.status()["proxies"],
-        json!(0),
+        stack.status().proxies,
+        0,
         "{tag}: a refused proxy never connects to the supervisor"
     );
     let err = http::try_request(listen, "GET", "/health", &[], b"")

@@ -97,7 +97,7 @@ fn loaded_allowed_model_wins_otherwise_the_first_entry() {
     assert_resolves(&stack, true, A);
     assert_eq!(log.start_count(&up_a), 2, "{}", log.dump());
     assert_eq!(log.start_count(&up_d), 1);
-    assert_eq!(stack.status()["loaded"], json!(A));
+    assert_eq!(stack.status().loaded.as_deref(), Some(A));
     stack.stop();
 }
 
@@ -154,7 +154,7 @@ fn an_uninstalled_preferred_entry_errors_without_fallback() {
             "no backend may start (no fallback to {B})\n{}",
             stack.fake_log().dump()
         );
-        assert!(stack.status()["loaded"].is_null());
+        assert!(stack.status().loaded.is_none());
         stack.stop();
     }
 }

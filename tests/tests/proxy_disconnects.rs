@@ -2,19 +2,19 @@
 //! the request is in: queued behind another model, while its model loads, or mid-generation.
 //! The next request proceeds, and the supervisor's status shows nothing left behind.
 
-use serde_json::{Value, json};
+use serde_json::json;
 use strata_e2e::http::{Frame, chat_body};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_for, poll_until};
+use strata_protocol::control::Status;
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
 
-fn wait_idle(stack: &Stack) -> Value {
+fn wait_idle(stack: &Stack) -> Status {
     poll_for(DEADLINE, "no active lease and nobody waiting", || {
         let status = stack.status();
-        (status["active_leases"] == json!(0) && status["waiting_requests"] == json!(0))
-            .then_some(status)
+        (status.active_leases == 0 && status.waiting_requests == 0).then_some(status)
     })
 }
 
@@ -49,25 +49,25 @@ fn disconnect_while_queued_withdraws_the_request() {
 
         let queued = open_pending(&stack, B);
         poll_until(DEADLINE, "B waiting in the supervisor", || {
-            stack.status()["waiting_requests"] == json!(1)
+            stack.status().waiting_requests == 1
         });
         drop(queued);
         poll_until(DEADLINE, "the waiting request to be withdrawn", || {
-            stack.status()["waiting_requests"] == json!(0)
+            stack.status().waiting_requests == 0
         });
         assert!(
             !holder.is_finished(),
             "A must still be streaming when B's request is gone"
         );
-        assert_eq!(stack.status()["loaded"], json!(A));
-        assert_eq!(stack.status()["active_leases"], json!(1));
+        assert_eq!(stack.status().loaded.as_deref(), Some(A));
+        assert_eq!(stack.status().active_leases, 1);
 
         let rest = holder.remaining_frames(DEADLINE);
         assert!(rest.last().is_some_and(Frame::is_done));
         let status = wait_idle(&stack);
         assert_eq!(
-            status["loaded"],
-            json!(A),
+            status.loaded.as_deref(),
+            Some(A),
             "no switch for a withdrawn request"
         );
         assert_eq!(log.start_count(&up_b), 0, "{}", log.dump());
@@ -102,7 +102,7 @@ fn disconnect_while_loading_keeps_the_load_and_frees_the_lease() {
         poll_until(DEADLINE, "the backend to start loading", || {
             log.start_count(&up_a) == 1
         });
-        assert_eq!(stack.status()["loading"], json!(A));
+        assert_eq!(stack.status().loading.as_deref(), Some(A));
         drop(pending);
 
         let status = poll_for(
@@ -110,13 +110,13 @@ fn disconnect_while_loading_keeps_the_load_and_frees_the_lease() {
             "the load to finish with nobody holding a lease",
             || {
                 let status = stack.status();
-                (status["loaded"] == json!(A)
-                    && status["loading"].is_null()
-                    && status["active_leases"] == json!(0))
-                .then_some(status)
+                (status.loaded.as_deref() == Some(A)
+                    && status.loading.is_none()
+                    && status.active_leases == 0)
+                    .then_some(status)
             },
         );
-        assert_eq!(status["waiting_requests"], json!(0));
+        assert_eq!(status.waiting_requests, 0);
         assert!(
             log.events_named("request").is_empty(),
             "the abandoned request must never reach the backend\n{}",
@@ -149,7 +149,7 @@ fn disconnect_while_generating_cancels_upstream_and_frees_the_lease() {
                     .as_str()
                     .is_some_and(|text| !text.is_empty())
         });
-        assert_eq!(stack.status()["active_leases"], json!(1));
+        assert_eq!(stack.status().active_leases, 1);
         drop(stream);
 
         let cancel = poll_for(DEADLINE, "the backend to log the cancellation", || {

@@ -46,13 +46,6 @@ fn assert_error(response: &Response, status: u16, code: &str) -> Value {
     doc
 }
 
-fn request_id(response: &Response) -> String {
-    response
-        .header("x-strata-request-id")
-        .unwrap_or_else(|| panic!("no x-strata-request-id: {response}"))
-        .to_owned()
-}
-
 fn post(stack: &Stack, body: &[u8]) -> Response {
     http::request(
         stack.addr(),
@@ -96,10 +89,10 @@ fn bodies_over_the_limit_get_413_declared_or_chunked() {
     // Exactly the limit is fine; one byte more is not.
     let ok = post(&stack, &body_of_size(LIMIT));
     assert_eq!(ok.status, 200, "{ok}");
-    ids.insert(request_id(&ok));
+    ids.insert(ok.request_id().to_owned());
     let over = post(&stack, &body_of_size(LIMIT + 1));
     assert_error(&over, 413, "request_too_large");
-    ids.insert(request_id(&over));
+    ids.insert(over.request_id().to_owned());
 
     // A declared length over the limit is refused before any body byte is sent.
     let mut conn = Conn::connect(stack.addr()).unwrap();
@@ -113,7 +106,7 @@ fn bodies_over_the_limit_get_413_declared_or_chunked() {
     .unwrap();
     let early = conn.response(DEADLINE);
     assert_error(&early, 413, "request_too_large");
-    ids.insert(request_id(&early));
+    ids.insert(early.request_id().to_owned());
 
     // Chunked: under the limit in several chunks is accepted ...
     let body = body_of_size(LIMIT);
@@ -129,7 +122,7 @@ fn bodies_over_the_limit_get_413_declared_or_chunked() {
     conn.write_chunk(b"").unwrap();
     let chunked_ok = conn.response(DEADLINE);
     assert_eq!(chunked_ok.status, 200, "{chunked_ok}");
-    ids.insert(request_id(&chunked_ok));
+    ids.insert(chunked_ok.request_id().to_owned());
 
     // ... over it is a 413, whether or not the client keeps sending.
     let body = body_of_size(4 * LIMIT);
@@ -148,7 +141,7 @@ fn bodies_over_the_limit_get_413_declared_or_chunked() {
     let _ = conn.write_chunk(b"");
     let chunked_over = conn.response(DEADLINE);
     assert_error(&chunked_over, 413, "request_too_large");
-    ids.insert(request_id(&chunked_over));
+    ids.insert(chunked_over.request_id().to_owned());
     assert_eq!(ids.len(), 5, "request ids are unique: {ids:?}");
 
     // Only the two accepted requests reached the backend.
@@ -251,7 +244,7 @@ fn malformed_requests_get_400_with_the_openai_shape_and_no_echo() {
         assert_eq!(response.status, 400, "{what}: {response}");
         assert_error(&response, 400, code);
         assert!(
-            ids.insert(request_id(&response)),
+            ids.insert(response.request_id().to_owned()),
             "{what}: duplicate request id"
         );
         assert_eq!(
@@ -292,7 +285,7 @@ fn unknown_and_disabled_models_and_dead_aliases_get_404() {
         for (what, model) in &cases {
             let response = stack.chat(&chat_body(model, stream));
             assert_error(&response, 404, "model_not_found");
-            request_id(&response);
+            response.request_id();
             assert_eq!(
                 response.header("x-strata-concrete-model"),
                 None,
@@ -375,7 +368,7 @@ fn strata_headers_on_success_and_on_every_error() {
         let stack = Stack::start(config);
         let mut ids = HashSet::new();
         let mut check = |what: &str, response: &Response| {
-            let id = request_id(response);
+            let id = response.request_id().to_owned();
             assert!(
                 id.contains('-') && !id.starts_with("unlinked"),
                 "{what}: {id}"
@@ -485,7 +478,7 @@ fn a_truncated_body_gets_an_error_with_a_request_id() {
     match conn.try_response(Duration::from_secs(10)) {
         Ok(response) => {
             assert_eq!(response.status, 400, "{response}");
-            request_id(&response);
+            response.request_id();
             assert_error(&response, 400, "incomplete_body");
         }
         // Closing without an answer is acceptable for a client that hung up its side.
@@ -513,7 +506,7 @@ fn a_malformed_chunked_body_is_an_invalid_request() {
     .unwrap();
     let response = conn.response(DEADLINE);
     assert_error(&response, 400, "incomplete_body");
-    let id = request_id(&response);
+    let id = response.request_id().to_owned();
     let record = strata_e2e::accounting::wait_record(stack.addr(), &id);
     assert_eq!(record.json["reason"], "invalid_request", "{}", record.raw);
     assert_eq!(record.json["status"], 400, "{}", record.raw);
@@ -543,7 +536,7 @@ fn legacy_queue_full_and_queue_timeout() {
     // B waits for A's lease and gives up after queue_ms.
     let timed_out = stack.chat(&chat_body(B, false));
     assert_error(&timed_out, 504, "queue_timeout");
-    request_id(&timed_out);
+    timed_out.request_id();
     assert_eq!(timed_out.header("x-strata-concrete-model"), Some(B));
 
     // A second active request fills max_pending (2); a third is refused at once.
@@ -554,7 +547,7 @@ fn legacy_queue_full_and_queue_timeout() {
     // OpenAI's type for a 429 (the SDKs raise RateLimitError) and a hint when to come back.
     assert_eq!(doc["error"]["type"], "rate_limit_error", "{full}");
     assert_eq!(full.header("retry-after"), Some("1"), "{full}");
-    request_id(&full);
+    full.request_id();
     assert_eq!(full.header("x-strata-concrete-model"), Some(A));
 
     for stream in [&mut holder, &mut second] {

@@ -6,10 +6,11 @@
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use serde_json::{Value, json};
+use serde_json::json;
 use strata_e2e::http::{self, Frame, chat_body};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_for, poll_until};
+use strata_protocol::control::Status;
 
 const A: &str = "flash-a";
 
@@ -29,10 +30,10 @@ fn wait_listener_closed(stack: &Stack) {
     });
 }
 
-fn wait_no_leases(stack: &Stack) -> Value {
+fn wait_no_leases(stack: &Stack) -> Status {
     poll_for(DEADLINE, "no active lease", || {
         let status = stack.status();
-        (status["active_leases"] == json!(0)).then_some(status)
+        (status.active_leases == 0).then_some(status)
     })
 }
 
@@ -69,12 +70,10 @@ fn sigkill_during_a_load_keeps_the_load_and_a_new_proxy_serves_it() {
 
         let status = poll_for(DEADLINE, "the supervisor to finish the load", || {
             let status = stack.status();
-            (status["loaded"] == json!(A)
-                && status["loading"].is_null()
-                && status["proxies"] == json!(0))
-            .then_some(status)
+            (status.loaded.as_deref() == Some(A) && status.loading.is_none() && status.proxies == 0)
+                .then_some(status)
         });
-        assert_eq!(status["active_leases"], json!(0), "{status}");
+        assert_eq!(status.active_leases, 0, "{status:?}");
         assert!(
             log.index_of(log.starts()[0].pid, "ready").is_some(),
             "the backend finished its load\n{}",
@@ -128,7 +127,7 @@ fn sigterm_drains_an_in_flight_stream_then_exits_zero() {
         );
         assert!(!stream.is_finished());
         // The operator sees the drain in `status` (the spec: inspect `draining: true`).
-        assert_eq!(stack.status()["draining"], json!(true));
+        assert!(stack.status().draining);
 
         frames.extend(stream.remaining_frames(DEADLINE));
         assert!(frames.last().is_some_and(Frame::is_done), "{frames:#?}");
@@ -143,7 +142,7 @@ fn sigterm_drains_an_in_flight_stream_then_exits_zero() {
         assert!(log.events_named("cancel").is_empty(), "{}", log.dump());
 
         let status = wait_no_leases(&stack);
-        assert_eq!(status["draining"], json!(false), "{status}");
+        assert!(!status.draining, "{status:?}");
         stack.start_proxy();
         assert_eq!(stack.chat(&chat_body(A, false)).status, 200);
         assert_eq!(log.starts().len(), 1);
@@ -259,8 +258,8 @@ fn the_proxy_notifies_ready_after_its_supervisor_and_stopping_on_sigterm() {
     let text = String::from_utf8_lossy(&datagram[..n]).into_owned();
     assert!(text.lines().any(|line| line == "READY=1"), "{text:?}");
     assert_eq!(
-        stack.status()["proxies"],
-        json!(1),
+        stack.status().proxies,
+        1,
         "READY=1 came before the proxy's supervisor link"
     );
     stack.wait_proxy_serving(DEADLINE);

@@ -46,7 +46,7 @@ fn a_proxy_with_a_different_model_configuration_is_refused_and_exits() {
         );
     }
     // The supervisor is unaffected.
-    assert_eq!(control.status()["proxies"], 0);
+    assert_eq!(control.status().proxies, 0);
     supervisor.kill(Signal::SIGTERM);
     assert!(supervisor.wait_exit(DEADLINE).success());
 }

@@ -210,7 +210,7 @@ fn a_failed_load_is_a_real_503_within_the_hold_and_an_error_event_after_it() {
     );
     assert_ends_with_error(&frames, 503, "model_load_error");
     assert_eq!(log.starts().len(), 3, "{}", log.dump());
-    assert!(stack.status()["loaded"].is_null());
+    assert!(stack.status().loaded.is_none());
     stack.stop();
 }
 
@@ -357,7 +357,7 @@ fn a_queued_stream_gets_its_headers_with_its_first_data_after_the_switch() {
     body["service_tier"] = json!("flex");
     let queued = http::send_chat(stack.addr(), &body);
     strata_e2e::poll_until(DEADLINE, "B waiting in the supervisor", || {
-        stack.status()["waiting_requests"] == json!(1)
+        stack.status().waiting_requests == 1
     });
     assert!(
         stack
@@ -423,7 +423,7 @@ fn a_backend_dying_mid_stream_ends_the_stream_as_an_error() {
         let log = stack.fake_log();
         let wait_dead = |starts: usize| {
             strata_e2e::poll_until(DEADLINE, "the supervisor to notice the death", || {
-                stack.status()["child_pid"].is_null() && log.starts().len() == starts
+                stack.status().child_pid.is_none() && log.starts().len() == starts
             })
         };
 
@@ -483,7 +483,7 @@ fn legacy_delivers_what_the_backend_sent_before_dying() {
             "round {round}: the role frame and the two deltas sent before the death ({ended:?}): {frames:#?}"
         );
         strata_e2e::poll_until(DEADLINE, "the supervisor to notice the death", || {
-            stack.status()["child_pid"].is_null() && log.starts().len() == round
+            stack.status().child_pid.is_none() && log.starts().len() == round
         });
     }
     stack.stop();

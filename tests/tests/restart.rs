@@ -75,7 +75,7 @@ fn a_retained_listener_carries_every_request_from_the_old_proxy_to_the_new() {
     poll_until(DEADLINE, "proxy A serving", || {
         http::try_request(addr, "GET", "/health", &[], b"").is_ok_and(|r| r.status == 200)
     });
-    let instance = stack.status()["instance_id"].clone();
+    let instance = stack.status().instance_id.clone();
     stack
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
@@ -95,16 +95,14 @@ fn a_retained_listener_carries_every_request_from_the_old_proxy_to_the_new() {
     before.push(spawn(addr, B, false, "q1", json!({})));
     before.push(spawn(addr, B, true, "q2", json!({})));
     poll_until(DEADLINE, "q1 and q2 queued", || {
-        stack.status()["waiting_requests"] == 2
+        stack.status().waiting_requests == 2
     });
 
     // SIGTERM: A stops accepting and drains. It reports draining to the supervisor only after
     // it has closed its copy of the listener, so requests sent from then on can only wait in
     // the retained backlog for the next proxy.
     kill(Pid::from_raw(first as i32), Signal::SIGTERM).expect("SIGTERM proxy A");
-    poll_until(DEADLINE, "A to drain", || {
-        stack.status()["draining"] == json!(true)
-    });
+    poll_until(DEADLINE, "A to drain", || stack.status().draining);
     let after: Vec<JoinHandle<Response>> = (1..=3)
         .map(|i| spawn(addr, B, i % 2 == 0, &format!("n{i}"), json!({})))
         .collect();
@@ -174,7 +172,7 @@ fn a_retained_listener_carries_every_request_from_the_old_proxy_to_the_new() {
         let upstream = stack.config().upstream(model);
         assert_eq!(log.start_count(&upstream), 1, "{model} started once");
     }
-    assert_eq!(stack.status()["instance_id"], instance);
+    assert_eq!(stack.status().instance_id, instance);
 
     kill(Pid::from_raw(second as i32), Signal::SIGTERM).expect("SIGTERM proxy B");
     assert_eq!(holder.wait(second, DEADLINE), Some(0));

@@ -30,6 +30,7 @@ use strata_e2e::accounting::{Record, assert_all_schema, jsonl_lines, page, with_
 use strata_e2e::http::{self, chat_body};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_for, procs};
+use strata_protocol::control::Status;
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
@@ -262,7 +263,7 @@ fn soak_with_every_process_hurt_loses_no_record_and_leaves_nothing_behind() {
     };
     let connected = |stack: &Stack| {
         poll_for(DEADLINE, "the proxy to be connected", || {
-            (stack.status()["proxies"] == json!(1)).then_some(())
+            (stack.status().proxies == 1).then_some(())
         });
         finished.load(Ordering::SeqCst)
     };
@@ -278,20 +279,16 @@ fn soak_with_every_process_hurt_loses_no_record_and_leaves_nothing_behind() {
     // The backend dies while a stream runs on it.
     let child = poll_for(DEADLINE, "a lease on a running backend", || {
         let status = stack.status();
-        (status["active_leases"].as_u64() > Some(0))
-            .then(|| status["child_pid"].as_u64())
+        (status.active_leases > 0)
+            .then_some(status.child_pid)
             .flatten()
     });
-    procs::signal(child as u32, Signal::SIGKILL);
+    procs::signal(child, Signal::SIGKILL);
     recovered = finished.load(Ordering::SeqCst);
     wait_traffic(recovered);
-    let first_instance = stack.status()["instance_id"].clone();
+    let first_instance = stack.status().instance_id.clone();
     stack.supervisor().restart();
-    assert_ne!(
-        stack.status()["instance_id"],
-        first_instance,
-        "a new instance"
-    );
+    assert_ne!(stack.status().instance_id, first_instance, "a new instance");
     recovered = connected(&stack);
     wait_traffic(recovered);
     kill_proxy(&mut stack);
@@ -326,10 +323,9 @@ fn soak_with_every_process_hurt_loses_no_record_and_leaves_nothing_behind() {
     // Nothing is left running or held.
     let status = poll_for(DEADLINE, "no lease and no waiting ticket", || {
         let status = ctl_status(&stack);
-        (status["active_leases"] == json!(0) && status["waiting_requests"] == json!(0))
-            .then_some(status)
+        (status.active_leases == 0 && status.waiting_requests == 0).then_some(status)
     });
-    let serving = status["child_pid"].as_u64().map(|pid| pid as u32);
+    let serving = status.child_pid;
     let orphans = poll_for(DEADLINE, "every replaced backend to be gone", || {
         let orphans = orphaned_backends(&stack, serving);
         orphans.is_empty().then_some(orphans)
@@ -406,7 +402,7 @@ fn soak_with_every_process_hurt_loses_no_record_and_leaves_nothing_behind() {
     );
 
     // The ring of the current instance and the file agree line for line.
-    let instance = status["instance_id"].as_str().unwrap().to_owned();
+    let instance = status.instance_id.clone();
     let mut ring_all: Vec<String> = Vec::new();
     let mut after = 0;
     loop {
@@ -458,12 +454,14 @@ fn soak_with_every_process_hurt_loses_no_record_and_leaves_nothing_behind() {
 }
 
 /// `strata-ctl status SOCKET`, as an operator runs it.
-fn ctl_status(stack: &Stack) -> Value {
+fn ctl_status(stack: &Stack) -> Status {
     let output = std::process::Command::new(strata_e2e::binaries::binary("strata-ctl"))
         .arg("status")
         .arg(&stack.config().control_socket)
         .output()
         .expect("run strata-ctl status");
     assert!(output.status.success(), "strata-ctl status: {output:?}");
-    serde_json::from_slice(&output.stdout).expect("strata-ctl status prints JSON")
+    let line: Value =
+        serde_json::from_slice(&output.stdout).expect("strata-ctl status prints JSON");
+    strata_e2e::parse_status(&line)
 }

@@ -5,32 +5,15 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use strata_e2e::{
-    ConfigBuilder, DEADLINE, FLASH, ModelSpec, OpReply, Supervisor, on_line, poll_for, poll_until,
-    procs,
+    ConfigBuilder, DEADLINE, FLASH, ModelSpec, OpReply, Supervisor, child_pid, on_line,
+    parse_status, poll_for, poll_until, procs,
 };
+use strata_protocol::control::STATUS_FIELDS;
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
-
-fn child_pid(status: &Value) -> u32 {
-    status["child_pid"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no child_pid in {status}")) as u32
-}
-
-/// Every key `status` and a `done` event must carry.
-const STATUS_KEYS: [&str; 8] = [
-    "daemon_pid",
-    "busy",
-    "child_pid",
-    "loaded",
-    "last_startup_error",
-    "routing",
-    "draining",
-    "proxies",
-];
 
 /// `on` streams its phases in order, then exactly one `done` with the status fields; the
 /// client half-closing its side after the request is not a hang-up. A second `on` answers
@@ -84,18 +67,20 @@ fn on_reports_each_phase_then_one_done() {
         reply.message(),
         format!("on: model {A} loaded and healthy, routing enabled")
     );
-    for key in STATUS_KEYS {
+    // The raw JSON: every status key, null ones too.
+    for key in STATUS_FIELDS {
         assert!(
             reply.done.get(key).is_some(),
             "done without {key}: {}",
             reply.done
         );
     }
-    assert_eq!(reply.done["loaded"], json!(A));
-    assert_eq!(reply.done["child_pid"], json!(pid));
-    assert_eq!(reply.done["routing"], json!(true));
-    assert_eq!(reply.done["busy"], json!(false));
-    assert_eq!(reply.done["daemon_pid"], json!(supervisor.pid()));
+    let status = reply.status();
+    assert_eq!(status.loaded.as_deref(), Some(A));
+    assert_eq!(status.child_pid, Some(pid));
+    assert!(status.routing);
+    assert!(!status.busy);
+    assert_eq!(status.daemon_pid, supervisor.pid());
 
     for model in [None, Some(A)] {
         let asked = Instant::now();
@@ -104,7 +89,7 @@ fn on_reports_each_phase_then_one_done() {
         assert_eq!(again.message(), "on: already on");
         assert!(again.progress.is_empty(), "{again:#?}");
         assert!(asked.elapsed() < Duration::from_secs(2));
-        assert_eq!(again.done["loaded"], json!(A));
+        assert_eq!(again.status().loaded.as_deref(), Some(A));
     }
     assert_eq!(log.starts().len(), 1);
     supervisor.stop();
@@ -135,14 +120,14 @@ fn on_resolves_the_model_to_load() {
     // Nothing loaded, nothing loaded before: the first enabled model (not the first by ID).
     let reply = control.on(None);
     reply.assert_ok();
-    assert_eq!(reply.done["loaded"], json!(B));
+    assert_eq!(reply.status().loaded.as_deref(), Some(B));
     assert_eq!(started(), ["up-flash-b"]);
-    let pid_b = child_pid(&reply.done);
+    let pid_b = child_pid(&reply.status());
 
     // A concrete ID: a switch, stopping the old backend first.
     let reply = control.on(Some(A));
     reply.assert_ok();
-    assert_eq!(reply.done["loaded"], json!(A));
+    assert_eq!(reply.status().loaded.as_deref(), Some(A));
     let messages = reply.messages();
     let position = |text: &str| {
         messages
@@ -162,7 +147,7 @@ fn on_resolves_the_model_to_load() {
         let reply = control.on(model);
         reply.assert_ok();
         assert_eq!(reply.message(), "on: already on", "{model:?}");
-        assert_eq!(reply.done["loaded"], json!(A));
+        assert_eq!(reply.status().loaded.as_deref(), Some(A));
     }
     assert_eq!(started(), ["up-flash-b", "up-flash-a"]);
 
@@ -170,18 +155,18 @@ fn on_resolves_the_model_to_load() {
     control.off(false).assert_ok();
     let reply = control.on(None);
     reply.assert_ok();
-    assert_eq!(reply.done["loaded"], json!(A));
+    assert_eq!(reply.status().loaded.as_deref(), Some(A));
 
     // An alias with nothing loaded: its preferred (first) model.
     control.off(false).assert_ok();
     let reply = control.on(Some("qwen3.8-flash-next"));
     reply.assert_ok();
-    assert_eq!(reply.done["loaded"], json!(B));
+    assert_eq!(reply.status().loaded.as_deref(), Some(B));
     assert_eq!(
         started(),
         ["up-flash-b", "up-flash-a", "up-flash-a", "up-flash-b"]
     );
-    let pid = child_pid(&reply.done);
+    let pid = child_pid(&reply.status());
 
     // Not installed: fails, routing back to what it was, the loaded model untouched.
     for routing in [false, true] {
@@ -193,10 +178,10 @@ fn on_resolves_the_model_to_load() {
             reply.message(),
             "on: model flash-u is not prepared (not_installed)"
         );
-        assert_eq!(reply.done["routing"], json!(routing));
+        assert_eq!(reply.status().routing, routing);
         let status = control.status();
-        assert_eq!(status["routing"], json!(routing));
-        assert_eq!(status["loaded"], json!(B));
+        assert_eq!(status.routing, routing);
+        assert_eq!(status.loaded.as_deref(), Some(B));
         assert_eq!(child_pid(&status), pid);
     }
     let reply = control.on(Some("no-such-model"));
@@ -220,8 +205,8 @@ fn legacy_bare_commands_only_flip_routing() {
     // Nothing loaded: bare `on` does not load.
     assert_eq!(control.request("on"), vec![json!({"routing": true})]);
     let status = control.status();
-    assert_eq!(status["busy"], json!(false));
-    assert_eq!(status["loaded"], Value::Null);
+    assert!(!status.busy);
+    assert_eq!(status.loaded, None);
     assert!(log.events().is_empty(), "{}", log.dump());
 
     control.on(Some(A)).assert_ok();
@@ -231,29 +216,31 @@ fn legacy_bare_commands_only_flip_routing() {
     // Loaded: bare `off` does not unload, bare `on` does not reload.
     assert_eq!(control.request("off"), vec![json!({"routing": false})]);
     let status = control.status();
-    assert_eq!(status["routing"], json!(false));
-    assert_eq!(status["loaded"], json!(A));
+    assert!(!status.routing);
+    assert_eq!(status.loaded.as_deref(), Some(A));
     assert_eq!(child_pid(&status), pid);
     assert_eq!(control.request("on"), vec![json!({"routing": true})]);
     assert!(procs::is_alive(pid));
     assert_eq!(log.events().len(), events_before, "{}", log.dump());
 
-    let status = control.status();
-    for key in STATUS_KEYS {
-        assert!(status.get(key).is_some(), "status without {key}: {status}");
+    // The raw JSON: every status key, null ones too.
+    let line = control.status_json();
+    for key in STATUS_FIELDS {
+        assert!(line.get(key).is_some(), "status without {key}: {line}");
     }
-    assert_eq!(status["daemon_pid"], json!(supervisor.pid()));
-    assert_eq!(status["busy"], json!(false));
-    assert_eq!(status["child_pid"], json!(pid));
-    assert_eq!(status["loaded"], json!(A));
-    assert_eq!(status["last_startup_error"], Value::Null);
-    assert_eq!(status["routing"], json!(true));
-    assert_eq!(status["draining"], json!(false));
-    assert_eq!(status["proxies"], json!(0));
+    let status = parse_status(&line);
+    assert_eq!(status.daemon_pid, supervisor.pid());
+    assert!(!status.busy);
+    assert_eq!(status.child_pid, Some(pid));
+    assert_eq!(status.loaded.as_deref(), Some(A));
+    assert_eq!(status.last_startup_error, None);
+    assert!(status.routing);
+    assert!(!status.draining);
+    assert_eq!(status.proxies, 0);
     // The JSON spelling answers the same document.
     let lines = control.request(r#"{"cmd":"status"}"#);
     assert_eq!(lines.len(), 1);
-    assert_eq!(lines[0]["loaded"], json!(A));
+    assert_eq!(parse_status(&lines[0]), status);
     supervisor.stop();
 }
 
@@ -290,8 +277,8 @@ fn concurrent_on_operations_run_one_after_the_other() {
         "status took {:?} during a load",
         asked.elapsed()
     );
-    assert_eq!(status["busy"], json!(true), "{status}");
-    assert_eq!(status["operation"], json!("on"));
+    assert!(status.busy, "{status:?}");
+    assert_eq!(status.operation.as_deref(), Some("on"));
 
     let replies: Vec<(&str, OpReply)> = threads
         .into_iter()
@@ -299,7 +286,7 @@ fn concurrent_on_operations_run_one_after_the_other() {
         .collect();
     for (model, reply) in &replies {
         reply.assert_ok();
-        assert_eq!(reply.done["loaded"], json!(model));
+        assert_eq!(reply.status().loaded.as_deref(), Some(*model));
     }
     let starts = log.starts();
     assert_eq!(starts.len(), 2, "{}", log.dump());
@@ -311,10 +298,10 @@ fn concurrent_on_operations_run_one_after_the_other() {
     let second = if first == A { B } else { A };
     let reply_of = |model: &str| &replies.iter().find(|(m, _)| *m == model).expect("reply").1;
     // When the first finished, nothing else was running...
-    let first_done = &reply_of(first).done;
-    assert_eq!(first_done["busy"], json!(false), "{first_done}");
-    assert_eq!(first_done["loading"], Value::Null);
-    assert_eq!(first_done["child_pid"], json!(starts[0].pid));
+    let first_done = reply_of(first).status();
+    assert!(!first_done.busy, "{first_done:?}");
+    assert_eq!(first_done.loading, None);
+    assert_eq!(first_done.child_pid, Some(starts[0].pid));
     // ...and the second found the first loaded and replaced it.
     let second_reply = reply_of(second);
     assert!(
@@ -330,7 +317,7 @@ fn concurrent_on_operations_run_one_after_the_other() {
         "{}",
         log.dump()
     );
-    assert_eq!(supervisor.status()["loaded"], json!(second));
+    assert_eq!(supervisor.status().loaded.as_deref(), Some(second));
     supervisor.stop();
 }
 
@@ -354,11 +341,7 @@ fn cancelled_on(tag: &str, half_close: bool) {
     let pid = poll_for(DEADLINE, "the backend's start event", || {
         log.starts().first().map(|start| start.pid)
     });
-    assert_eq!(
-        control.status()["routing"],
-        json!(true),
-        "on enables routing"
-    );
+    assert!(control.status().routing, "on enables routing");
     drop(session);
 
     poll_until(DEADLINE, "the cancelled backend to exit", || {
@@ -366,11 +349,11 @@ fn cancelled_on(tag: &str, half_close: bool) {
     });
     let status = poll_for(DEADLINE, "the cancelled on to settle", || {
         let status = control.status();
-        (status["busy"] == false).then_some(status)
+        (!status.busy).then_some(status)
     });
-    assert_eq!(status["routing"], json!(routing_before), "routing restored");
-    assert_eq!(status["loaded"], Value::Null);
-    assert_eq!(status["child_pid"], Value::Null);
+    assert_eq!(status.routing, routing_before, "routing restored");
+    assert_eq!(status.loaded, None);
+    assert_eq!(status.child_pid, None);
     assert!(!procs::group_alive(pid));
     assert!(log.events_named("ready").is_empty(), "{}", log.dump());
     assert_eq!(log.starts().len(), 1);
@@ -425,9 +408,9 @@ fn malformed_control_requests_are_refused_and_the_daemon_keeps_serving() {
         vec![json!({"error": "request line too long"})]
     );
     let status = control.status();
-    assert_eq!(status["loaded"], Value::Null);
-    assert_eq!(status["routing"], json!(true));
-    assert_eq!(status["busy"], json!(false));
+    assert_eq!(status.loaded, None);
+    assert!(status.routing);
+    assert!(!status.busy);
     assert!(supervisor.fake_log().events().is_empty());
     control.on(Some(A)).assert_ok();
     supervisor.stop();
@@ -463,9 +446,9 @@ async fn leases_joined_to_a_cancelled_on_load_are_served_by_a_new_load() {
     );
     assert!(!procs::is_alive(starts[0].pid));
     let status = supervisor.status();
-    assert_eq!(status["routing"], json!(true));
-    assert_eq!(status["loaded"], json!(A));
-    assert_eq!(status["child_pid"], json!(starts[1].pid));
+    assert!(status.routing);
+    assert_eq!(status.loaded.as_deref(), Some(A));
+    assert_eq!(status.child_pid, Some(starts[1].pid));
     proxy.release(1).await;
     drop(proxy);
     supervisor.stop();
@@ -485,9 +468,9 @@ fn idle_unload_applies_after_on_counting_from_its_end() {
     let reply = control.on(Some(A));
     let done_at = Instant::now();
     reply.assert_ok();
-    let pid = child_pid(&reply.done);
+    let pid = child_pid(&reply.status());
     poll_until(DEADLINE, "idle unload after on", || {
-        control.status()["loaded"].is_null()
+        control.status().loaded.is_none()
     });
     let unloaded_after = done_at.elapsed();
     assert!(
@@ -497,7 +480,7 @@ fn idle_unload_applies_after_on_counting_from_its_end() {
     poll_until(DEADLINE, "the idle-unloaded backend to exit", || {
         !procs::is_alive(pid)
     });
-    assert_eq!(control.status()["routing"], json!(true));
+    assert!(control.status().routing);
     supervisor.stop();
 }
 
@@ -520,9 +503,9 @@ fn a_legacy_off_during_on_makes_on_fail_and_routing_stays_off() {
         reply.message(),
         format!("on: model {A} loaded, but routing was turned off during the load and stays off")
     );
-    assert_eq!(reply.done["routing"], json!(false));
+    assert!(!reply.status().routing);
     let status = control.status();
-    assert_eq!(status["routing"], json!(false));
-    assert_eq!(status["loaded"], json!(A));
+    assert!(!status.routing);
+    assert_eq!(status.loaded.as_deref(), Some(A));
     supervisor.stop();
 }

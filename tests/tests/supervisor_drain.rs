@@ -4,40 +4,17 @@
 //! then stops the backend and removes its sockets. A second signal or the `drain_ms` deadline
 //! forces the end. `strata-ctl status` answers all along and says `draining: true`.
 
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use serde_json::{Value, json};
+use serde_json::Value;
 use strata_e2e::accounting::chat_request;
-use strata_e2e::http::{self, Response, Stream};
+use strata_e2e::http::{self, Response, spawn_chat};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_until, procs};
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
-
-fn spawn_chat(stack: &Stack, body: Value) -> JoinHandle<Response> {
-    let addr = stack.addr();
-    std::thread::spawn(move || http::chat(addr, &body))
-}
-
-/// A stream that runs until the test disconnects it, read up to its first data frame.
-fn hold(stack: &Stack, model: &str) -> Stream {
-    let body = chat_request(
-        model,
-        true,
-        "hold",
-        json!({"tokens": 600, "token_delay_ms": 100}),
-    );
-    let mut stream = stack.open_chat(&body);
-    stream.frames_until(DEADLINE, "the first data frame", |frame| frame.is_data());
-    stream
-}
-
-fn waiting(stack: &Stack) -> u64 {
-    stack.status()["waiting_requests"].as_u64().unwrap_or(0)
-}
 
 /// `drain_ms: 0`: the SIGTERM drain serves everything accepted before it: the active stream,
 /// the queued requests for the loaded model and, with a switch, for another model. New requests
@@ -58,21 +35,19 @@ fn sigterm_serves_accepted_work_then_stops() {
     stack
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
-    let holder = hold(&stack, A);
-    let queued_a = spawn_chat(&stack, chat_request(A, false, "qa", Value::Null));
-    poll_until(DEADLINE, "qa queued", || waiting(&stack) == 1);
-    let queued_b = spawn_chat(&stack, chat_request(B, false, "qb", Value::Null));
-    poll_until(DEADLINE, "qb queued", || waiting(&stack) == 2);
-    let backend = stack.status()["child_pid"].as_u64().unwrap() as u32;
+    let holder = stack.hold(A, "hold");
+    let queued_a = spawn_chat(stack.addr(), chat_request(A, false, "qa", Value::Null));
+    poll_until(DEADLINE, "qa queued", || stack.waiting() == 1);
+    let queued_b = spawn_chat(stack.addr(), chat_request(B, false, "qb", Value::Null));
+    poll_until(DEADLINE, "qb queued", || stack.waiting() == 2);
+    let backend = stack.status().child_pid.unwrap();
 
     stack.supervisor().terminate();
-    poll_until(DEADLINE, "status says draining", || {
-        stack.status()["draining"] == json!(true)
-    });
+    poll_until(DEADLINE, "status says draining", || stack.status().draining);
     let refused = stack.chat(&chat_request(A, false, "late", Value::Null));
     assert_eq!(refused.status, 503, "{refused}");
     assert_eq!(refused.json()["error"]["code"], "shutting_down");
-    assert_eq!(waiting(&stack), 2, "the queue is kept, not failed");
+    assert_eq!(stack.waiting(), 2, "the queue is kept, not failed");
     assert!(procs::is_alive(backend));
 
     holder.disconnect();
@@ -109,9 +84,9 @@ fn a_load_in_progress_finishes_during_the_drain() {
             .drain_ms(0)
             .build(),
     );
-    let request = spawn_chat(&stack, chat_request(A, false, "x", Value::Null));
+    let request = spawn_chat(stack.addr(), chat_request(A, false, "x", Value::Null));
     poll_until(DEADLINE, "the load to start", || {
-        stack.status()["loading"] == json!(A)
+        stack.status().loading.as_deref() == Some(A)
     });
     stack.supervisor().terminate();
     let response = request.join().unwrap();
@@ -140,13 +115,11 @@ fn a_second_signal_forces_the_end() {
     stack
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
-    let mut holder = hold(&stack, A);
-    let queued = spawn_chat(&stack, chat_request(B, false, "qb", Value::Null));
-    poll_until(DEADLINE, "qb queued", || waiting(&stack) == 1);
+    let mut holder = stack.hold(A, "hold");
+    let queued = spawn_chat(stack.addr(), chat_request(B, false, "qb", Value::Null));
+    poll_until(DEADLINE, "qb queued", || stack.waiting() == 1);
     stack.supervisor().terminate();
-    poll_until(DEADLINE, "draining", || {
-        stack.status()["draining"] == json!(true)
-    });
+    poll_until(DEADLINE, "draining", || stack.status().draining);
     let asked = Instant::now();
     stack.supervisor().daemon().kill(Signal::SIGTERM);
     let frames = holder.remaining_frames(DEADLINE);
@@ -181,7 +154,7 @@ fn drain_ms_bounds_the_wait() {
     stack
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
-    let mut holder = hold(&stack, A);
+    let mut holder = stack.hold(A, "hold");
     let asked = Instant::now();
     stack.supervisor().terminate();
     let frames = holder.remaining_frames(DEADLINE);
@@ -215,18 +188,16 @@ fn the_drain_takes_no_new_proxies_or_loads() {
     stack
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
-    let holder = hold(&stack, A);
+    let holder = stack.hold(A, "hold");
     stack.supervisor().terminate();
-    poll_until(DEADLINE, "draining", || {
-        stack.status()["draining"] == json!(true)
-    });
+    poll_until(DEADLINE, "draining", || stack.status().draining);
     let on = stack.control().on(Some(A));
     on.assert_failed();
     assert_eq!(on.message(), "on: the daemon is shutting down");
     let second = stack.spawn_extra_proxy();
     let health = poll_until_health(second);
     assert_eq!(health.status, 503, "{health}");
-    assert_eq!(stack.status()["proxies"], 1);
+    assert_eq!(stack.status().proxies, 1);
     holder.disconnect();
     let status = stack.supervisor().daemon().wait_exit(DEADLINE);
     assert!(status.success(), "{status}");

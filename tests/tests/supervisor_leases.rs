@@ -5,21 +5,16 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use strata_e2e::TicketPhase;
 use strata_e2e::{
-    A3B, ConfigBuilder, DEADLINE, ModelSpec, Supervisor, off_line, poll_for, poll_until, procs,
+    A3B, ConfigBuilder, DEADLINE, ModelSpec, Supervisor, child_pid, off_line, poll_for, poll_until,
+    procs,
 };
 use strata_protocol::wire::{LeaseFailure, LoadPhase};
 
 const A: &str = "flash-a";
 const B: &str = "a3b-b";
-
-fn child_pid(status: &Value) -> u32 {
-    status["child_pid"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no child_pid in {status}")) as u32
-}
 
 /// After the last lease ends, `idle_ms` later the backend is stopped and reaped; the model
 /// stays loaded as long as a lease is held; the next lease reloads it.
@@ -45,27 +40,26 @@ async fn idle_unload_leaves_no_process_and_the_next_lease_reloads() {
     assert_eq!(grant.upstream_model, upstream);
     let status = supervisor.status();
     let pid = child_pid(&status);
-    assert_eq!(status["loaded"], json!(A));
-    assert_eq!(status["active_leases"], json!(1));
+    assert_eq!(status.loaded.as_deref(), Some(A));
+    assert_eq!(status.active_leases, 1);
     assert_eq!(log.starts_for(&upstream)[0].pid, pid);
 
     // Held for longer than idle_ms: no unload while a lease is active.
     proxy.drain(Duration::from_millis(700)).await;
     let status = supervisor.status();
-    assert_eq!(status["loaded"], json!(A), "unloaded under an active lease");
+    assert_eq!(
+        status.loaded.as_deref(),
+        Some(A),
+        "unloaded under an active lease"
+    );
     assert_eq!(child_pid(&status), pid);
 
     proxy.release(1).await;
     let status = poll_for(DEADLINE, "idle unload", || {
         let status = supervisor.status();
-        (status["loaded"].is_null() && status["child_pid"].is_null() && status["busy"] == false)
-            .then_some(status)
+        (status.loaded.is_none() && status.child_pid.is_none() && !status.busy).then_some(status)
     });
-    assert_eq!(
-        status["routing"],
-        json!(true),
-        "idle unload keeps routing on"
-    );
+    assert!(status.routing, "idle unload keeps routing on");
     assert!(
         !procs::is_alive(pid),
         "backend {pid} survived the idle unload"
@@ -119,8 +113,8 @@ async fn off_waits_for_the_active_lease() {
     assert!(!proxy.was_revoked(1));
     assert!(procs::is_alive(pid), "unloaded before the lease ended");
     let status = supervisor.status();
-    assert_eq!(status["busy"], json!(true));
-    assert_eq!(status["routing"], json!(false));
+    assert!(status.busy);
+    assert!(!status.routing);
 
     proxy.release(1).await;
     let reply = off.wait_done(DEADLINE);
@@ -137,9 +131,9 @@ async fn off_waits_for_the_active_lease() {
         ],
         "{reply:#?}"
     );
-    assert_eq!(reply.done["routing"], json!(false));
-    assert_eq!(reply.done["loaded"], Value::Null);
-    assert_eq!(reply.done["child_pid"], Value::Null);
+    assert!(!reply.status().routing);
+    assert_eq!(reply.status().loaded, None);
+    assert_eq!(reply.status().child_pid, None);
     assert!(
         !procs::group_alive(pid),
         "done before the process group was gone"
@@ -172,7 +166,7 @@ async fn off_now_revokes_the_lease_and_unloads_once_it_is_released() {
     // Revoked, not ended: until the proxy has dropped its stream and released the lease, the
     // backend it names stays up (nothing may replace it under a request still using it).
     off.expect_silence(Duration::from_millis(300), "off waits for the release");
-    assert_eq!(supervisor.status()["active_leases"], json!(1));
+    assert_eq!(supervisor.status().active_leases, 1);
     assert!(
         procs::is_alive(pid),
         "unloaded before the revoked lease was released"
@@ -192,7 +186,7 @@ async fn off_now_revokes_the_lease_and_unloads_once_it_is_released() {
         ]
     );
     assert!(!procs::group_alive(pid));
-    assert_eq!(supervisor.status()["active_leases"], json!(0));
+    assert_eq!(supervisor.status().active_leases, 0);
     drop(proxy);
     supervisor.stop();
 }
@@ -241,7 +235,7 @@ async fn a_switch_waits_for_the_other_models_leases() {
         .expect_no_outcome(1, Duration::from_millis(700))
         .await;
     assert_eq!(log.start_count("up-a3b-b"), 0, "{}", log.dump());
-    assert_eq!(supervisor.status()["waiting_requests"], json!(1));
+    assert_eq!(supervisor.status().waiting_requests, 1);
 
     first.release(1).await;
     let grant = second.wait_granted(1).await;
@@ -270,7 +264,7 @@ async fn a_switch_waits_for_the_other_models_leases() {
     );
     assert!(!procs::is_alive(pid_a));
     let status = supervisor.status();
-    assert_eq!(status["loaded"], json!(B));
+    assert_eq!(status.loaded.as_deref(), Some(B));
     assert_eq!(child_pid(&status), start_b.pid);
     second.release(1).await;
     drop((first, second));
@@ -310,11 +304,11 @@ async fn leases_on_the_same_model_share_one_load() {
     let three = first.wait_granted(2).await;
     assert!(!three.model_switch);
     assert_eq!(three.load_ms, None);
-    assert_eq!(supervisor.status()["active_leases"], json!(3));
+    assert_eq!(supervisor.status().active_leases, 3);
     assert_eq!(log.starts().len(), 1, "{}", log.dump());
     drop((first, second));
     poll_until(DEADLINE, "leases of closed connections to end", || {
-        supervisor.status()["active_leases"] == 0
+        supervisor.status().active_leases == 0
     });
     supervisor.stop();
 }
@@ -336,16 +330,16 @@ async fn a_proxy_disconnecting_mid_load_leaves_the_model_loaded() {
     proxy
         .wait_phase(1, TicketPhase::Load(LoadPhase::Starting))
         .await;
-    assert_eq!(supervisor.status()["busy"], json!(true));
+    assert!(supervisor.status().busy);
     drop(proxy);
 
     let status = poll_for(DEADLINE, "the load to finish without its proxy", || {
         let status = supervisor.status();
-        (status["loaded"] == A && status["busy"] == false && status["proxies"] == 0)
+        (status.loaded.as_deref() == Some(A) && !status.busy && status.proxies == 0)
             .then_some(status)
     });
-    assert_eq!(status["active_leases"], json!(0));
-    assert_eq!(status["waiting_requests"], json!(0));
+    assert_eq!(status.active_leases, 0);
+    assert_eq!(status.waiting_requests, 0);
     assert_eq!(log.start_count(&upstream), 1);
 
     let mut proxy = supervisor.proxy().await;
@@ -360,10 +354,10 @@ async fn a_proxy_disconnecting_mid_load_leaves_the_model_loaded() {
     drop(proxy);
     poll_until(DEADLINE, "the dropped proxy's lease to end", || {
         let status = supervisor.status();
-        status["active_leases"] == 0 && status["proxies"] == 0
+        status.active_leases == 0 && status.proxies == 0
     });
     let status = supervisor.status();
-    assert_eq!(status["loaded"], json!(A));
+    assert_eq!(status.loaded.as_deref(), Some(A));
     assert_eq!(child_pid(&status), pid);
     assert!(procs::is_alive(pid));
     supervisor.stop();
@@ -396,7 +390,7 @@ async fn on_another_model_waits_for_active_leases() {
     proxy.release(1).await;
     let reply = on.wait_done(DEADLINE);
     reply.assert_ok();
-    assert_eq!(reply.done["loaded"], json!(B));
+    assert_eq!(reply.status().loaded.as_deref(), Some(B));
     assert!(!procs::is_alive(pid_a));
     drop(proxy);
     supervisor.stop();
@@ -422,9 +416,9 @@ async fn a_backend_that_dies_is_reaped_and_reloaded() {
     procs::signal(pid, nix::sys::signal::Signal::SIGKILL);
     let status = poll_for(DEADLINE, "the dead backend to be noticed", || {
         let status = supervisor.status();
-        status["child_pid"].is_null().then_some(status)
+        status.child_pid.is_none().then_some(status)
     });
-    assert_eq!(status["loaded"], Value::Null);
+    assert_eq!(status.loaded, None);
     proxy
         .wait_state("not loaded", |state| {
             state.loaded.is_none() && state.backend.is_none()
@@ -528,8 +522,8 @@ async fn off_during_a_lease_load_cancels_it() {
     );
     assert!(log.events_named("ready").is_empty());
     let status = supervisor.status();
-    assert_eq!(status["routing"], json!(false));
-    assert_eq!(status["loaded"], Value::Null);
+    assert!(!status.routing);
+    assert_eq!(status.loaded, None);
     drop(proxy);
     supervisor.stop();
 }
@@ -579,17 +573,17 @@ async fn a_cancelled_off_leaves_routing_disabled_and_the_model_loaded() {
     drop(off);
     let status = poll_for(DEADLINE, "the off to be cancelled", || {
         let status = supervisor.status();
-        (status["busy"] == false).then_some(status)
+        (!status.busy).then_some(status)
     });
-    assert_eq!(status["routing"], json!(false));
-    assert_eq!(status["loaded"], json!(A));
+    assert!(!status.routing);
+    assert_eq!(status.loaded.as_deref(), Some(A));
 
     proxy.release(1).await;
     proxy.drain(Duration::from_millis(500)).await;
     let status = supervisor.status();
     assert_eq!(
-        status["loaded"],
-        json!(A),
+        status.loaded.as_deref(),
+        Some(A),
         "a cancelled off must not unload"
     );
     assert_eq!(child_pid(&status), pid);
@@ -638,10 +632,10 @@ async fn a_legacy_on_during_off_makes_off_fail_and_routing_stays_on() {
         reply.message(),
         "off: model unloaded, routing disabled, but routing was turned back on meanwhile"
     );
-    assert_eq!(reply.done["routing"], json!(true));
-    assert_eq!(reply.done["loaded"], Value::Null);
+    assert!(reply.status().routing);
+    assert_eq!(reply.status().loaded, None);
     assert!(!procs::group_alive(pid));
-    assert_eq!(control.status()["routing"], json!(true));
+    assert!(control.status().routing);
     drop(proxy);
     supervisor.stop();
 }
@@ -690,8 +684,8 @@ fn an_on_after_a_cancelled_off_waits_for_its_unload() {
         "the unload finished before the load"
     );
     let status = supervisor.status();
-    assert_eq!(status["loaded"], json!(A));
+    assert_eq!(status.loaded.as_deref(), Some(A));
     assert_ne!(child_pid(&status), pid, "a new backend");
-    assert_eq!(status["routing"], json!(true));
+    assert!(status.routing);
     supervisor.stop();
 }

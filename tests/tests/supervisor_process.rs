@@ -20,7 +20,7 @@ const A: &str = "flash-a";
 fn loaded_pid(supervisor: &Supervisor) -> u32 {
     let reply = supervisor.control().on(Some(A));
     reply.assert_ok();
-    reply.done["child_pid"].as_u64().expect("child_pid") as u32
+    reply.status().child_pid.expect("child_pid")
 }
 
 /// SIGKILL of the supervisor takes the backend with it (parent-death signal).
@@ -176,7 +176,7 @@ fn a_second_supervisor_does_not_take_over() {
         ],
     );
     let status = supervisor.status();
-    assert_eq!(status["daemon_pid"], json!(first_pid));
+    assert_eq!(status.daemon_pid, first_pid);
     assert!(supervisor.config.supervisor_socket.exists());
     loaded_pid(&supervisor);
     supervisor.stop();
@@ -287,13 +287,17 @@ async fn sigterm_drains_active_leases_up_to_drain_ms() {
     let mut proxy = supervisor.proxy().await;
     proxy.acquire(1, A).await;
     proxy.wait_granted(1).await;
-    let pid = supervisor.status()["child_pid"].as_u64().expect("pid") as u32;
+    let pid = supervisor.status().child_pid.expect("pid");
 
     supervisor.terminate();
     proxy.wait_state("draining", |state| state.draining).await;
     let status = supervisor.status();
-    assert_eq!(status["draining"], json!(true));
-    assert_eq!(status["loaded"], json!(A), "the lease keeps the model");
+    assert!(status.draining);
+    assert_eq!(
+        status.loaded.as_deref(),
+        Some(A),
+        "the lease keeps the model"
+    );
     proxy.acquire(2, A).await;
     assert_eq!(proxy.wait_failed(2).await, LeaseFailure::ShuttingDown);
     assert!(procs::is_alive(pid));
@@ -477,7 +481,7 @@ fn another_user_is_refused_by_peer_credentials() {
     open(&config.run_dir, 0o700);
     open(config.dir.path(), 0o700);
     let status = supervisor.status();
-    assert_eq!(status["proxies"], json!(0));
+    assert_eq!(status.proxies, 0);
     assert!(supervisor.fake_log().events().is_empty());
     supervisor.stop();
 }
@@ -530,7 +534,7 @@ fn the_daemon_user_and_root_are_accepted_every_other_user_refused() {
     let config = &supervisor.config;
     // Root (this test) is accepted on the control socket...
     let status = supervisor.status();
-    assert_eq!(status["daemon_pid"], json!(supervisor.pid()), "{status}");
+    assert_eq!(status.daemon_pid, supervisor.pid(), "{status:?}");
     // ...and on the supervisor socket.
     // A hello with the client's own pid, which the supervisor checks against the connection.
     let hello = format!("hello:{}", config.fingerprint());

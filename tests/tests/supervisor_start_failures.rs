@@ -5,7 +5,7 @@
 use std::net::{Ipv4Addr, TcpListener};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use strata_e2e::{ConfigBuilder, ModelSpec, Supervisor, procs};
 use strata_protocol::wire::{LeaseFailure, SupervisorMessage};
 
@@ -58,10 +58,13 @@ async fn failure_case(
     };
     let message = expected(&first);
     assert_eq!(reply.message(), format!("on: {message}"), "{reply:#?}");
-    assert_eq!(reply.done["last_startup_error"], json!(message));
-    assert_eq!(reply.done["routing"], json!(false), "routing back to off");
-    assert_eq!(reply.done["loaded"], Value::Null);
-    assert_eq!(reply.done["child_pid"], Value::Null);
+    assert_eq!(
+        reply.status().last_startup_error.as_deref(),
+        Some(message.as_str())
+    );
+    assert!(!reply.status().routing, "routing back to off");
+    assert_eq!(reply.status().loaded, None);
+    assert_eq!(reply.status().child_pid, None);
     if let Some(pid) = first.pid {
         assert!(!procs::is_alive(pid), "failed backend {pid} still running");
         assert!(
@@ -76,10 +79,10 @@ async fn failure_case(
         );
     }
     let status = control.status();
-    assert_eq!(status["last_startup_error"], json!(message));
-    assert_eq!(status["routing"], json!(false));
-    assert_eq!(status["loaded"], Value::Null);
-    assert_eq!(status["busy"], json!(false));
+    assert_eq!(status.last_startup_error.as_deref(), Some(message.as_str()));
+    assert!(!status.routing);
+    assert_eq!(status.loaded, None);
+    assert!(!status.busy);
 
     // 2. Through a proxy lease, with routing on.
     assert_eq!(control.request("on"), vec![json!({"routing": true})]);
@@ -115,9 +118,9 @@ async fn failure_case(
         assert!(!procs::is_alive(pid), "failed backend {pid} still running");
     }
     let status = control.status();
-    assert_eq!(status["last_startup_error"], json!(message));
-    assert_eq!(status["routing"], json!(true));
-    assert_eq!(status["loaded"], Value::Null);
+    assert_eq!(status.last_startup_error.as_deref(), Some(message.as_str()));
+    assert!(status.routing);
+    assert_eq!(status.loaded, None);
     assert!(
         proxy.states().iter().all(|state| state.loaded.is_none()),
         "a failed model must never be reported loaded: {:?}",
@@ -310,10 +313,8 @@ async fn cooldown_fails_leases_without_relaunch_but_on_ignores_it() {
     );
     let status = control.status();
     assert!(
-        status["cooldown_remaining_ms"]
-            .as_u64()
-            .is_some_and(|ms| ms > 0),
-        "{status}"
+        status.cooldown_remaining_ms.is_some_and(|ms| ms > 0),
+        "{status:?}"
     );
 
     // An explicit `on` ignores the cooldown: a second start of the failing model...
@@ -329,8 +330,9 @@ async fn cooldown_fails_leases_without_relaunch_but_on_ignores_it() {
     // (restarted by its failed `on`) still runs.
     control.on(Some("flash-ok")).assert_ok();
     assert!(
-        control.status()["cooldown_remaining_ms"]
-            .as_u64()
+        control
+            .status()
+            .cooldown_remaining_ms
             .is_some_and(|ms| ms > 0)
     );
     proxy.acquire(4, "flash-ok").await;
@@ -375,7 +377,7 @@ async fn identity_mismatch_never_routes() {
         proxy.history()
     );
     assert!(proxy.states().iter().all(|state| state.loaded.is_none()));
-    assert_eq!(supervisor.status()["loaded"], Value::Null);
+    assert_eq!(supervisor.status().loaded, None);
     log.assert_no_backends_left();
     drop(proxy);
     supervisor.stop();
@@ -431,12 +433,8 @@ async fn unprepared_models_are_never_launched() {
     }
     assert!(supervisor.fake_log().events().is_empty());
     let status = control.status();
-    assert_eq!(
-        status["last_startup_error"],
-        Value::Null,
-        "nothing was started"
-    );
-    assert_eq!(status["routing"], json!(true));
+    assert_eq!(status.last_startup_error, None, "nothing was started");
+    assert!(status.routing);
     drop(proxy);
     supervisor.stop();
 }

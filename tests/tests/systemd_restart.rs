@@ -36,6 +36,7 @@ use serde_json::{Value, json};
 use strata_e2e::http::{self, Response};
 use strata_e2e::systemd::{self, ALIAS, MODEL, SdStack};
 use strata_e2e::{DEADLINE, TempDir, binary, poll_for, poll_until};
+use strata_protocol::control::Status;
 
 /// Prints why the systemd tests cannot run here, if they cannot.
 fn skip() -> bool {
@@ -131,22 +132,20 @@ fn warm_up(stack: &SdStack) -> u32 {
     chat_ok(stack.addr(), MODEL, false, json!({}))
         .unwrap_or_else(|err| panic!("warm-up request: {err}"));
     let status = stack.status();
-    status["child_pid"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no backend after a served request: {status}")) as u32
+    status
+        .child_pid
+        .unwrap_or_else(|| panic!("no backend after a served request: {status:?}"))
 }
 
 /// Waits until the supervisor reports no lease and no waiting request, with one proxy.
-fn wait_settled(stack: &SdStack) -> Value {
+fn wait_settled(stack: &SdStack) -> Status {
     poll_for(
         DEADLINE,
         "active_leases 0, waiting_requests 0, 1 proxy",
         || {
             let status = stack.status();
-            (status["active_leases"] == json!(0)
-                && status["waiting_requests"] == json!(0)
-                && status["proxies"] == json!(1))
-            .then_some(status)
+            (status.active_leases == 0 && status.waiting_requests == 0 && status.proxies == 1)
+                .then_some(status)
         },
     )
 }
@@ -198,7 +197,7 @@ fn socket_activation_starts_the_proxy_on_the_first_connection() {
         "the proxy runs before any connection"
     );
     assert!(stack.sd().unit_procs(&proxy).is_empty());
-    assert_eq!(stack.status()["proxies"], json!(0));
+    assert_eq!(stack.status().proxies, 0);
 
     let first = http::try_request(stack.addr(), "GET", "/health", &[], b"")
         .unwrap_or_else(|err| panic!("the first connection: {err}"));
@@ -218,8 +217,8 @@ fn socket_activation_starts_the_proxy_on_the_first_connection() {
             .unwrap_or_else(|err| panic!("{model} stream={stream}: {err}"));
     }
     let status = stack.ctl_status();
-    assert_eq!(status["proxies"], json!(1), "{status}");
-    assert_eq!(status["loaded"], json!(MODEL), "{status}");
+    assert_eq!(status.proxies, 1, "{status:?}");
+    assert_eq!(status.loaded.as_deref(), Some(MODEL), "{status:?}");
     stack.stop_all_and_check();
 }
 
@@ -385,8 +384,8 @@ fn restart_under_load() -> RestartRun {
         "the socket unit was restarted with the proxy"
     );
     assert_eq!(
-        stack.status()["child_pid"],
-        json!(backend),
+        stack.status().child_pid,
+        Some(backend),
         "the backend changed"
     );
     let starts = stack.fake_log().starts();
@@ -486,7 +485,7 @@ fn sigkill_of_the_proxy_fails_the_request_in_flight_cleanly_and_leaks_no_lease()
             .next_frame(DEADLINE)
             .is_some_and(|frame| frame.is_data() && frame.data_text().contains("tok"))
     });
-    assert_eq!(stack.status()["active_leases"], json!(1));
+    assert_eq!(stack.status().active_leases, 1);
 
     let killed_at = Instant::now();
     stack.systemctl(&["kill", "--signal=SIGKILL", &proxy]);
@@ -521,9 +520,9 @@ fn sigkill_of_the_proxy_fails_the_request_in_flight_cleanly_and_leaks_no_lease()
     eprintln!(
         "check 3: proxy pid {old_ns} -> {new_ns}; backend cancel reason {}; settled: \
          active_leases {} waiting_requests {} proxies {}",
-        cancel["reason"], status["active_leases"], status["waiting_requests"], status["proxies"]
+        cancel["reason"], status.active_leases, status.waiting_requests, status.proxies
     );
-    assert_eq!(status["child_pid"], json!(backend), "the backend changed");
+    assert_eq!(status.child_pid, Some(backend), "the backend changed");
     wait_linked(&stack);
     chat_ok(stack.addr(), MODEL, true, json!({}))
         .unwrap_or_else(|err| panic!("a request after the restart: {err}"));
@@ -641,7 +640,7 @@ fn sigkill_of_the_supervisor_kills_the_backend_and_the_proxy_reconnects() {
     eprintln!(
         "check 4: supervisor pid {old_ns} -> {new_ns}; backend {backend} and grandchild \
          {grandchild} gone; socket inodes {old_sockets:?} -> {new_sockets:?}; instance {} -> {}",
-        old_status["instance_id"], new_status["instance_id"]
+        old_status.instance_id, new_status.instance_id
     );
     assert!(new_sockets.0.is_some() && new_sockets.1.is_some());
     assert_ne!(
@@ -652,8 +651,8 @@ fn sigkill_of_the_supervisor_kills_the_backend_and_the_proxy_reconnects() {
         new_sockets.1, old_sockets.1,
         "the stale supervisor socket was kept"
     );
-    assert_ne!(new_status["instance_id"], old_status["instance_id"]);
-    assert_eq!(new_status["child_pid"], Value::Null, "{new_status}");
+    assert_ne!(new_status.instance_id, old_status.instance_id);
+    assert_eq!(new_status.child_pid, None, "{new_status:?}");
 
     // The proxy was not restarted; it reconnects by itself.
     assert_eq!(stack.main_pid(&proxy), Some(proxy_ns));
@@ -665,7 +664,7 @@ fn sigkill_of_the_supervisor_kills_the_backend_and_the_proxy_reconnects() {
     let starts = stack.fake_log().starts();
     assert_eq!(starts.len(), 2, "backend starts: {starts:?}");
     assert_ne!(starts[1].pid, backend);
-    assert_eq!(stack.status()["child_pid"], json!(starts[1].pid));
+    assert_eq!(stack.status().child_pid, Some(starts[1].pid));
     wait_settled(&stack);
     stack.stop_all_and_check();
 }

@@ -6,14 +6,13 @@
 //! log (the order requests reached the backend); `/metrics` and the records are checked where
 //! the scenario makes them interesting.
 
-use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use strata_e2e::accounting::{chat_request, wait_record};
-use strata_e2e::http::{self, Response, Stream};
+use strata_e2e::http::{self, Response, Stream, spawn_chat};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, FakeLog, ModelSpec, poll_until};
 
@@ -61,35 +60,7 @@ fn order(log: &FakeLog) -> Vec<String> {
         .collect()
 }
 
-/// Runs a non-stream chat on its own thread.
-fn spawn_chat(addr: SocketAddr, body: Value) -> JoinHandle<Response> {
-    std::thread::spawn(move || http::chat(addr, &body))
-}
-
-/// The engine's counts as the supervisor's status reports them.
-fn waiting(stack: &Stack) -> u64 {
-    stack.status()["waiting_requests"].as_u64().unwrap_or(0)
-}
-
-/// A streaming request that holds its model busy until the test lets go of it (it would run
-/// for a minute), opened and read up to its first data frame (it has its lease then). Letting
-/// go is a client disconnect, which ends the lease at once: no timing is involved.
-fn hold(stack: &Stack, model: &str, tag: &str) -> Stream {
-    let body = tagged(
-        model,
-        true,
-        tag,
-        json!({"tokens": 600, "token_delay_ms": 100}),
-    );
-    let mut stream = stack.open_chat(&body);
-    assert_eq!(stream.status, 200);
-    stream.frames_until(DEADLINE, "the holder's first data frame", |frame| {
-        frame.is_data()
-    });
-    stream
-}
-
-/// Ends a holder (see [`hold`]).
+/// Ends a holder (see [`Stack::hold`]).
 fn release(stream: Stream) {
     stream.disconnect();
 }
@@ -231,7 +202,7 @@ fn model_groups_run_a_a_then_b_b() {
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let holder = hold(&stack, A, "holder");
+    let holder = stack.hold(A, "holder");
     let mut handles = Vec::new();
     for (model, tag) in [(B, "b1"), (A, "a2"), (B, "b3"), (A, "a4")] {
         let before = received(&log).len();
@@ -242,7 +213,7 @@ fn model_groups_run_a_a_then_b_b() {
         // Enqueued in this order: B waits, A goes to the backend at once.
         poll_until(DEADLINE, format!("{tag} enqueued"), || {
             if model == B {
-                waiting(&stack) as usize == handles.len().div_ceil(2)
+                stack.waiting() == handles.len().div_ceil(2)
             } else {
                 received(&log).len() == before + 1
             }
@@ -285,7 +256,7 @@ fn grace_keeps_the_model_through_a_tool_gap_and_restarts() {
         .expect_status(200);
     let log = stack.fake_log();
     let b = spawn_chat(stack.addr(), tagged(B, false, "b", Value::Null));
-    poll_until(DEADLINE, "b queued", || waiting(&stack) == 1);
+    poll_until(DEADLINE, "b queued", || stack.waiting() == 1);
     let tool_result = http::chat(stack.addr(), &tagged(A, false, "a-again", Value::Null));
     let second_a_done = Instant::now();
     assert_eq!(tool_result.status, 200, "{tool_result}");
@@ -307,7 +278,7 @@ fn grace_keeps_the_model_through_a_tool_gap_and_restarts() {
 
 /// Tiers inside the loaded model: with one slot busy, waiting default, flex and priority
 /// requests (in that arrival order) run priority, default, flex; `/metrics` splits the queue by
-/// tier meanwhile, and each record snapshots the engine at its arrival.
+/// tier (and by model) meanwhile, and each record snapshots the engine at its arrival.
 #[test]
 fn tiers_order_the_loaded_models_queue_and_metrics_split_it() {
     let stack = Stack::start(
@@ -320,14 +291,14 @@ fn tiers_order_the_loaded_models_queue_and_metrics_split_it() {
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let holder = hold(&stack, A, "holder");
+    let holder = stack.hold(A, "holder");
     let mut handles = Vec::new();
     for (tier, tag) in [("default", "d"), ("flex", "f"), ("priority", "p")] {
         let mut body = tagged(A, false, tag, Value::Null);
         body["service_tier"] = json!(tier);
         handles.push((tag, spawn_chat(stack.addr(), body)));
-        let n = handles.len() as u64;
-        poll_until(DEADLINE, format!("{tag} queued"), || waiting(&stack) == n);
+        let n = handles.len();
+        poll_until(DEADLINE, format!("{tag} queued"), || stack.waiting() == n);
     }
     let metrics = stack.metrics();
     assert_eq!(metrics["queue_depth"], 3, "{metrics}");
@@ -337,6 +308,7 @@ fn tiers_order_the_loaded_models_queue_and_metrics_split_it() {
         json!({"priority": 1, "default": 1, "flex": 1}),
         "{metrics}"
     );
+    assert_eq!(metrics["queue_depth_by_model"], json!({A: 3}), "{metrics}");
     let prometheus = http::get(stack.addr(), "/metrics?format=prometheus").text();
     assert!(
         prometheus.contains("strata_router_queue_depth_by_tier{tier=\"priority\"} 1"),
@@ -390,13 +362,13 @@ fn a_priority_request_for_another_model_drains_the_loaded_one_then_switches() {
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let holder = hold(&stack, A, "holder");
+    let holder = stack.hold(A, "holder");
     let mut priority_b = tagged(B, false, "pb", Value::Null);
     priority_b["service_tier"] = json!("priority");
     let pb = spawn_chat(stack.addr(), priority_b);
-    poll_until(DEADLINE, "pb queued", || waiting(&stack) == 1);
+    poll_until(DEADLINE, "pb queued", || stack.waiting() == 1);
     let da = spawn_chat(stack.addr(), tagged(A, false, "da", Value::Null));
-    poll_until(DEADLINE, "da held back", || waiting(&stack) == 2);
+    poll_until(DEADLINE, "da held back", || stack.waiting() == 2);
     assert_eq!(
         order(&log),
         ["holder"],
@@ -427,13 +399,13 @@ fn flex_waits_behind_default_work_for_another_model() {
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let holder = hold(&stack, A, "holder");
+    let holder = stack.hold(A, "holder");
     let mut flex_a = tagged(A, false, "fa", Value::Null);
     flex_a["service_tier"] = json!("flex");
     let fa = spawn_chat(stack.addr(), flex_a);
-    poll_until(DEADLINE, "fa queued", || waiting(&stack) == 1);
+    poll_until(DEADLINE, "fa queued", || stack.waiting() == 1);
     let db = spawn_chat(stack.addr(), tagged(B, false, "db", Value::Null));
-    poll_until(DEADLINE, "db queued", || waiting(&stack) == 2);
+    poll_until(DEADLINE, "db queued", || stack.waiting() == 2);
     release(holder);
     ok(db);
     ok(fa);
@@ -477,13 +449,13 @@ fn cache_scenario(tag: &str, fake_profile: &[(&str, Value)], lookup_ms: u64) -> 
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let holder = hold(&stack, A, "holder");
+    let holder = stack.hold(A, "holder");
     let mut handles = Vec::new();
     for (tag, cached) in [("c10", 200), ("c90", 1800), ("c50", 1000)] {
         let extra = json!({"prompt_tokens": 2000, "cached_tokens": cached});
         handles.push(spawn_chat(stack.addr(), tagged(A, false, tag, extra)));
-        let n = handles.len() as u64;
-        poll_until(DEADLINE, format!("{tag} queued"), || waiting(&stack) == n);
+        let n = handles.len();
+        poll_until(DEADLINE, format!("{tag} queued"), || stack.waiting() == n);
     }
     assert_eq!(
         stack.metrics()["in_flight"],
@@ -562,14 +534,14 @@ fn a_busy_backend_falls_back_to_arrival_order() {
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let long = hold(&stack, A, "long");
-    let short = hold(&stack, A, "short");
+    let long = stack.hold(A, "long");
+    let short = stack.hold(A, "short");
     let mut handles = Vec::new();
     for (tag, cached) in [("c10", 200), ("c90", 1800), ("c50", 1000)] {
         let extra = json!({"prompt_tokens": 2000, "cached_tokens": cached});
         handles.push(spawn_chat(stack.addr(), tagged(A, false, tag, extra)));
-        let n = handles.len() as u64;
-        poll_until(DEADLINE, format!("{tag} queued"), || waiting(&stack) == n);
+        let n = handles.len();
+        poll_until(DEADLINE, format!("{tag} queued"), || stack.waiting() == n);
     }
     release(short);
     for handle in handles {
@@ -604,12 +576,12 @@ fn legacy_queue_full_and_queue_timeout_apply_to_every_tier() {
     stack
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
-    let holder = hold(&stack, A, "holder");
+    let holder = stack.hold(A, "holder");
     let mut priority_b = chat_request(B, false, "pb", Value::Null);
     priority_b["service_tier"] = json!("priority");
     let started = Instant::now();
     let pb = spawn_chat(stack.addr(), priority_b.clone());
-    poll_until(DEADLINE, "pb queued", || waiting(&stack) == 1);
+    poll_until(DEADLINE, "pb queued", || stack.waiting() == 1);
     let full = stack.chat(&priority_b);
     assert_eq!(full.status, 429, "{full}");
     assert_eq!(full.json()["error"]["code"], "queue_full");
@@ -649,11 +621,11 @@ fn legacy_the_lock_goes_to_the_best_tier_first() {
     );
     poll_until(DEADLINE, "slow at the backend", || order(&log) == ["slow"]);
     let d = spawn_chat(stack.addr(), tagged(A, false, "d", Value::Null));
-    poll_until(DEADLINE, "d queued", || waiting(&stack) == 1);
+    poll_until(DEADLINE, "d queued", || stack.waiting() == 1);
     let mut priority = tagged(A, false, "p", Value::Null);
     priority["service_tier"] = json!("priority");
     let p = spawn_chat(stack.addr(), priority);
-    poll_until(DEADLINE, "p queued", || waiting(&stack) == 2);
+    poll_until(DEADLINE, "p queued", || stack.waiting() == 2);
     // Legacy queue depth counts the lock holder in its header wait too.
     assert_eq!(stack.metrics()["queue_depth"], 3);
     ok(slow);
@@ -682,7 +654,7 @@ fn disconnects_while_queued_and_while_admitted() {
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
     let log = stack.fake_log();
-    let holder = hold(&stack, A, "holder");
+    let holder = stack.hold(A, "holder");
     let mut queued = http::Conn::connect(stack.addr()).unwrap();
     let body = tagged(A, false, "queued", Value::Null).to_string();
     queued
@@ -694,7 +666,7 @@ fn disconnects_while_queued_and_while_admitted() {
             body.as_bytes(),
         ))
         .unwrap();
-    poll_until(DEADLINE, "queued", || waiting(&stack) == 1);
+    poll_until(DEADLINE, "queued", || stack.waiting() == 1);
     drop(queued);
     let record = strata_e2e::accounting::wait_record_where(
         stack.addr(),
@@ -711,7 +683,7 @@ fn disconnects_while_queued_and_while_admitted() {
         assert_eq!(record.json[field], expected, "{field}: {}", record.raw);
     }
     poll_until(DEADLINE, "the ticket left the queue", || {
-        waiting(&stack) == 0
+        stack.waiting() == 0
     });
     release(holder);
 
@@ -757,11 +729,11 @@ fn a_failed_load_fails_its_waiting_group_with_one_launch() {
     stack
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
-    let holder = hold(&stack, A, "holder");
+    let holder = stack.hold(A, "holder");
     let handles: Vec<JoinHandle<Response>> = (0..3)
         .map(|i| {
             let handle = spawn_chat(stack.addr(), chat_request(B, false, "b", Value::Null));
-            poll_until(DEADLINE, "b queued", || waiting(&stack) == i + 1);
+            poll_until(DEADLINE, "b queued", || stack.waiting() == i + 1);
             handle
         })
         .collect();
@@ -792,11 +764,11 @@ fn a_draining_proxy_serves_its_waiting_tickets() {
     stack
         .chat(&chat_request(A, false, "warm", Value::Null))
         .expect_status(200);
-    let holder = hold(&stack, A, "holder");
+    let holder = stack.hold(A, "holder");
     let handles: Vec<JoinHandle<Response>> = (0..2)
         .map(|i| {
             let handle = spawn_chat(stack.addr(), chat_request(A, false, "w", Value::Null));
-            poll_until(DEADLINE, "queued", || waiting(&stack) == i + 1);
+            poll_until(DEADLINE, "queued", || stack.waiting() == i + 1);
             handle
         })
         .collect();
@@ -807,8 +779,8 @@ fn a_draining_proxy_serves_its_waiting_tickets() {
     }
     let status = stack.wait_proxy_exit(DEADLINE);
     assert!(status.success(), "{status}");
-    assert_eq!(stack.status()["waiting_requests"], 0);
-    assert_eq!(stack.status()["active_leases"], 0);
+    assert_eq!(stack.status().waiting_requests, 0);
+    assert_eq!(stack.status().active_leases, 0);
     stack.start_proxy();
     stack.stop();
 }

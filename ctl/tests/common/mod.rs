@@ -1,9 +1,10 @@
 //! Helpers shared by the strata-ctl integration tests: the sibling binaries,
-//! a real `strata-supervisor` on the fake Strata backend, the launcher's
-//! output lines, and a private bin directory for `daemon` and `demo`. The
-//! generic helpers (temporary directories, the Python interpreter, free
-//! ports, polling, processes stopped by PID, commands run with a deadline)
-//! come from strata-test-support and are re-exported here.
+//! the ctl tests' config for a real `strata-supervisor` on the fake Strata
+//! backend (started by the end-to-end harness's [`Supervisor`]), the
+//! launcher's output lines, and a private bin directory for `daemon` and
+//! `demo`. The generic helpers (temporary directories, the Python
+//! interpreter, free ports, polling, processes stopped by PID, commands run
+//! with a deadline) come from strata-test-support and are re-exported here.
 //!
 //! Binaries: `strata-ctl` is `CARGO_BIN_EXE_strata-ctl`; `strata-supervisor`
 //! (and `strata-proxy`) are found by [`binary`] beside the test executable
@@ -21,7 +22,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
+pub use strata_e2e::{Supervisor, parse_status};
 pub use strata_test_support::procs::{is_alive, signal};
 pub use strata_test_support::{
     ConfigBuilder, ModelSpec, Running, TempDir, TestConfig, binary, fake_strata_dir, free_port,
@@ -101,12 +103,11 @@ pub struct TestModel {
     pub installed: bool,
 }
 
-/// Writes a config (and profiles) into `dir` and returns its path. The
-/// control socket is `dir/run/control.sock`, the fake's log `dir/fake.log`.
-/// The timers are the ctl tests' own (a slow, loaded machine must pass a
-/// whole load and stop); `cooldown_ms` and `model_grace_ms` keep the
-/// product defaults.
-pub fn write_config(dir: &TempDir, models: &[TestModel]) -> PathBuf {
+/// The ctl tests' config: the control socket is `DIR/run/control.sock`,
+/// the fake's log `DIR/fake.log`. The timers are the ctl tests' own (a
+/// slow, loaded machine must pass a whole load and stop); `cooldown_ms` and
+/// `model_grace_ms` keep the product defaults.
+pub fn ctl_config<C: From<TestConfig>>(models: &[TestModel]) -> ConfigBuilder<C> {
     let mut builder = ConfigBuilder::new("ctl")
         .unset("cooldown_ms")
         .unset("model_grace_ms")
@@ -125,7 +126,12 @@ pub fn write_config(dir: &TempDir, models: &[TestModel]) -> PathBuf {
             spec.not_installed()
         });
     }
-    let config: TestConfig = builder.build_in(dir);
+    builder
+}
+
+/// Writes a [`ctl_config`] (and profiles) into `dir` and returns its path.
+pub fn write_config(dir: &TempDir, models: &[TestModel]) -> PathBuf {
+    let config: TestConfig = ctl_config(models).build_in(dir);
     config.path.clone()
 }
 
@@ -134,66 +140,23 @@ pub fn daemon_answers(socket: &Path, pid: u32) -> bool {
     let out = ctl(&["status", socket.to_str().unwrap()]);
     out.status.success()
         && serde_json::from_slice::<Value>(&out.stdout)
-            .is_ok_and(|status| status["daemon_pid"] == json!(pid))
+            .is_ok_and(|line| parse_status(&line).daemon_pid == pid)
 }
 
-/// A real `strata-supervisor` on a config from [`write_config`], stopped by
-/// PID (SIGTERM, then SIGKILL) on drop. Its stderr goes to `dir/supervisor.log`.
-pub struct Supervisor {
-    pub process: Running,
-    pub socket: PathBuf,
-    pub log: PathBuf,
-    pub fake_log: PathBuf,
-    pub dir: TempDir,
+/// A real `strata-supervisor` on a [`ctl_config`], started and stopped by the
+/// end-to-end harness (it waits until the supervisor serves, and on drop
+/// kills it and any backend of the test by PID).
+pub fn start_supervisor(models: &[TestModel]) -> Supervisor {
+    Supervisor::start(ctl_config(models).build())
 }
 
-impl Supervisor {
-    pub fn start(models: &[TestModel]) -> Supervisor {
-        let dir = TempDir::new("ctl-sup");
-        let config = write_config(&dir, models);
-        let log = dir.join("supervisor.log");
-        let child = Command::new(binary("strata-supervisor"))
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn strata-supervisor");
-        let mut process = Running::new("strata-supervisor", child);
-        let socket = dir.join("run/control.sock");
-        let pid = process.pid();
-        poll_for(SHORT, "the supervisor's control socket", || {
-            if let Some(status) = process.try_exit() {
-                panic!(
-                    "strata-supervisor exited with {status}: {}",
-                    fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            daemon_answers(&socket, pid).then_some(())
-        });
-        Supervisor {
-            process,
-            socket,
-            log,
-            fake_log: dir.join("fake.log"),
-            dir,
-        }
-    }
-
-    pub fn socket(&self) -> &str {
-        self.socket.to_str().unwrap()
-    }
-
-    /// The current status document.
-    pub fn status(&self) -> Value {
-        let out = ctl(&["status", self.socket()]);
-        assert!(out.status.success(), "status failed: {}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("status is json")
-    }
-
-    pub fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
+/// The control socket's path as `strata-ctl` takes it.
+pub fn control_socket(supervisor: &Supervisor) -> &str {
+    supervisor
+        .config
+        .control_socket
+        .to_str()
+        .expect("a UTF-8 socket path")
 }
 
 /// The `message` of each progress line `[   0.0s] MESSAGE`, checking the

@@ -6,7 +6,9 @@
 //! [`settings_text`]), except the listener settings (`listen`,
 //! `require_socket_activation`), which are the proxy's alone: two proxies
 //! on different listeners may serve one supervisor. Profile contents are
-//! not part of it: both daemons read the same files.
+//! not part of it: both daemons read the same files. Both digests live
+//! here ([`Config::fingerprint`], [`Registry::fingerprint`]), beside the
+//! texts they hash.
 //!
 //! The digest is FNV-1a 64 over a canonical text, not `std`'s `Hasher`:
 //! `DefaultHasher` is randomly keyed per process and its algorithm may
@@ -25,12 +27,37 @@
 //! alias FAMILY ["ID",...]      (effective list; one line per configured alias, hidden ones too)
 //! ```
 
+use super::Config;
 use super::json_walk::quote;
 use super::registry::Registry;
 use std::fmt::Write;
 
+impl Config {
+    /// The fingerprint of the whole effective configuration (the registry,
+    /// which includes `backend_port`, and every other setting, defaults
+    /// applied, but not the proxy's own listener settings) that both
+    /// daemons compare in their hello.
+    pub fn fingerprint(&self) -> u64 {
+        let mut text = canonical_text(&self.registry);
+        text.push_str(&settings_text(self));
+        fnv1a64(text.as_bytes())
+    }
+}
+
+impl Registry {
+    /// A stable 64-bit digest of everything that decides where a request
+    /// goes: each model's ID, family, upstream model, profile path,
+    /// `installed` and `compatible`; the enabled list; each alias'
+    /// effective list; and `backend_port`. The supervisor and proxy
+    /// compare it in their hello. The hashed text is documented in
+    /// `protocol/src/config/fingerprint.rs`.
+    pub fn fingerprint(&self) -> u64 {
+        fnv1a64(canonical_text(self).as_bytes())
+    }
+}
+
 /// FNV-1a, 64-bit.
-pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+fn fnv1a64(bytes: &[u8]) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
@@ -39,7 +66,7 @@ pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
 }
 
 /// The text the fingerprint hashes; see the module docs.
-pub(crate) fn canonical_text(registry: &Registry) -> String {
+fn canonical_text(registry: &Registry) -> String {
     let list = |ids: &[String]| {
         let quoted: Vec<String> = ids.iter().map(|id| quote(id)).collect();
         format!("[{}]", quoted.join(","))
@@ -78,7 +105,7 @@ pub(crate) fn canonical_text(registry: &Registry) -> String {
 /// ...one line per setting...
 /// model "ID" quantization "Q" fine_tune "F"|null metadata JSON
 /// ```
-pub(crate) fn settings_text(config: &super::Config) -> String {
+fn settings_text(config: &Config) -> String {
     let path = |p: &std::path::Path| quote(&p.to_string_lossy());
     let log = &config.request_log;
     let timers = &config.timers;

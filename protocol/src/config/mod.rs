@@ -90,19 +90,21 @@ mod endpoints;
 mod error;
 mod fingerprint;
 mod json_walk;
+mod metadata;
 mod model;
 mod profile;
 mod registry;
 mod request_log;
 mod strict_json;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod timers;
 
 pub use alias::Alias;
 pub use endpoints::{DEFAULT_LISTEN, DEFAULT_SUPERVISOR_SOCKET_NAME};
 pub use error::ConfigError;
-pub use model::{
-    Family, MAX_MODEL_ID_LEN, ModelEntry, ModelMetadata, ModelStatus, is_valid_model_id,
-};
+pub use metadata::ModelMetadata;
+pub use model::{Family, MAX_MODEL_ID_LEN, ModelEntry, ModelStatus, is_valid_model_id};
 pub use profile::{MAX_PROFILE_BYTES, ProfileInfo, STRATA_DEFAULT_MODEL_NAME};
 pub use registry::{Registry, Resolution};
 pub use request_log::*;
@@ -267,16 +269,6 @@ impl Config {
                 ProfileCheck::Valid(info) => entry.profile_info = Some(*info),
             }
         }
-    }
-
-    /// The fingerprint of the whole effective configuration (the registry,
-    /// which includes `backend_port`, and every other setting, defaults
-    /// applied, but not the proxy's own listener settings) that both
-    /// daemons compare in their hello.
-    pub fn fingerprint(&self) -> u64 {
-        let mut text = fingerprint::canonical_text(&self.registry);
-        text.push_str(&fingerprint::settings_text(self));
-        fingerprint::fnv1a64(text.as_bytes())
     }
 
     /// The largest frame the supervisor accepts from a proxy of this

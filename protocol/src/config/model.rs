@@ -7,6 +7,7 @@
 
 use super::ConfigError;
 use super::json_walk::{JsonPath, Obj, as_bool, quote};
+use super::metadata::{METADATA_KEYS, ModelMetadata};
 use super::profile::ProfileInfo;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -102,32 +103,6 @@ impl ModelStatus {
 impl fmt::Display for ModelStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// Descriptive fields passed through to `/v1/models`; any JSON value.
-/// An explicit `null` is treated like an absent field.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ModelMetadata {
-    pub meta: Option<Value>,
-    pub architecture: Option<Value>,
-    pub thinking: Option<Value>,
-}
-
-/// The keys a metadata object (config `metadata` or profile
-/// `router_metadata`) may carry.
-pub(crate) const METADATA_KEYS: [&str; 3] = ["meta", "architecture", "thinking"];
-
-impl ModelMetadata {
-    /// Reads the three known fields of `obj`; the caller decides what to
-    /// do with other keys.
-    pub(crate) fn from_obj(obj: &Obj<'_>) -> ModelMetadata {
-        let field = |key: &str| obj.get(key).filter(|v| !v.is_null()).cloned();
-        ModelMetadata {
-            meta: field("meta"),
-            architecture: field("architecture"),
-            thinking: field("thinking"),
-        }
     }
 }
 

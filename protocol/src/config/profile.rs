@@ -13,7 +13,7 @@
 //! ever echoed, since profiles may hold secrets.
 
 use super::json_walk::{JsonPath, Obj};
-use super::model::ModelMetadata;
+use super::metadata::ModelMetadata;
 use serde_json::{Map, Value};
 use std::fs::File;
 use std::io::{ErrorKind, Read};

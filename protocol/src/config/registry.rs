@@ -4,7 +4,6 @@
 
 use super::ConfigError;
 use super::alias::{Alias, find, parse_aliases, push_unique};
-use super::fingerprint;
 use super::json_walk::{JsonPath, Obj, as_array, as_str, quote};
 use super::model::{Family, ModelEntry, parse_models};
 use serde_json::Value;
@@ -165,16 +164,7 @@ impl Registry {
         self.aliases().find(|alias| alias.family == family)
     }
 
-    /// A stable 64-bit digest of everything that decides where a request
-    /// goes: each model's ID, family, upstream model, profile path,
-    /// `installed` and `compatible`; the enabled list; each alias'
-    /// effective list; and `backend_port`. The supervisor and proxy
-    /// compare it in their hello. The hashed text is documented in
-    /// `protocol/src/config/fingerprint.rs`.
-    pub fn fingerprint(&self) -> u64 {
-        fingerprint::fnv1a64(fingerprint::canonical_text(self).as_bytes())
-    }
-
+    /// For the fingerprint (`fingerprint.rs`), which covers it.
     pub(super) fn backend_port(&self) -> u16 {
         self.backend_port
     }

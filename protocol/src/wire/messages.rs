@@ -190,6 +190,9 @@ pub enum SupervisorMessage {
         supervisor_pid: u32,
     },
     /// The hello was refused; the supervisor closes the connection.
+    /// `reason` is a [`RefuseReason`](super::RefuseReason)'s text: this
+    /// frame reads the same in every protocol version, so a proxy of
+    /// another build can still say why.
     Refused { reason: String },
     /// A full snapshot of what proxies need to know; sent after `Welcome`
     /// and on every change.

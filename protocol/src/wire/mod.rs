@@ -9,10 +9,17 @@
 //! so a proxy built or configured differently cannot misroute.
 //!
 //! These types are an IPC contract: changing a variant or field changes the
-//! wire format and needs a [`PROTOCOL_VERSION`] bump.
+//! wire format and needs a [`PROTOCOL_VERSION`] bump. `protocol/tests/wire.rs`
+//! pins a hash of every sample message's frame together with the version,
+//! so a change fails that test until both are updated. The hello and its
+//! two answers are the exception: they are how builds of different versions
+//! tell each other apart, so `Hello`, `Welcome` and `Refused` keep their
+//! variant index and fields in every version (pinned byte for byte there
+//! too), and a proxy of any version can read why it was refused.
 
 mod frame;
 mod messages;
+mod refuse;
 
 pub use frame::{
     FrameReader, MAX_FRAME_BYTES, WireError, decode_payload, encode_frame, encode_frame_into,
@@ -24,3 +31,4 @@ pub use messages::{
     RouterState, ServiceTier, SubmittedRecord, SupervisorMessage, TicketId, TicketRequest,
     TicketScore, proxy_frame_limit,
 };
+pub use refuse::RefuseReason;

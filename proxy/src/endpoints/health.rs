@@ -2,7 +2,7 @@
 //! said of routing, the loaded model and the drain.
 
 use hyper::StatusCode;
-use strata_protocol::api::{Health, HealthStatus, SupervisorLink};
+use strata_protocol::api::{Health, HealthStatus, LinkStatus};
 
 use crate::app::App;
 use crate::reply::json_response;
@@ -13,12 +13,12 @@ pub fn health(app: &App) -> hyper::Response<ProxyBody> {
     let state = app.link.state();
     let router = state.router.as_ref();
     let (status, code, supervisor) = if state.connected {
-        (HealthStatus::Ok, StatusCode::OK, SupervisorLink::Connected)
+        (HealthStatus::Ok, StatusCode::OK, LinkStatus::Connected)
     } else {
         (
             HealthStatus::Unavailable,
             StatusCode::SERVICE_UNAVAILABLE,
-            SupervisorLink::Disconnected,
+            LinkStatus::Disconnected,
         )
     };
     let body = Health {

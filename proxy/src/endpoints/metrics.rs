@@ -51,6 +51,7 @@ fn metrics_document(
             default: tier(ServiceTier::Default),
             flex: tier(ServiceTier::Flex),
         },
+        queue_depth_by_model: metrics.map(|m| m.queue_depth_by_model.clone()),
         max_request_body_bytes: app.config.max_request_body_bytes,
         last_stream_ttft_ms: last.ttft_ms,
         last_stream_decode_tokens_per_second: last.decode_tokens_per_second,

@@ -16,21 +16,29 @@
 //! sleeps to synchronise.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use strata_protocol::config::Config;
+use strata_protocol::config::testing::one_model_config;
+use strata_protocol::record::RequestRecord;
 use strata_protocol::stats::RequestStats;
 use strata_protocol::wire::{
     ArrivalInfo, BackendInstance, Grant, LeaseFailure, LookupFailure, MAX_FRAME_BYTES,
-    RevokeReason, RouterState, ServiceTier, SubmittedRecord, TicketRequest,
+    PROTOCOL_VERSION, RefuseReason, RequestLogStats, RevokeReason, RouterMetrics, RouterState,
+    ServiceTier, SubmittedRecord, TicketRequest,
 };
-use strata_protocol::wire::{encode_frame, read_frame};
+use strata_protocol::wire::{encode_frame, read_frame, write_frame};
 use strata_test_support::record_json;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::task::JoinHandle;
 
+use super::hello::{HELLO_TIMEOUT, hello};
+use super::orphans::Orphans;
 use super::*;
+use crate::accounting::Accounting;
+use crate::engine::Counters;
+use crate::sockets;
 
 /// The bound on every wait for a frame, a command or a task's end. Far
 /// above what any step takes; reaching it fails the test.
@@ -112,7 +120,7 @@ fn record(arrival_seq: u64, request_id: &str) -> RequestRecord {
     serde_json::from_value(record).expect("a valid record")
 }
 
-fn hello(protocol_version: u32, fingerprint: u64) -> ProxyMessage {
+fn hello_frame(protocol_version: u32, fingerprint: u64) -> ProxyMessage {
     ProxyMessage::Hello {
         protocol_version,
         fingerprint,
@@ -191,7 +199,9 @@ async fn handshake(
     proxy: &mut Proxy,
     commands: &mut mpsc::UnboundedReceiver<Command>,
 ) -> mpsc::UnboundedSender<SupervisorMessage> {
-    proxy.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+    proxy
+        .send(&hello_frame(PROTOCOL_VERSION, FINGERPRINT))
+        .await;
     assert_eq!(
         proxy.recv().await,
         SupervisorMessage::Welcome {
@@ -259,6 +269,60 @@ async fn a_matching_hello_is_welcomed_and_the_proxy_handed_to_the_engine() {
     assert_eq!(proxy.recv().await, SupervisorMessage::State(state));
 }
 
+/// The hello's decision alone, without a socket: the pid of a hello that
+/// passes, and each way a first frame is refused, the checks in their order
+/// (version, then pid, then fingerprint).
+#[test]
+fn the_hello_check_names_the_first_mismatch() {
+    let me = 4242;
+    let frame = |protocol_version, fingerprint, pid| {
+        Ok(ProxyMessage::Hello {
+            protocol_version,
+            fingerprint,
+            pid,
+        })
+    };
+    let cases = [
+        (frame(PROTOCOL_VERSION, FINGERPRINT, me), Some(me), Ok(me)),
+        // The kernel could not tell: the hello's pid stands.
+        (frame(PROTOCOL_VERSION, FINGERPRINT, me), None, Ok(me)),
+        (
+            frame(PROTOCOL_VERSION + 1, FINGERPRINT ^ 1, me + 1),
+            Some(me),
+            Err(RefuseReason::ProtocolVersion {
+                proxy: PROTOCOL_VERSION + 1,
+                supervisor: PROTOCOL_VERSION,
+            }),
+        ),
+        (
+            frame(PROTOCOL_VERSION, FINGERPRINT ^ 1, me + 1),
+            Some(me),
+            Err(RefuseReason::PidMismatch {
+                hello: me + 1,
+                peer: me,
+            }),
+        ),
+        (
+            frame(PROTOCOL_VERSION, FINGERPRINT ^ 1, me),
+            Some(me),
+            Err(RefuseReason::Fingerprint),
+        ),
+        (
+            Ok(ProxyMessage::Arrive { token: 1 }),
+            Some(me),
+            Err(RefuseReason::NotAHello),
+        ),
+        (
+            Err(WireError::Decode("x".into())),
+            Some(me),
+            Err(RefuseReason::BadHello("malformed frame: x".into())),
+        ),
+    ];
+    for (i, (first, peer, expected)) in cases.into_iter().enumerate() {
+        assert_eq!(hello(first, peer, FINGERPRINT), expected, "case {i}");
+    }
+}
+
 /// A proxy of another build: refused with a message naming both versions
 /// and the fix, the connection closed, and the engine never hears of it.
 #[tokio::test]
@@ -266,9 +330,18 @@ async fn a_different_protocol_version_is_refused_naming_both_versions() {
     let (engine, mut commands) = EngineHandle::detached();
     let (mut proxy, task) = start(engine, shared(8));
     let theirs = PROTOCOL_VERSION + 1;
-    proxy.send(&hello(theirs, FINGERPRINT)).await;
-    let SupervisorMessage::Refused { reason } = proxy.recv().await else {
-        panic!("expected Refused");
+    proxy.send(&hello_frame(theirs, FINGERPRINT)).await;
+    let refused = proxy.recv().await;
+    assert_eq!(
+        refused,
+        RefuseReason::ProtocolVersion {
+            proxy: theirs,
+            supervisor: PROTOCOL_VERSION
+        }
+        .into()
+    );
+    let SupervisorMessage::Refused { reason } = refused else {
+        unreachable!()
     };
     assert!(
         reason.starts_with(&format!(
@@ -288,12 +361,10 @@ async fn a_different_protocol_version_is_refused_naming_both_versions() {
 async fn a_different_config_fingerprint_is_refused() {
     let (engine, mut commands) = EngineHandle::detached();
     let (mut proxy, task) = start(engine, shared(8));
-    proxy.send(&hello(PROTOCOL_VERSION, FINGERPRINT ^ 1)).await;
-    let SupervisorMessage::Refused { reason } = proxy.recv().await else {
-        panic!("expected Refused");
-    };
-    assert!(reason.starts_with("config fingerprint differs"), "{reason}");
-    assert!(reason.contains("restart both with the same config"));
+    proxy
+        .send(&hello_frame(PROTOCOL_VERSION, FINGERPRINT ^ 1))
+        .await;
+    assert_eq!(proxy.recv().await, RefuseReason::Fingerprint.into());
     proxy.expect_closed().await;
     ended(task).await;
     engine_heard_nothing(&mut commands);
@@ -314,15 +385,13 @@ async fn a_hello_with_another_processs_pid_is_refused() {
             pid: own + 1,
         })
         .await;
-    let SupervisorMessage::Refused { reason } = proxy.recv().await else {
-        panic!("expected Refused");
-    };
     assert_eq!(
-        reason,
-        format!(
-            "the hello's pid {} is not the connecting process's ({own})",
-            own + 1
-        )
+        proxy.recv().await,
+        RefuseReason::PidMismatch {
+            hello: own + 1,
+            peer: own
+        }
+        .into()
     );
     proxy.expect_closed().await;
     ended(task).await;
@@ -337,12 +406,7 @@ async fn a_first_frame_other_than_hello_is_refused_and_not_acted_on() {
     let shared = shared(8);
     let (mut proxy, task) = start(engine, shared.clone());
     proxy.send(&ProxyMessage::Arrive { token: 1 }).await;
-    assert_eq!(
-        proxy.recv().await,
-        SupervisorMessage::Refused {
-            reason: "expected a hello first".into()
-        }
-    );
+    assert_eq!(proxy.recv().await, RefuseReason::NotAHello.into());
     proxy.expect_closed().await;
     ended(task).await;
     engine_heard_nothing(&mut commands);
@@ -646,7 +710,9 @@ async fn malformed_frames_are_answered_and_the_connection_stays_usable() {
     };
     assert!(message.starts_with("malformed frame: "), "{message}");
 
-    proxy.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+    proxy
+        .send(&hello_frame(PROTOCOL_VERSION, FINGERPRINT))
+        .await;
     assert_eq!(
         proxy.recv().await,
         SupervisorMessage::ProtocolError {
@@ -852,7 +918,9 @@ async fn serve_gives_each_proxy_its_own_connection() {
         let mut proxy = Proxy {
             stream: UnixStream::connect(&path).await.expect("connect"),
         };
-        proxy.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+        proxy
+            .send(&hello_frame(PROTOCOL_VERSION, FINGERPRINT))
+            .await;
         assert!(matches!(
             proxy.recv().await,
             SupervisorMessage::Welcome { .. }
@@ -872,15 +940,7 @@ async fn serve_gives_each_proxy_its_own_connection() {
 /// A config with one model, `m`, that is not installed: the engine refuses
 /// its tickets at once and never launches anything.
 fn config() -> Arc<Config> {
-    let text = serde_json::json!({
-        "python": "/nonexistent/python3",
-        "strata_dir": "/nonexistent",
-        "backend_port": 1,
-        "control_socket": "/nonexistent/control.sock",
-        "models": {"m": {"family": "qwen3.8-flash-next", "quantization": "q4", "upstream_model": "m"}},
-    })
-    .to_string();
-    Arc::new(Config::from_json_str(&text).expect("a valid config"))
+    Arc::new(one_model_config(Path::new("/nonexistent/control.sock")))
 }
 
 /// With the real engine behind it: `Welcome` comes before the engine's
@@ -895,7 +955,7 @@ async fn the_real_engine_answers_through_the_link_and_forgets_a_closed_proxy() {
         crate::engine::spawn(config(), INSTANCE.into(), shared.counters.clone());
 
     let (mut a, task_a) = start(engine.clone(), shared.clone());
-    a.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+    a.send(&hello_frame(PROTOCOL_VERSION, FINGERPRINT)).await;
     assert!(matches!(a.recv().await, SupervisorMessage::Welcome { .. }));
     let SupervisorMessage::State(state) = a.recv().await else {
         panic!("expected the first State right after Welcome");
@@ -944,7 +1004,7 @@ async fn the_real_engine_answers_through_the_link_and_forgets_a_closed_proxy() {
 
     // A second proxy; then the first one drains and leaves.
     let (mut b, _task_b) = start_conn(CONN + 1, engine.clone(), shared.clone());
-    b.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+    b.send(&hello_frame(PROTOCOL_VERSION, FINGERPRINT)).await;
     assert!(matches!(b.recv().await, SupervisorMessage::Welcome { .. }));
     assert!(matches!(b.recv().await, SupervisorMessage::State(_)));
     a.send(&ProxyMessage::SetDraining { draining: true }).await;
@@ -993,7 +1053,9 @@ async fn connections_without_a_hello_are_capped() {
         let mut proxy = Proxy {
             stream: connect().await,
         };
-        proxy.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+        proxy
+            .send(&hello_frame(PROTOCOL_VERSION, FINGERPRINT))
+            .await;
         let mut reply = [0u8; 4];
         use tokio::io::AsyncReadExt;
         match tokio::time::timeout(LIMIT, proxy.stream.read(&mut reply)).await {
@@ -1039,7 +1101,7 @@ async fn a_closed_connections_unfinished_tickets_get_one_substitute_record_each(
     let (engine, engine_task) =
         crate::engine::spawn(config(), INSTANCE.into(), shared.counters.clone());
     let (mut a, task_a) = start(engine.clone(), shared.clone());
-    a.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+    a.send(&hello_frame(PROTOCOL_VERSION, FINGERPRINT)).await;
     assert!(matches!(a.recv().await, SupervisorMessage::Welcome { .. }));
     assert!(matches!(a.recv().await, SupervisorMessage::State(_)));
     for ticket in 1..=3 {
@@ -1093,7 +1155,7 @@ async fn a_closed_connections_unfinished_tickets_get_one_substitute_record_each(
 
     // The proxy comes back after all with the record of ticket 2: dropped.
     let (mut b, _task_b) = start_conn(CONN + 1, engine.clone(), shared.clone());
-    b.send(&hello(PROTOCOL_VERSION, FINGERPRINT)).await;
+    b.send(&hello_frame(PROTOCOL_VERSION, FINGERPRINT)).await;
     assert!(matches!(b.recv().await, SupervisorMessage::Welcome { .. }));
     let late = submitted(2, &format!("{INSTANCE}-2"));
     b.send(&ProxyMessage::SubmitRecord {

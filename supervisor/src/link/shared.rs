@@ -1,0 +1,152 @@
+//! [`LinkShared`]: what every proxy connection shares, and the accounting
+//! it does for them.
+//!
+//! Records are stored here (numbered, counted for `/metrics`, written once),
+//! so a record is stored the same way whichever connection brought it, and
+//! the substitute records of a closed connection's open tickets are made
+//! here too.
+
+use std::sync::Arc;
+
+use strata_protocol::record::RequestRecord;
+use strata_protocol::stats::RequestStats;
+use strata_protocol::wire::{RequestLogStats, RouterMetrics, ServiceTier, SubmittedRecord};
+
+use super::orphans::{self, Claim, Orphans};
+use crate::accounting::Accounting;
+use crate::engine::{Counters, OpenTicket};
+
+/// What every proxy connection shares: the identity checks a hello must
+/// pass, and the instance-wide state that must stay unique and survive
+/// while proxies come and go (arrival numbers and the engine's counts, the
+/// accounting store).
+pub struct LinkShared {
+    pub fingerprint: u64,
+    /// The largest frame a proxy may send ([`Config::proxy_frame_limit`]);
+    /// a longer one ends the connection when its length prefix arrives.
+    ///
+    /// [`Config::proxy_frame_limit`]: strata_protocol::config::Config::proxy_frame_limit
+    pub proxy_frame_limit: u32,
+    pub instance_id: String,
+    /// Arrival numbers and router-wide counts, shared with the engine.
+    pub counters: Arc<Counters>,
+    pub accounting: Accounting,
+    /// Substitute records for the tickets of closed connections.
+    pub orphans: Orphans,
+    /// Counters and histograms over every stored record.
+    pub stats: std::sync::Mutex<RequestStats>,
+}
+
+impl LinkShared {
+    /// Stores a finished request's record: assigns its completion `seq`
+    /// (and its arrival number if the proxy could not get one), then keeps
+    /// and writes the one serialized text.
+    pub(super) fn store(&self, submitted: SubmittedRecord) {
+        let SubmittedRecord { record, tier } = submitted;
+        if self.orphans.claim(&record.request_id) == Claim::Duplicate {
+            tracing::info!(
+                request_id = %record.request_id,
+                "a record arrived after the supervisor wrote one for its lost connection; dropped"
+            );
+            return;
+        }
+        self.store_new(record, tier);
+    }
+
+    /// Stores a record no substitute can stand for.
+    fn store_new(&self, mut record: RequestRecord, tier: ServiceTier) {
+        if record.arrival_seq == 0 {
+            record.arrival_seq = self.counters.next_arrival();
+        }
+        // A request that ended before the proxy could number it (its
+        // handler was dropped mid-upload) still gets a unique ID.
+        if record.request_id.is_empty() {
+            record.request_id =
+                strata_protocol::ids::request_id(&self.instance_id, record.arrival_seq);
+        }
+        self.stats
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .observe(&record, tier);
+        self.accounting.submit(|seq| {
+            record.seq = seq;
+            Arc::from(record.to_json())
+        });
+    }
+
+    /// A connection of proxy `pid` closed with these tickets open: writes
+    /// their substitute records now if the process is gone, or once it is
+    /// (while it lives, it may still send the real ones).
+    pub(super) fn orphaned(self: &Arc<Self>, pid: u32, open: Vec<OpenTicket>) {
+        if open.is_empty() {
+            return;
+        }
+        let ended = strata_protocol::record::unix_ms(std::time::SystemTime::now());
+        let records: Vec<SubmittedRecord> = open
+            .iter()
+            .map(|ticket| SubmittedRecord {
+                record: ticket.substitute_record(&self.instance_id, ended),
+                tier: ticket.tier,
+            })
+            .collect();
+        tracing::warn!(
+            pid,
+            tickets = records.len(),
+            "a proxy connection closed with open tickets; the supervisor writes their records"
+        );
+        if !self.orphans.is_alive(pid) {
+            self.orphans.written(&records);
+            for SubmittedRecord { record, tier } in records {
+                self.store_new(record, tier);
+            }
+            return;
+        }
+        let ids = self.orphans.wait(pid, records);
+        let shared = self.clone();
+        tokio::spawn(async move {
+            while shared.orphans.is_alive(pid) && !shared.orphans.all_claimed(&ids) {
+                tokio::time::sleep(orphans::PEER_POLL).await;
+            }
+            for SubmittedRecord { record, tier } in shared.orphans.take_unclaimed(&ids) {
+                shared.store_new(record, tier);
+            }
+        });
+    }
+
+    /// At exit: writes the waiting substitutes whose proxy is gone.
+    pub fn write_orphans_of_gone_proxies(&self) {
+        for SubmittedRecord { record, tier } in self.orphans.take_of_gone_proxies() {
+            self.store_new(record, tier);
+        }
+    }
+
+    /// The router-wide figures of `/metrics`, from the shared counters and
+    /// the store; the held requests are the engine's to add.
+    pub(super) fn metrics(&self) -> RouterMetrics {
+        let stats = self.accounting.stats();
+        let (queue_depth, queue_depth_by_tier, in_flight) = self.counters.totals();
+        let (queue_depth_by_model, proxies) = self.counters.by_model_and_proxies();
+        RouterMetrics {
+            queue_depth,
+            queue_depth_by_tier,
+            queue_depth_by_model,
+            in_flight,
+            proxies,
+            model_loads: self.counters.loads(),
+            in_flight_requests: Vec::new(),
+            requests: self
+                .stats
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .clone(),
+            request_log: RequestLogStats {
+                write_errors: stats.write_errors,
+                write_drops: stats.write_drops,
+                evicted: stats.evicted,
+                records_in_ring: stats.records_in_ring,
+                next_seq: stats.next_seq,
+                instance_id: self.instance_id.clone(),
+            },
+        }
+    }
+}
