@@ -767,6 +767,14 @@ const RANGES: &[Range] = &[
         get: |c| c.timers.model_grace_ms,
     },
     Range {
+        key: "model_hold_max_ms",
+        wait_first: true,
+        min: 0,
+        max: DAY,
+        default: Some(0),
+        get: |c| c.timers.model_hold_max_ms,
+    },
+    Range {
         key: "cache_lookup_ms",
         wait_first: false,
         min: 0,
@@ -1316,6 +1324,7 @@ fn fingerprint_changes_with_every_setting() {
         ("shutdown_ms", |v| v["shutdown_ms"] = json!(5)),
         ("drain_ms", |v| v["drain_ms"] = json!(5)),
         ("model_grace_ms", |v| v["model_grace_ms"] = json!(5)),
+        ("model_hold_max_ms", |v| v["model_hold_max_ms"] = json!(5)),
         ("cache_lookup_ms", |v| v["cache_lookup_ms"] = json!(5)),
         ("max_request_body_bytes", |v| {
             v["max_request_body_bytes"] = json!(5)

@@ -76,9 +76,9 @@ impl App {
     /// Tests: an `App` around `link`, with a config that matches nothing in
     /// particular (one model, `m`; the default timers and scheduling).
     pub fn for_tests(link: SupervisorLink) -> Arc<App> {
-        let config = strata_protocol::config::testing::one_model_config(
-            std::path::Path::new("/nonexistent/control.sock"),
-        );
+        let config = strata_protocol::config::testing::one_model_config(std::path::Path::new(
+            "/nonexistent/control.sock",
+        ));
         App::new(Arc::new(config), link)
     }
 }

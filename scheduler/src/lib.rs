@@ -31,6 +31,17 @@
 //!   ties keep arrival order). Scores come from a lookup the plan asks for;
 //!   without valid scores (lookup failed, late, or invalidated) arrival
 //!   order stands. At most one lookup per admission round.
+//! - **Hold bound** (wait-first, opt-in `model_hold_max_ms`): once the
+//!   best tier's earliest ticket for another model has waited that long,
+//!   counted from the later of its arrival and the moment the serving
+//!   model became ready, the serving model gets no new grants and the
+//!   switch follows as soon as its leases end, without grace. Counting from
+//!   readiness means a switch always serves the group it was made for:
+//!   tickets that waited through a load cannot force the next switch at
+//!   once.
+//! - **Abandoned loads** (wait-first): a load whose tickets have all gone
+//!   (their clients left) while a ticket for another model waits is
+//!   cancelled, unless an operator `on` started it.
 //! - **Idle unload** waits for no lease, an empty queue and
 //!   `max(idle_ms, model_grace_ms)` of quiet.
 //!
@@ -75,6 +86,9 @@ pub struct Rules {
     pub idle: Duration,
     /// Cache lookups are enabled (`cache_lookup_ms` > 0).
     pub cache_lookup: bool,
+    /// Wait-first `model_hold_max_ms`; `None` when 0 (off, the spec's
+    /// behaviour).
+    pub hold_max: Option<Duration>,
 }
 
 impl Rules {
@@ -91,6 +105,8 @@ impl Rules {
             grace: Duration::from_millis(config.timers.model_grace_ms),
             idle: Duration::from_millis(config.timers.idle_ms),
             cache_lookup: config.cache_lookup_timeout().is_some(),
+            hold_max: (config.timers.model_hold_max_ms > 0)
+                .then(|| Duration::from_millis(config.timers.model_hold_max_ms)),
         }
     }
 }
@@ -103,6 +119,8 @@ pub struct Waiting {
     pub tier: ServiceTier,
     /// Supervisor-wide arrival order.
     pub arrival: u64,
+    /// When it entered the queue (the hold bound counts from it).
+    pub arrived_at: Instant,
     /// Legacy `queue_ms`: when the ticket fails if it has no lease yet.
     pub deadline: Option<Instant>,
     /// Admitted to the running load: out of the queue in every sense
@@ -164,6 +182,12 @@ pub struct View<'a> {
     /// When the last lease ended (or a load or `on` finished): the start of
     /// the grace and idle clocks.
     pub quiet_since: Instant,
+    /// When the serving backend became ready (the hold bound counts from
+    /// it).
+    pub ready_since: Instant,
+    /// The running load was started by an operator `on`: it is never
+    /// abandoned.
+    pub load_pinned: bool,
     /// Per model: no launch of it before this (its last start failed).
     pub cooldowns: &'a BTreeMap<String, Instant>,
     pub hold: Hold,
@@ -198,6 +222,8 @@ pub enum Decision {
     /// Score these tickets (the competitors of one admission) against the
     /// serving backend's cache.
     StartLookup(Vec<TicketKey>),
+    /// Stop the running load: nobody waits for it, and another model does.
+    CancelLoad,
 }
 
 /// The decisions due now, in order, and when something becomes due next
@@ -356,10 +382,36 @@ fn wait_first(
         BackendView::Loading { model } => (Some(model), false),
         BackendView::Empty | BackendView::Busy => (None, false),
     };
+    // The best tier's earliest ticket for another model (or for any model
+    // when nothing runs): what a switch would serve.
+    let first_other = waiting
+        .iter()
+        .find(|ticket| ticket.tier == top && Some(ticket.model.as_str()) != model);
+    if let BackendView::Loading { model } = view.backend
+        && first_other.is_some()
+        && !view.load_pinned
+        && admitted == 0
+        && !waiting.iter().any(|ticket| ticket.model == model)
+    {
+        // Every client of this load has gone, and another model waits.
+        plan.decisions.push(Decision::CancelLoad);
+        return;
+    }
+    let held_too_long = match (view.backend, first_other, rules.hold_max) {
+        (BackendView::Serving { .. }, Some(first), Some(bound)) => {
+            let until = first.arrived_at.max(view.ready_since) + bound;
+            if view.now < until {
+                plan.wake(until);
+            }
+            view.now >= until
+        }
+        _ => false,
+    };
     // Admission for the model that serves or loads, best tier first; a tier
     // with tickets left (for this model or another) holds back the rest.
+    // Past the hold bound the serving model gets no new grants.
     let mut left_at_top = false;
-    if let Some(model) = model {
+    if let Some(model) = model.filter(|_| !held_too_long) {
         for tier in ServiceTier::ALL.into_iter().filter(|tier| *tier >= top) {
             let at_tier: Vec<&Waiting> = waiting
                 .iter()
@@ -407,19 +459,21 @@ fn wait_first(
     }
     // A switch: the best tier's earliest ticket is for another model (or
     // nothing runs), every lease has ended, and the model has been quiet
-    // for the grace period (priority does not wait for it).
-    let first_other = waiting
-        .iter()
-        .find(|ticket| ticket.tier == top && Some(ticket.model.as_str()) != model);
+    // for the grace period (priority and a held-too-long ticket do not wait
+    // for it).
     let Some(first) = first_other else {
         return;
     };
     // The running model is not quiet while it has work, waiting included.
-    if matches!(view.backend, BackendView::Loading { .. }) || used > 0 || left_at_top {
+    if matches!(view.backend, BackendView::Loading { .. })
+        || used > 0
+        || (left_at_top && !held_too_long)
+    {
         return;
     }
     if let BackendView::Serving { .. } = view.backend
         && top != ServiceTier::Priority
+        && !held_too_long
     {
         let quiet_until = view.quiet_since + rules.grace;
         if view.now < quiet_until {

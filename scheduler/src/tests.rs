@@ -20,6 +20,7 @@ fn rules(mode: Mode, max_pending: usize) -> Rules {
         grace: GRACE,
         idle: IDLE,
         cache_lookup: true,
+        hold_max: None,
     }
 }
 
@@ -41,6 +42,8 @@ struct World {
     leases: usize,
     header_waits: usize,
     quiet_since: Instant,
+    ready_since: Instant,
+    load_pinned: bool,
     cooldowns: BTreeMap<String, Instant>,
     hold: Hold,
     usable: bool,
@@ -61,6 +64,8 @@ impl World {
             header_waits: 0,
             // Quiet long enough that grace never holds unless a test says so.
             quiet_since: now - GRACE * 10,
+            ready_since: now - GRACE * 10,
+            load_pinned: false,
             cooldowns: BTreeMap::new(),
             hold: Hold::None,
             usable: false,
@@ -93,6 +98,7 @@ impl World {
                 model: (*model).to_owned(),
                 tier: *tier,
                 arrival: *id,
+                arrived_at: self.now,
                 deadline: None,
                 admitted: false,
             });
@@ -123,6 +129,8 @@ impl World {
             leases: self.leases,
             header_waits: self.header_waits,
             quiet_since: self.quiet_since,
+            ready_since: self.ready_since,
+            load_pinned: self.load_pinned,
             cooldowns: &self.cooldowns,
             hold: self.hold,
             cache: CacheView {
@@ -161,6 +169,7 @@ impl World {
                 Decision::Fail(key, _) => self.queue.retain(|ticket| ticket.key != *key),
                 Decision::Unload => self.runs = Runs::Nothing,
                 Decision::StartLookup(_) => self.tried = true,
+                Decision::CancelLoad => self.runs = Runs::Nothing,
             }
         }
         if let Some(model) = loaded {
@@ -439,6 +448,74 @@ fn an_operator_operation_holds_everything() {
         .queue(&[(1, "a", D)]);
     world.hold = Hold::Everything;
     assert_eq!(world.decide(), Plan::default());
+}
+
+#[test]
+fn a_load_nobody_waits_for_is_cancelled_when_another_model_waits() {
+    let base = || {
+        World::new(Mode::WaitFirst, 16)
+            .loading("a")
+            .queue(&[(1, "b", D)])
+    };
+    assert_eq!(base().decide().decisions, [Decision::CancelLoad]);
+    // Not when a ticket for it still waits (it joins) or is admitted.
+    let joins = base().queue(&[(2, "a", D)]);
+    assert_eq!(joins.decide().decisions, [Decision::Admit((1, 2))]);
+    let mut admitted = base().queue(&[(2, "a", D)]);
+    admitted.queue[1].admitted = true;
+    assert_eq!(admitted.decide().decisions, []);
+    // Not an operator's load, not without another model waiting, not in
+    // legacy mode.
+    let mut pinned = base();
+    pinned.load_pinned = true;
+    assert_eq!(pinned.decide().decisions, []);
+    let alone = World::new(Mode::WaitFirst, 16).loading("a");
+    assert_eq!(alone.decide().decisions, []);
+    let legacy = World::new(Mode::Legacy, 16)
+        .loading("a")
+        .queue(&[(1, "b", D)]);
+    assert!(!legacy.decide().decisions.contains(&Decision::CancelLoad));
+}
+
+#[test]
+fn past_the_hold_bound_the_serving_model_gets_no_grants_and_the_switch_skips_grace() {
+    let bound = Duration::from_secs(10);
+    let world = |waited: Duration, ready: Duration, leases: usize| {
+        let mut world = World::new(Mode::WaitFirst, 16)
+            .serving("a")
+            .leases(leases)
+            .queue(&[(1, "b", D), (2, "a", D)]);
+        world.rules.hold_max = Some(bound);
+        world.queue[0].arrived_at = world.now - waited;
+        world.ready_since = world.now - ready;
+        // Inside the grace: only the bound can switch now.
+        world.quiet_since = world.now;
+        world
+    };
+    let secs = Duration::from_secs;
+    // (b waited, a ready for, leases, decisions)
+    let cases: Vec<(Duration, Duration, usize, Vec<Decision>)> = vec![
+        (secs(9), secs(60), 0, grants(&[2])),
+        (secs(10), secs(60), 0, load("b", &[1])),
+        // Leases on a: no grants for a, and the switch waits for them.
+        (secs(10), secs(60), 3, vec![]),
+        // Counted from a's readiness: b waited through a's load.
+        (secs(60), secs(5), 0, grants(&[2])),
+    ];
+    for (waited, ready, leases, expected) in cases {
+        let plan = world(waited, ready, leases).decide();
+        assert_eq!(
+            plan.decisions, expected,
+            "waited {waited:?}, ready {ready:?}"
+        );
+    }
+    // It wakes when the bound ends.
+    let w = world(secs(9), secs(60), 0);
+    assert_eq!(w.decide().wake_at, Some(w.now + secs(1)));
+    // Off by default: grace holds as the spec says.
+    let mut off = world(secs(600), secs(600), 0);
+    off.rules.hold_max = None;
+    assert_eq!(off.decide().decisions, grants(&[2]));
 }
 
 // ---- cache order ------------------------------------------------------------

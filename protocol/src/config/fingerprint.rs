@@ -129,7 +129,7 @@ fn settings_text(config: &Config) -> String {
             scheduling.wait_when_busy, scheduling.max_pending, scheduling.cache_max_active
         ),
         format!(
-            "timers queue {} response {} startup {} cooldown {} idle {} shutdown {} drain {} grace {} cache_lookup {}",
+            "timers queue {} response {} startup {} cooldown {} idle {} shutdown {} drain {} grace {} cache_lookup {}{}",
             timers.queue_ms,
             timers.response_ms,
             timers.startup_ms,
@@ -138,7 +138,15 @@ fn settings_text(config: &Config) -> String {
             timers.shutdown_ms,
             timers.drain_ms,
             timers.model_grace_ms,
-            timers.cache_lookup_ms
+            timers.cache_lookup_ms,
+            // Written only when set, so a config without it keeps the
+            // fingerprint it had before the key existed (a proxy and a
+            // supervisor from either side of that change still agree).
+            if timers.model_hold_max_ms > 0 {
+                format!(" hold_max {}", timers.model_hold_max_ms)
+            } else {
+                String::new()
+            }
         ),
     ];
     for line in lines {

@@ -43,6 +43,7 @@
 //! | `shutdown_ms` | integer | 10000 | 1..=86400000 |
 //! | `drain_ms` | integer | legacy `shutdown_ms`, wait-first 0 | 0..=86400000; 0 waits for all accepted work |
 //! | `model_grace_ms` | integer | 2000 | 0..=600000 |
+//! | `model_hold_max_ms` | integer | 0 | 0..=86400000; 0 is off; wait-first only |
 //! | `cache_lookup_ms` | integer | 1000 | 0..=10000; 0 disables lookups |
 //! | `cache_max_active` | integer | 0 | 0..=1024; 0 = no extra limit |
 //! | `models` | object | required | at least one entry |
@@ -120,7 +121,7 @@ pub const DEFAULT_MAX_REQUEST_BODY_BYTES: u64 = 268_435_456;
 pub const MAX_MAX_REQUEST_BODY_BYTES: u64 = 1_073_741_824;
 
 /// Every key the top-level object may carry.
-pub const TOP_LEVEL_KEYS: [&str; 27] = [
+pub const TOP_LEVEL_KEYS: [&str; 28] = [
     "python",
     "strata_dir",
     "listen",
@@ -143,6 +144,7 @@ pub const TOP_LEVEL_KEYS: [&str; 27] = [
     "shutdown_ms",
     "drain_ms",
     "model_grace_ms",
+    "model_hold_max_ms",
     "cache_lookup_ms",
     "cache_max_active",
     "models",

@@ -69,6 +69,10 @@ pub struct Timers {
     /// `model_grace_ms`: how long the loaded model stays selected after its
     /// last request; 0 disables the preference.
     pub model_grace_ms: u64,
+    /// `model_hold_max_ms` (wait-first): once another model's request has
+    /// waited this long (from the later of its arrival and the loaded
+    /// model's readiness), the loaded model gets no new grants; 0 is off.
+    pub model_hold_max_ms: u64,
     /// `cache_lookup_ms`: bound on one complete cache lookup; 0 disables
     /// lookups.
     pub cache_lookup_ms: u64,
@@ -102,6 +106,7 @@ pub(crate) fn parse(root: &Obj<'_>) -> Result<(Scheduling, Timers), ConfigError>
             0..=MAX_MODEL_GRACE_MS,
             DEFAULT_MODEL_GRACE_MS,
         )?,
+        model_hold_max_ms: duration("model_hold_max_ms", 0, 0)?,
         cache_lookup_ms: root.u64_or(
             "cache_lookup_ms",
             0..=MAX_CACHE_LOOKUP_MS,

@@ -52,7 +52,7 @@ pub fn render(
     out.family(
         "model_loads_total",
         "counter",
-        "Finished model loads by outcome (verified, failed, cancelled).",
+        "Finished model loads by outcome (verified, failed, cancelled, abandoned).",
     );
     if let Some(metrics) = metrics {
         for ((model, outcome), count) in &metrics.model_loads {

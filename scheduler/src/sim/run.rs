@@ -20,6 +20,8 @@
 //!   idle unload follow from the decision function's wake-ups. An unload
 //!   takes no time (its cost is the next load).
 //! - A cache lookup is answered at once with each request's `cache_rank`.
+//! - A cancelled load (abandoned: nobody waits for it) stops at once; the
+//!   real one stops at its next readiness poll.
 //!
 //! No sleeps, sockets or threads: time jumps from one event to the next.
 
@@ -165,6 +167,8 @@ struct Sim<'a> {
     backend: Backend,
     load_seq: u64,
     quiet_since: Duration,
+    /// When the serving model became ready.
+    ready_since: Duration,
     cooldowns: BTreeMap<String, Instant>,
     cache: CacheState,
     lookups: u64,
@@ -197,6 +201,7 @@ impl<'a> Sim<'a> {
             backend: Backend::Empty,
             load_seq: 0,
             quiet_since: Duration::ZERO,
+            ready_since: Duration::ZERO,
             cooldowns: BTreeMap::new(),
             cache: CacheState::default(),
             lookups: 0,
@@ -341,6 +346,7 @@ impl<'a> Sim<'a> {
             model,
             tier: self.reqs[i].tier,
             arrival: self.arrivals,
+            arrived_at: self.at(self.now),
             deadline,
             admitted: false,
         });
@@ -434,6 +440,7 @@ impl<'a> Sim<'a> {
         self.cooldowns.remove(&model);
         self.backend = Backend::Serving { model };
         self.quiet_since = self.now;
+        self.ready_since = self.now;
         for i in admitted {
             self.take_ticket(i);
             self.grant(i);
@@ -465,6 +472,8 @@ impl<'a> Sim<'a> {
             leases: self.leases.len(),
             header_waits: self.leases.values().filter(|l| l.header_wait).count(),
             quiet_since: self.at(self.quiet_since),
+            ready_since: self.at(self.ready_since),
+            load_pinned: false,
             cooldowns: &self.cooldowns,
             hold: Hold::None,
             cache: self.cache.view(self.settings.rules.cache_lookup && serving),
@@ -529,6 +538,15 @@ impl<'a> Sim<'a> {
                 }
             }
             Decision::Unload => self.backend = Backend::Empty,
+            // The starting child is stopped at once (the real one on its
+            // next readiness poll).
+            Decision::CancelLoad => {
+                if let Backend::Loading { span, .. } = self.backend {
+                    self.loads[span].end = self.now;
+                    self.loads[span].outcome = LoadOutcome::Abandoned;
+                    self.backend = Backend::Empty;
+                }
+            }
             Decision::StartLookup(keys) => {
                 self.lookups += 1;
                 let until = self.at(self.now + Duration::from_secs(1));

@@ -22,6 +22,7 @@ fn settings(mode: Mode, grace_ms: u64) -> Settings {
             grace: ms(grace_ms),
             idle: Duration::from_secs(600),
             cache_lookup: false,
+            hold_max: None,
         },
         queue_timeout: None,
         cooldown: Duration::from_secs(30),
@@ -269,4 +270,51 @@ fn one_workload_gives_one_timeline() {
             "{policy:?}"
         );
     }
+}
+
+#[test]
+fn the_hold_bound_lets_the_other_model_in_without_thrashing() {
+    // Two agents that never leave their model quiet for the grace.
+    let mut w = workload(&[("a", 20_000), ("b", 20_000)]);
+    let busy: Vec<(u64, u64)> = (0..30).map(|_| (500, 4000)).collect();
+    w.agents = vec![agent("a", 0, &busy), agent("b", 100, &busy)];
+    let mut held = settings(Mode::WaitFirst, 2000);
+    let without = simulate(&w, &held, Policy::Router);
+    assert_eq!(
+        without.load_sequence(),
+        ["a", "b"],
+        "grace keeps a for its session"
+    );
+    // A bound below the load time: still every load serves its group.
+    held.rules.hold_max = Some(ms(5000));
+    let with = simulate(&w, &held, Policy::Router);
+    assert!(with.loads.len() > 2, "{:?}", with.load_sequence());
+    for (load, next) in with.loads.iter().zip(with.loads.iter().skip(1)) {
+        let served = with.requests.iter().any(|r| {
+            r.model == load.model
+                && r.granted
+                    .is_some_and(|at| at >= load.end && at <= next.start)
+        });
+        assert!(
+            served,
+            "the load of {} at {:?} served nobody",
+            load.model, load.start
+        );
+    }
+    let worst = |t: &Timeline| Metrics::of(t).worst_model_wait_ms();
+    assert!(worst(&with) < worst(&without));
+}
+
+#[test]
+fn an_abandoned_load_is_cancelled_for_the_model_that_waits() {
+    let mut w = workload(&[("a", 10_000), ("b", 1000)]);
+    let mut leaves = request(0, "a", 500);
+    leaves.patience = Some(ms(2000));
+    w.requests = vec![leaves, request(1000, "b", 500)];
+    let timeline = simulate(&w, &settings(Mode::WaitFirst, 0), Policy::Router);
+    assert_eq!(timeline.load_sequence(), ["a", "b"]);
+    assert_eq!(timeline.loads[0].outcome, LoadOutcome::Abandoned);
+    assert_eq!(timeline.loads[0].end, ms(2000));
+    // b waited only for its own load after a's client left.
+    assert_eq!(timeline.requests[1].wait(), Some(ms(2000)));
 }

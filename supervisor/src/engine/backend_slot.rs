@@ -32,6 +32,8 @@ pub enum CancelReason {
     /// go back to waiting.
     ControlClientGone,
     Shutdown,
+    /// Every ticket of the load has gone while another model waits.
+    Abandoned,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +78,13 @@ pub enum Finished {
         load_ms: u64,
     },
     /// Load `seq` was cancelled (or stopped by a cancel); nothing serves.
-    Cancelled { seq: u64, model: String },
+    Cancelled {
+        seq: u64,
+        model: String,
+        /// Why it was asked to stop (`None`: it stopped on its own with
+        /// `Cancelled`).
+        reason: Option<CancelReason>,
+    },
     /// Load `seq` failed; its model cools down.
     Failed {
         seq: u64,
@@ -106,6 +114,8 @@ pub struct LoadProgress {
 pub struct BackendSlot {
     /// The verified backend, when one is running and no op owns it.
     backend: Option<Backend>,
+    /// When it was verified.
+    ready_since: Option<Instant>,
     /// Verified starts so far; the serving backend's [`BackendInstance`]
     /// epoch.
     epoch: u64,
@@ -223,6 +233,11 @@ impl BackendSlot {
     /// The model the backend runs or last ran (kept over a child's death).
     pub fn selected(&self) -> Option<&str> {
         self.selected.as_deref()
+    }
+
+    /// When the serving backend was verified.
+    pub fn ready_since(&self) -> Option<Instant> {
+        self.ready_since.filter(|_| self.backend.is_some())
     }
 
     pub fn last_loaded(&self) -> Option<&str> {
@@ -391,11 +406,18 @@ impl BackendSlot {
                     unreachable!("a load's outcome matched a stop")
                 };
                 match result {
-                    Ok(backend) => self.serve(seq, model, switch, backend, load_ms),
+                    Ok(backend) => {
+                        self.ready_since = Some(now);
+                        self.serve(seq, model, switch, backend, load_ms)
+                    }
                     Err(err) => {
                         self.selected = None;
                         if matches!(err, StartError::Cancelled) || cancelled.is_some() {
-                            return Finished::Cancelled { seq, model };
+                            return Finished::Cancelled {
+                                seq,
+                                model,
+                                reason: cancelled,
+                            };
                         }
                         let message = err.to_string();
                         self.last_startup_error = Some(message.clone());

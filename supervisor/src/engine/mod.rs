@@ -207,7 +207,8 @@ impl Counters {
         )
     }
 
-    /// One finished load of `model`: `verified`, `failed` or `cancelled`.
+    /// One finished load of `model`: `verified`, `failed`, `cancelled` or
+    /// `abandoned`.
     fn count_load(&self, model: &str, outcome: &str) {
         *lock(&self.loads)
             .entry((model.to_owned(), outcome.to_owned()))

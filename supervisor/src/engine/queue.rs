@@ -215,6 +215,7 @@ mod tests {
             model: model.into(),
             tier: ServiceTier::Default,
             arrival: id,
+            arrived_at: Instant::now(),
             deadline: None,
             admitted: false,
         }

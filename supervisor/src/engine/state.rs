@@ -284,6 +284,7 @@ impl Engine {
             model,
             tier,
             arrival: arrival.arrival_seq,
+            arrived_at: now.at,
             deadline,
             admitted: false,
         };
@@ -537,6 +538,8 @@ impl Engine {
             leases: self.leases.len(),
             header_waits: self.leases.header_waits(),
             quiet_since: self.leases.quiet_since(),
+            ready_since: self.slot.ready_since().unwrap_or(now.at),
+            load_pinned: self.slot.control_load_running(),
             cooldowns: self.slot.cooldowns(),
             hold,
             cache: self
@@ -578,6 +581,13 @@ impl Engine {
                 self.start_stop(StopReason::Idle, now);
             }
             Decision::StartLookup(keys) => self.start_lookup(keys, now),
+            Decision::CancelLoad => {
+                tracing::info!(
+                    model = ?self.slot.loading_model(),
+                    "nobody waits for the load any more: cancelling it"
+                );
+                self.slot.cancel_load(CancelReason::Abandoned);
+            }
         }
     }
 
@@ -734,9 +744,13 @@ impl Engine {
                 }
                 (model, Ok(()))
             }
-            Finished::Cancelled { seq, model } => {
-                tracing::info!(model, "load cancelled");
-                self.counters.count_load(&model, "cancelled");
+            Finished::Cancelled { seq, model, reason } => {
+                tracing::info!(model, ?reason, "load cancelled");
+                let outcome = match reason {
+                    Some(CancelReason::Abandoned) => "abandoned",
+                    _ => "cancelled",
+                };
+                self.counters.count_load(&model, outcome);
                 // Requests admitted to a load that its `on` client
                 // abandoned go back to waiting; a new load follows.
                 self.queue.return_admitted(seq);
