@@ -3,16 +3,18 @@
 //!
 //! A running op owns the `Backend` value it works on, so nothing else can
 //! signal that process meanwhile. Each op reports progress and its outcome
-//! to the engine through the engine's own command channel, tagged with the
-//! op's sequence number so a stale report is recognisable. The engine hands
+//! ([`OpReport`]) to whoever runs it (the engine's own command channel),
+//! tagged with the op's sequence number so a stale report is recognisable. The engine hands
 //! each op to an [`OpRunner`] as an [`OpRequest`]; in unit tests the runner
 //! passes the requests to the test instead, which answers them itself.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+#[cfg(test)]
+use tokio::sync::mpsc;
+use tokio::sync::watch;
 
-use super::Command;
 use crate::backend::{self, Backend, LaunchSpec, StartError, StartProgress, StopReport};
 
 /// Progress of the running op.
@@ -51,6 +53,16 @@ pub enum OpOutcome {
     },
 }
 
+/// What a running op tells the engine.
+#[derive(Debug)]
+pub enum OpReport {
+    Progress(OpProgress),
+    Finished(OpOutcome),
+}
+
+/// Where an op's reports go.
+pub type Reporter = Arc<dyn Fn(OpReport) + Send + Sync>;
+
 /// One op the engine wants run.
 #[derive(Debug)]
 pub enum OpRequest {
@@ -67,12 +79,11 @@ pub enum OpRequest {
 }
 
 /// Where the engine's ops run.
-#[derive(Debug)]
 pub enum OpRunner {
-    /// As tasks on the current runtime, reporting to the engine's channel;
-    /// `shutdown` is the SIGTERM-to-SIGKILL grace of a stop.
+    /// As tasks on the current runtime, reporting to `report`; `shutdown`
+    /// is the SIGTERM-to-SIGKILL grace of a stop.
     Tasks {
-        engine: mpsc::UnboundedSender<Command>,
+        report: Reporter,
         shutdown: Duration,
     },
     /// Tests: each request goes to the test, which answers it with
@@ -84,15 +95,15 @@ pub enum OpRunner {
 impl OpRunner {
     pub fn run(&self, request: OpRequest) {
         match self {
-            OpRunner::Tasks { engine, shutdown } => match request {
+            OpRunner::Tasks { report, shutdown } => match request {
                 OpRequest::Load {
                     op_seq,
                     old,
                     spec,
                     cancel,
-                } => spawn_load(op_seq, old, spec, *shutdown, cancel, engine.clone()),
+                } => spawn_load(op_seq, old, spec, *shutdown, cancel, report.clone()),
                 OpRequest::Stop { op_seq, backend } => {
-                    spawn_stop(op_seq, backend, *shutdown, engine.clone())
+                    spawn_stop(op_seq, backend, *shutdown, report.clone())
                 }
             },
             #[cfg(test)]
@@ -109,13 +120,11 @@ fn spawn_load(
     spec: LaunchSpec,
     shutdown: Duration,
     cancel: watch::Receiver<bool>,
-    engine: mpsc::UnboundedSender<Command>,
+    reporter: Reporter,
 ) {
     tokio::spawn(async move {
         let started = Instant::now();
-        let report = |event| {
-            let _ = engine.send(Command::OpProgress(OpProgress { op_seq, event }));
-        };
+        let report = |event| reporter(OpReport::Progress(OpProgress { op_seq, event }));
         if let Some(old) = old {
             let pid = old.pid();
             report(ProgressEvent::StoppingOld { pid });
@@ -125,7 +134,7 @@ fn spawn_load(
         let mut on_progress = |progress: StartProgress| report(ProgressEvent::Start(progress));
         let result = backend::start(&spec, &mut on_progress, &cancel).await;
         let load_ms = started.elapsed().as_millis() as u64;
-        let _ = engine.send(Command::OpFinished(OpOutcome::Loaded {
+        reporter(OpReport::Finished(OpOutcome::Loaded {
             op_seq,
             result,
             load_ms,
@@ -133,16 +142,11 @@ fn spawn_load(
     });
 }
 
-fn spawn_stop(
-    op_seq: u64,
-    backend: Backend,
-    shutdown: Duration,
-    engine: mpsc::UnboundedSender<Command>,
-) {
+fn spawn_stop(op_seq: u64, backend: Backend, shutdown: Duration, reporter: Reporter) {
     tokio::spawn(async move {
         let pid = backend.pid();
         let report = backend.stop(shutdown).await;
-        let _ = engine.send(Command::OpFinished(OpOutcome::Stopped {
+        reporter(OpReport::Finished(OpOutcome::Stopped {
             op_seq,
             pid,
             report,

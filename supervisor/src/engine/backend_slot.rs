@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use strata_protocol::config::Config;
 use strata_protocol::wire::{BackendInstance, LeaseFailure};
+use strata_scheduler::BackendView;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::backend_ops::{OpOutcome, OpProgress, OpRequest, ProgressEvent};
-use super::scheduler::BackendView;
 use crate::backend::{Backend, ExitInfo, LaunchSpec, StartError, StartProgress, StopReport};
 
 /// The cause a cooldown shows when its start error is not known.

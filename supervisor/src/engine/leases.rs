@@ -12,8 +12,7 @@ use std::collections::HashMap;
 use strata_protocol::wire::ServiceTier;
 use tokio::time::Instant;
 
-use super::ConnId;
-use super::scheduler::TicketKey;
+use strata_scheduler::{ConnId, TicketKey};
 
 /// One granted lease.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,8 +15,7 @@ use strata_protocol::record::{
 };
 use strata_protocol::wire::{ArrivalInfo, Grant, ServiceTier, TicketId, TicketRequest};
 
-use super::ConnId;
-use super::scheduler::TicketKey;
+use strata_scheduler::{ConnId, TicketKey};
 
 /// One ticket whose record has not arrived yet.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,8 +11,7 @@ use std::collections::{HashMap, HashSet};
 use strata_protocol::wire::{ArrivalInfo, BackendInstance, TicketId};
 use tokio::time::Instant;
 
-use super::ConnId;
-use super::scheduler::{CacheState, CacheView, TicketKey, Waiting};
+use strata_scheduler::{CacheState, CacheView, ConnId, TicketKey, Waiting};
 
 /// The most tickets one cache lookup scores.
 const MAX_LOOKUP_TICKETS: usize = 256;

@@ -4,17 +4,19 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use strata_protocol::api::InFlightRequest;
 use strata_protocol::config::{Config, ModelStatus};
+use strata_protocol::control::Status;
 use strata_protocol::ids;
 use strata_protocol::wire::{ModelStatusEntry, RouterState};
+use strata_scheduler::{Mode, TicketKey};
 use tokio::time::Instant;
 
 use super::backend_slot::BackendSlot;
+use super::counters::Counters;
 use super::leases::Leases;
 use super::ledger::Ledger;
 use super::queue::Queue;
-use super::scheduler::{Mode, TicketKey};
-use super::{Counters, InFlightRequest, Status};
 
 /// The engine's parts a report reads.
 #[derive(Debug, Clone, Copy)]

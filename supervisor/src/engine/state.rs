@@ -16,24 +16,28 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use strata_protocol::config::{Config, Registry};
+use strata_protocol::control::ControlEvent;
 use strata_protocol::record::unix_ms;
 use strata_protocol::wire::{
     CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure, RevokeReason, ServiceTier,
     SupervisorMessage, TicketId, TicketRequest,
+};
+use strata_scheduler::{
+    self as scheduler, ConnId, Decision, Failure, Hold, Mode, Refusal, Rules, TicketKey, Waiting,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::backend_ops::{OpOutcome, OpProgress, OpRunner, ProgressEvent};
 use super::backend_slot::{self, BackendSlot, CancelReason, Finished, StopReason};
+use super::command::{Command, ControlOpId};
+use super::counters::Counters;
 use super::drain::{self, Drain, DrainAction};
 use super::leases::{Lease, Leases};
 use super::ledger::Ledger;
 use super::operator::{self, Operator, OperatorAction};
 use super::queue::{Queue, TicketInfo};
 use super::report::Parts;
-use super::scheduler::{self, Decision, Failure, Hold, Mode, Refusal, Rules, TicketKey, Waiting};
-use super::{Command, ConnId, ControlEvent, ControlOpId, Counters};
 use crate::backend::StartProgress;
 
 /// How often the engine checks child death, drain deadlines and lookup

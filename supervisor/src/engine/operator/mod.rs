@@ -22,9 +22,9 @@ use std::time::Duration;
 use strata_protocol::config::{Registry, Resolution};
 use tokio::time::Instant;
 
-use super::ControlOpId;
 use super::backend_ops::ProgressEvent;
 use super::backend_slot::{CancelReason, StopReason};
+use super::command::ControlOpId;
 use crate::backend::StartProgress;
 
 /// What the engine does for the operator, in order.

@@ -1,0 +1,93 @@
+//! The router-wide counts the engine publishes after every change, read by
+//! the link without waiting for the engine.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use strata_protocol::wire::ArrivalInfo;
+
+/// Router-wide counts, published by the engine after every change so the
+/// link can answer arrivals and `/metrics` without waiting for the engine.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// The last arrival number handed out; the next is one more.
+    arrivals: AtomicU64,
+    queue_depth: AtomicU64,
+    queue_by_tier: [AtomicU64; 3],
+    in_flight: AtomicU64,
+    /// Waiting tickets per configured model.
+    queue_by_model: Mutex<BTreeMap<String, u64>>,
+    proxies: AtomicU64,
+    /// Finished loads by (model, outcome).
+    loads: Mutex<BTreeMap<(String, String), u64>>,
+}
+
+impl Counters {
+    /// Numbers one more arrival and snapshots the counts it found.
+    pub fn arrive(&self) -> ArrivalInfo {
+        ArrivalInfo {
+            arrival_seq: self.next_arrival(),
+            queue_depth: self.queue_depth.load(Ordering::Relaxed),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The next arrival number alone (for a record that has none).
+    pub fn next_arrival(&self) -> u64 {
+        self.arrivals.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Waiting requests, by tier, and admitted ones.
+    pub fn totals(&self) -> (u64, [u64; 3], u64) {
+        (
+            self.queue_depth.load(Ordering::Relaxed),
+            [0, 1, 2].map(|i| self.queue_by_tier[i].load(Ordering::Relaxed)),
+            self.in_flight.load(Ordering::Relaxed),
+        )
+    }
+
+    pub(super) fn publish(
+        &self,
+        by_tier: [u64; 3],
+        in_flight: u64,
+        count_by_model: impl FnOnce(&mut BTreeMap<String, u64>),
+        proxies: u64,
+    ) {
+        for (slot, count) in self.queue_by_tier.iter().zip(by_tier) {
+            slot.store(count, Ordering::Relaxed);
+        }
+        self.queue_depth
+            .store(by_tier.iter().sum(), Ordering::Relaxed);
+        self.in_flight.store(in_flight, Ordering::Relaxed);
+        count_by_model(&mut lock(&self.queue_by_model));
+        self.proxies.store(proxies, Ordering::Relaxed);
+    }
+
+    /// Waiting tickets per model, and connected proxies.
+    pub fn by_model_and_proxies(&self) -> (BTreeMap<String, u64>, u64) {
+        (
+            lock(&self.queue_by_model).clone(),
+            self.proxies.load(Ordering::Relaxed),
+        )
+    }
+
+    /// One finished load of `model`: `verified`, `failed`, `cancelled` or
+    /// `abandoned`.
+    pub(super) fn count_load(&self, model: &str, outcome: &str) {
+        *lock(&self.loads)
+            .entry((model.to_owned(), outcome.to_owned()))
+            .or_default() += 1;
+    }
+
+    /// Finished loads so far.
+    pub fn loads(&self) -> BTreeMap<(String, String), u64> {
+        lock(&self.loads).clone()
+    }
+}
+
+/// Every change under these locks is one assignment, so a poisoned lock
+/// still holds consistent data.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
+}
