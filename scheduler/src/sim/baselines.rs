@@ -10,15 +10,23 @@
 //!   the oldest request's model once the loaded one has no work (llama-swap's
 //!   run loop): no grace, no tiers.
 //!
-//! Both use `max_pending` as the dispatch limit, unload after `idle_ms`
+//! Both dispatch within the router's limits (`max_pending`, and
+//! `cache_max_active` when cache lookups are on), unload after `idle_ms`
 //! without work, and know no tiers, grace, cache order or queue deadline.
 
 use crate::{BackendView, Decision, Plan, View, Waiting};
 
+/// The router's dispatch limits apply to every policy alike, so the
+/// comparison is of order alone.
+pub fn dispatch_limit(rules: &crate::Rules) -> usize {
+    rules
+        .cache_max_active
+        .map_or(rules.max_pending, |cache| cache.min(rules.max_pending))
+        .max(1)
+}
+
 fn free(view: &View, admitted: usize) -> usize {
-    view.rules
-        .max_pending
-        .saturating_sub(view.leases + admitted)
+    dispatch_limit(view.rules).saturating_sub(view.leases + admitted)
 }
 
 /// Unloads after `idle_ms` of quiet with nothing to do.
@@ -82,7 +90,7 @@ pub fn fifo(view: &View) -> Plan {
             }
         }
         BackendView::Serving { .. } | BackendView::Empty if view.leases == 0 && admitted == 0 => {
-            load(&mut plan, run(), &head.model, view.rules.max_pending);
+            load(&mut plan, run(), &head.model, dispatch_limit(view.rules));
         }
         _ => {}
     }
@@ -119,7 +127,7 @@ pub fn collate(view: &View) -> Plan {
                     &mut plan,
                     of(&oldest.model),
                     &oldest.model,
-                    view.rules.max_pending,
+                    dispatch_limit(view.rules),
                 );
             }
         }
@@ -133,7 +141,7 @@ pub fn collate(view: &View) -> Plan {
                 &mut plan,
                 of(&oldest.model),
                 &oldest.model,
-                view.rules.max_pending,
+                dispatch_limit(view.rules),
             );
         }
         BackendView::Empty | BackendView::Busy => {}

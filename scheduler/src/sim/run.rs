@@ -53,8 +53,8 @@ pub enum Policy {
     /// A bound, not a policy: every model stays resident after its first
     /// load (as if the GPU held them all), so each is loaded once, at its
     /// first request, and a request waits only for that load and for a
-    /// dispatch slot (`max_pending`). No one-model policy can need fewer
-    /// loads or shorter waits.
+    /// dispatch slot (the router's limits, over all models at once). No
+    /// one-model policy can need fewer loads.
     Ideal,
 }
 
@@ -610,7 +610,7 @@ impl<'a> Sim<'a> {
         for i in waiting {
             let model = self.reqs[i].model.clone();
             if self.resident.contains(&model) {
-                if self.leases.len() < self.settings.rules.max_pending.max(1) {
+                if self.leases.len() < baselines::dispatch_limit(&self.settings.rules) {
                     self.take_ticket(i);
                     self.grant(i);
                 }
