@@ -5,7 +5,11 @@
 use nix::sys::signal::Signal;
 use serde_json::json;
 use strata_e2e::stack::proxy_command;
-use strata_e2e::{ConfigBuilder, DEADLINE, Daemon, ModelSpec, http, poll_until};
+use strata_e2e::{
+    ConfigBuilder, DEADLINE, Daemon, ModelSpec, concrete_model, http, model_ids, poll_until,
+};
+use strata_protocol::api::{Health, LinkStatus, ModelList};
+use strata_protocol::config::ModelStatus;
 
 const A: &str = "flash-a";
 
@@ -71,19 +75,14 @@ fn models_are_listed_from_the_config_while_the_supervisor_is_away() {
     poll_until(DEADLINE, "the proxy to notice", || {
         http::get(addr, "/health").status == 503
     });
-    let health = http::get(addr, "/health").json();
-    assert_eq!(health["supervisor"], "disconnected", "{health}");
-    let models = http::get(addr, "/v1/models").expect_status(200).json();
-    let ids: Vec<&str> = models["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|item| item["id"].as_str())
-        .collect();
-    assert_eq!(ids, [A], "{models}");
+    let health: Health = http::get(addr, "/health").document();
+    assert_eq!(health.supervisor, LinkStatus::Disconnected, "{health:?}");
+    let models: ModelList = http::get(addr, "/v1/models").expect_status(200).document();
+    assert_eq!(model_ids(&models), [A], "{models:#?}");
     assert_eq!(
-        models["data"][0]["status"], "prepared_unverified",
-        "{models}"
+        concrete_model(&models, A).status,
+        ModelStatus::PreparedUnverified,
+        "{models:#?}"
     );
 
     proxy.kill(Signal::SIGTERM);
