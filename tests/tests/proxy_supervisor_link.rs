@@ -10,6 +10,7 @@ use strata_e2e::{
 };
 use strata_protocol::api::{Health, LinkStatus, ModelList};
 use strata_protocol::config::ModelStatus;
+use strata_protocol::wire::RefuseReason;
 
 const A: &str = "flash-a";
 
@@ -45,8 +46,8 @@ fn a_proxy_with_a_different_model_configuration_is_refused_and_exits() {
         assert_eq!(status.code(), Some(78), "{name}: a refused proxy exits 78");
         let stderr = proxy.stderr();
         assert!(
-            stderr.contains("refused") && stderr.contains("fingerprint"),
-            "{name}: the reason names the refusal and the fingerprint:\n{stderr}"
+            stderr.contains("refused") && stderr.contains(&RefuseReason::Fingerprint.to_string()),
+            "{name}: the log names the refusal and the supervisor's reason:\n{stderr}"
         );
     }
     // The supervisor is unaffected.
