@@ -13,6 +13,7 @@ use std::thread;
 use common::*;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
+use strata_protocol::control::Done;
 
 const MODELS: &[TestModel] = &[
     TestModel {
@@ -54,6 +55,11 @@ fn final_event(out: &Output) -> Value {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 1, "stdout must be one JSON line: {stdout:?}");
     serde_json::from_str(lines[0]).expect("stdout is json")
+}
+
+/// The one stdout line of an `on`/`off`: the daemon's `done`, read exactly.
+fn final_done(out: &Output) -> Done {
+    parse_done(&final_event(out))
 }
 
 fn backend_pid(message: &str) -> Option<u32> {
@@ -101,11 +107,10 @@ fn on_status_off_against_a_real_supervisor() {
         expected_order.iter().collect::<Vec<_>>()
     );
     assert_eq!(last, "on: model up-a loaded and healthy, routing enabled");
-    let done = final_event(&out);
-    assert_eq!(done["event"], "done");
-    assert_eq!(done["ok"], true);
-    assert_eq!(done["message"], last.as_str());
-    let status = parse_status(&done);
+    let done = final_done(&out);
+    assert!(done.ok);
+    assert_eq!(done.message, last);
+    let status = done.status;
     assert_eq!(status.loaded.as_deref(), Some("up-a"));
     assert_eq!(status.child_pid, Some(pid));
     assert!(status.routing);
@@ -120,7 +125,7 @@ fn on_status_off_against_a_real_supervisor() {
         let out = ctl(&args);
         assert!(out.status.success());
         assert_eq!(text(&out.stderr), "on: already on\n");
-        assert_eq!(final_event(&out)["ok"], true);
+        assert!(final_done(&out).ok);
     }
 
     // status while loaded.
@@ -143,9 +148,9 @@ fn on_status_off_against_a_real_supervisor() {
         ]
     );
     assert_eq!(last, "off: model unloaded, routing disabled");
-    let done = final_event(&out);
-    assert_eq!(done["ok"], true);
-    let status = parse_status(&done);
+    let done = final_done(&out);
+    assert!(done.ok);
+    let status = done.status;
     assert_eq!(status.loaded, None);
     assert_eq!(status.child_pid, None);
     assert!(!status.routing);
@@ -167,7 +172,8 @@ fn off_now_unloads_a_loaded_model() {
     let sup = start_supervisor(MODELS);
     let out = ctl(&["on", control_socket(&sup), "up-a"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let pid = parse_status(&final_event(&out))
+    let pid = final_done(&out)
+        .status
         .child_pid
         .expect("a backend after on");
 
@@ -195,21 +201,20 @@ fn on_for_an_uninstalled_or_unknown_model_fails() {
 
     let out = ctl(&["on", control_socket(&sup), "not-installed"]);
     assert_eq!(out.status.code(), Some(1));
-    let done = final_event(&out);
-    assert_eq!(done["event"], "done");
-    assert_eq!(done["ok"], false);
+    let done = final_done(&out);
+    assert!(!done.ok);
     assert_eq!(
         text(&out.stderr),
         "on: model not-installed is not prepared (not_installed)\n"
     );
     assert_eq!(
-        done["message"],
+        done.message,
         "on: model not-installed is not prepared (not_installed)"
     );
 
     let out = ctl(&["on", control_socket(&sup), "no-such-model"]);
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(final_event(&out)["ok"], false);
+    assert!(!final_done(&out).ok);
 
     let after = sup.status();
     assert_eq!(after.routing, before.routing);

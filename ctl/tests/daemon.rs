@@ -13,6 +13,8 @@ use std::process::Command;
 use common::*;
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use strata_e2e::{model_ids, read_exact_str};
+use strata_protocol::api::ModelList;
 
 const MODELS: &[TestModel] = &[TestModel {
     id: "up-a",
@@ -339,7 +341,8 @@ fn daemon_runs_the_real_proxy() {
     assert!(status_line.starts_with("HTTP/1.1 200") || status_line.starts_with("HTTP/1.0 200"));
     let (status_line, body) = http_get(&listen, "/v1/models");
     assert!(status_line.contains(" 200"), "{status_line}");
-    assert!(body.contains("up-a"), "{body}");
+    let models: ModelList = read_exact_str("ModelList", &body);
+    assert_eq!(model_ids(&models), ["up-a"], "{models:#?}");
     signal(ctl.pid(), Signal::SIGINT);
     let status = ctl.wait(LONG);
     let stderr = fs::read_to_string(&stderr_path).unwrap();

@@ -15,6 +15,10 @@ use std::process::Command;
 use common::*;
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use strata_e2e::accounting::Record;
+use strata_e2e::{model_ids, read_exact_str};
+use strata_protocol::api::ModelList;
+use strata_protocol::page::RecordsPage;
 
 fn print_config(tmp: &Path) -> String {
     let mut command = Command::new(ctl_exe());
@@ -187,8 +191,11 @@ fn demo_runs_the_embedded_fake_and_cleans_up() {
     // embedded fake backend, then unload it.
     let out = demo.ctl(&["on", &socket, "qwen3.6-35b-a3b"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let done: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(done["loaded"], "qwen3.6-35b-a3b-q4_k_s");
+    let done = parse_done(&serde_json::from_slice(&out.stdout).unwrap());
+    assert_eq!(
+        done.status.loaded.as_deref(),
+        Some("qwen3.6-35b-a3b-q4_k_s")
+    );
     let stderr = text(&out.stderr);
     assert!(
         stderr.contains("still waiting") || stderr.contains("backend reported ready"),
@@ -268,7 +275,11 @@ fn demo_serves_the_printed_requests_with_the_real_proxy() {
     let demo = Demo::start(ProxyKind::Real);
     let (status_line, body) = http_get(&demo.listen, "/v1/models");
     assert!(status_line.contains(" 200"), "{status_line}");
-    assert!(body.contains("qwen3.8-flash-next"), "{body}");
+    let models: ModelList = read_exact_str("ModelList", &body);
+    assert!(
+        model_ids(&models).contains(&"qwen3.8-flash-next"),
+        "{models:#?}"
+    );
     let response = http_post(
         &demo.listen,
         "/v1/chat/completions",
@@ -292,6 +303,13 @@ fn demo_serves_the_request_log_with_the_real_proxy() {
     assert!(response.starts_with("HTTP/1."), "{response}");
     let (status_line, body) = http_get(&demo.listen, "/requests?after=0");
     assert!(status_line.contains(" 200"), "/requests: {status_line}");
-    assert!(body.contains("qwen3.8-flash-next"), "{body}");
+    let page = RecordsPage::from_json(&body).unwrap_or_else(|err| panic!("{err}: {body}"));
+    let records: Vec<Record> = page.records.iter().map(|text| Record::new(text)).collect();
+    assert!(
+        records
+            .iter()
+            .any(|record| record.model_requested.as_deref() == Some("qwen3.8-flash-next")),
+        "{body}"
+    );
     demo.interrupt_and_check_cleanup();
 }

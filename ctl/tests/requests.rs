@@ -1,18 +1,20 @@
 //! `strata-ctl requests URL [--after N] [--follow]` against a real stack:
-//! `strata-supervisor` and `strata-proxy` (from beside strata-ctl) on the
-//! fake Strata backend.
+//! `strata-supervisor` and `strata-proxy` on the fake Strata backend,
+//! started by the end-to-end harness's [`Stack`] on the ctl tests' config;
+//! the pages and the printed records are read as the typed documents.
 
 mod common;
 
 use std::fs;
 use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use common::*;
 use nix::sys::signal::Signal;
-use serde_json::Value;
+use strata_e2e::accounting::{Record, page, wait_records};
+use strata_e2e::http::{self, CHAT_PATH};
+use strata_e2e::stack::Stack;
+use strata_protocol::record::Reason;
 
 const MODELS: &[TestModel] = &[TestModel {
     id: "up-a",
@@ -20,151 +22,41 @@ const MODELS: &[TestModel] = &[TestModel {
     installed: true,
 }];
 
-/// A router (supervisor + proxy) on one config, restartable as a whole.
-struct Router {
-    dir: TempDir,
-    config: PathBuf,
-    listen: String,
-    supervisor: Option<Running>,
-    proxy: Option<Running>,
-    starts: u32,
+/// The end-to-end harness's router (supervisor + proxy) on the ctl tests' config, with any
+/// further top-level keys `edit` sets.
+fn router(
+    edit: impl FnOnce(ConfigBuilder<strata_e2e::TestConfig>) -> ConfigBuilder<strata_e2e::TestConfig>,
+) -> Stack {
+    Stack::start(edit(ctl_config(MODELS)).build())
 }
 
-impl Router {
-    /// Writes a config (`edit` may change it) and starts both daemons.
-    fn start(edit: impl FnOnce(&mut Value)) -> Router {
-        let dir = TempDir::new("requests");
-        let config = write_config(&dir, MODELS);
-        let mut json: Value = serde_json::from_slice(&fs::read(&config).unwrap()).unwrap();
-        edit(&mut json);
-        fs::write(&config, serde_json::to_string_pretty(&json).unwrap()).unwrap();
-        let listen = json["listen"].as_str().unwrap().to_owned();
-        let mut router = Router {
-            dir,
-            config,
-            listen,
-            supervisor: None,
-            proxy: None,
-            starts: 0,
-        };
-        router.up();
-        router
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.listen)
-    }
-
-    fn spawn(&self, name: &str) -> Running {
-        let log = self.dir.path().join(format!("{name}-{}.log", self.starts));
-        let child = Command::new(binary(name))
-            .arg(&self.config)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap_or_else(|err| panic!("spawn {name}: {err}"));
-        Running::new(name, child)
-    }
-
-    /// Starts the supervisor, then the proxy, and waits until `/health`
-    /// answers 200.
-    fn up(&mut self) {
-        self.starts += 1;
-        let mut supervisor = self.spawn("strata-supervisor");
-        let socket = self.dir.path().join("run/control.sock");
-        let pid = supervisor.pid();
-        poll_for(LONG, "the supervisor's control socket", || {
-            if let Some(status) = supervisor.try_exit() {
-                panic!("strata-supervisor exited with {status}");
-            }
-            daemon_answers(&socket, pid).then_some(())
-        });
-        self.supervisor = Some(supervisor);
-        let mut proxy = self.spawn("strata-proxy");
-        poll_for(LONG, "the proxy's /health", || {
-            if let Some(status) = proxy.try_exit() {
-                panic!("strata-proxy exited with {status}");
-            }
-            let ok = TcpStream::connect(&self.listen).is_ok()
-                && http_get(&self.listen, "/health")
-                    .0
-                    .split(' ')
-                    .nth(1)
-                    .is_some_and(|code| code == "200");
-            ok.then_some(())
-        });
-        self.proxy = Some(proxy);
-    }
-
-    /// Stops the proxy, then the supervisor (SIGTERM, both must exit 0).
-    fn down(&mut self) {
-        for process in [self.proxy.take(), self.supervisor.take()]
-            .into_iter()
-            .flatten()
-        {
-            let mut process = process;
-            signal(process.pid(), Signal::SIGTERM);
-            let status = process.wait(LONG);
-            assert!(status.success(), "{} exited with {status}", process.name());
-        }
-    }
-
-    /// One chat completion (`body` as given); the response's status code.
-    fn chat(&self, body: &str) -> u16 {
-        let mut stream = TcpStream::connect(&self.listen).unwrap();
-        stream.set_read_timeout(Some(LONG)).unwrap();
-        write!(
-            stream,
-            "POST /v1/chat/completions HTTP/1.0\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{body}",
-            self.listen,
-            body.len()
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        response
-            .split(' ')
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .unwrap_or_else(|| panic!("no status in {response:?}"))
-    }
-
-    fn ok_chat(&self) {
-        let status = self.chat(r#"{"model":"up-a","messages":[{"role":"user","content":"hi"}]}"#);
-        assert_eq!(status, 200);
-    }
-
-    /// The `/requests` document for `query`.
-    fn page(&self, query: &str) -> Value {
-        let (status, body) = http_get(&self.listen, &format!("/requests?{query}"));
-        assert!(status.contains(" 200 "), "{status}: {body}");
-        serde_json::from_str(&body).unwrap()
-    }
-
-    /// The raw `/requests` body for `after=0&limit=1000`.
-    fn raw_all(&self) -> String {
-        http_get(&self.listen, "/requests?after=0&limit=1000").1
-    }
-
-    /// Waits until the ring has produced `n` records in total (records are
-    /// submitted after the response ends).
-    fn wait_records(&self, n: u64) {
-        poll_for(LONG, format!("{n} records"), || {
-            let page = self.page("limit=1");
-            (page["next_seq"].as_u64() == Some(n)).then_some(())
-        });
-    }
+fn url(router: &Stack) -> String {
+    format!("http://{}", router.addr())
 }
 
-impl Drop for Router {
-    fn drop(&mut self) {
-        // Proxy first, then the supervisor (`Running` SIGTERMs and reaps).
-        drop(self.proxy.take());
-        drop(self.supervisor.take());
-    }
+/// One chat completion (`body` as given); the response's status code.
+fn chat(router: &Stack, body: &str) -> u16 {
+    http::request(
+        router.addr(),
+        "POST",
+        CHAT_PATH,
+        &[("content-type", "application/json")],
+        body.as_bytes(),
+    )
+    .status
+}
+
+fn ok_chat(router: &Stack) {
+    let status = chat(
+        router,
+        r#"{"model":"up-a","messages":[{"role":"user","content":"hi"}]}"#,
+    );
+    assert_eq!(status, 200);
+}
+
+/// The instance the router's `/requests` pages name.
+fn instance(router: &Stack) -> String {
+    page(router.addr(), "after=0").instance_id().to_owned()
 }
 
 fn requests(args: &[&str]) -> Output {
@@ -173,29 +65,15 @@ fn requests(args: &[&str]) -> Output {
     ctl(&all)
 }
 
-/// The `seq` of each stdout line, checking each is a JSON object.
+/// The `seq` of each stdout line, each read exactly as a record.
 fn seqs(stdout: &str) -> Vec<u64> {
-    stdout
-        .lines()
-        .map(|line| {
-            let record: Value = serde_json::from_str(line).unwrap();
-            record["seq"].as_u64().unwrap()
-        })
-        .collect()
-}
-
-/// The exact texts of the records in a raw `/requests` body, as the
-/// endpoint's own JSON nesting gives them (re-serialised values would
-/// reorder keys, so compare via re-parsing only for order and count).
-fn raw_records(body: &str) -> Vec<Value> {
-    let doc: Value = serde_json::from_str(body).unwrap();
-    doc["records"].as_array().unwrap().clone()
+    stdout.lines().map(|line| Record::new(line).seq).collect()
 }
 
 #[test]
 fn prints_every_record_in_seq_order_and_after_skips() {
-    let router = Router::start(|_| {});
-    let url = router.url();
+    let router = router(|config| config);
+    let url = url(&router);
 
     // Nothing yet: no output, success.
     let out = requests(&[&url]);
@@ -203,11 +81,11 @@ fn prints_every_record_in_seq_order_and_after_skips() {
     assert_eq!(text(&out.stdout), "");
     assert_eq!(text(&out.stderr), "");
 
-    router.ok_chat();
-    assert_eq!(router.chat("{not json"), 400);
-    router.ok_chat();
-    assert_eq!(router.chat(r#"{"model":"nope","messages":[]}"#), 404);
-    router.wait_records(4);
+    ok_chat(&router);
+    assert_eq!(chat(&router, "{not json"), 400);
+    ok_chat(&router);
+    assert_eq!(chat(&router, r#"{"model":"nope","messages":[]}"#), 404);
+    wait_records(router.addr(), 4);
 
     let out = requests(&[&url]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -216,19 +94,17 @@ fn prints_every_record_in_seq_order_and_after_skips() {
     assert_eq!(seqs(&stdout), [1, 2, 3, 4]);
     // Each line is exactly the endpoint's item text: the raw body is
     // `{"records":[L1,L2,...],...}`.
-    let raw = router.raw_all();
+    let all = page(router.addr(), "after=0&limit=1000");
     let joined = stdout.lines().collect::<Vec<_>>().join(",");
     assert!(
-        raw.starts_with(&format!("{{\"records\":[{joined}],")),
-        "stdout:\n{stdout}\nbody:\n{raw}"
+        all.raw.starts_with(&format!("{{\"records\":[{joined}],")),
+        "stdout:\n{stdout}\nbody:\n{}",
+        all.raw
     );
-    let parsed: Vec<Value> = stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    assert_eq!(parsed, raw_records(&raw));
-    assert_eq!(parsed[1]["reason"], "invalid_request");
-    assert_eq!(parsed[3]["status"], 404);
+    let printed: Vec<Record> = stdout.lines().map(Record::new).collect();
+    assert_eq!(printed, all.records);
+    assert_eq!(printed[1].reason, Reason::InvalidRequest);
+    assert_eq!(printed[3].status, Some(404));
 
     // --after skips; a trailing slash in the URL is fine.
     let out = requests(&[&format!("{url}/"), "--after", "2"]);
@@ -262,18 +138,19 @@ fn prints_every_record_in_seq_order_and_after_skips() {
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    router.stop();
 }
 
 #[test]
 fn pages_through_more_than_one_page_and_warns_about_evicted_records() {
     // Capacity 1003: 1005 records evict two, and reading them all takes two
     // pages of at most 1000.
-    let router = Router::start(|config| config["request_log_capacity"] = 1003.into());
-    let url = router.url();
+    let router = router(|config| config.set("request_log_capacity", 1003));
+    let url = url(&router);
     for _ in 0..1005 {
-        assert_eq!(router.chat("[]"), 400);
+        assert_eq!(chat(&router, "[]"), 400);
     }
-    router.wait_records(1005);
+    wait_records(router.addr(), 1005);
 
     let out = requests(&[&url]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -298,63 +175,59 @@ fn pages_through_more_than_one_page_and_warns_about_evicted_records() {
         "{}",
         text(&out.stderr)
     );
+    router.stop();
 }
 
 #[test]
 fn follow_restarts_from_zero_when_the_router_restarts() {
-    let mut router = Router::start(|_| {});
-    let url = router.url();
-    router.ok_chat();
-    router.ok_chat();
-    router.wait_records(2);
-    let first_instance = router.page("after=0")["instance_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let mut router = router(|config| config);
+    let url = url(&router);
+    ok_chat(&router);
+    ok_chat(&router);
+    wait_records(router.addr(), 2);
+    let first_instance = instance(&router);
 
-    let stderr_path = router.dir.path().join("follow.stderr");
+    let stderr_path = router.config().dir.path().join("follow.stderr");
     let mut command = Command::new(ctl_exe());
     command.args(["requests", &url, "--follow"]);
     let (follow, lines) = spawn_with_lines(command, &stderr_path, "strata-ctl requests --follow");
     let stderr = || fs::read_to_string(&stderr_path).unwrap_or_default();
-    let record = |line: &str| serde_json::from_str::<Value>(line).ok();
+    // Every line is a record, read exactly.
+    let record = |line: &str| Some(Record::new(line));
     let (_, seen) = wait_line(&lines, LONG, "seq 2", |line| {
-        record(line).filter(|r| r["seq"] == 2)
+        record(line).filter(|r| r.seq == 2)
     });
     assert_eq!(seqs(&seen.join("\n")), [1, 2], "{}", stderr());
 
     // New records appear while following.
-    router.ok_chat();
+    ok_chat(&router);
     let (third, seen) = wait_line(&lines, LONG, "seq 3", record);
     assert_eq!(seen.len(), 1);
-    assert_eq!(third["seq"], 3);
-    assert!(
-        third["request_id"]
-            .as_str()
-            .unwrap()
-            .starts_with(&first_instance)
-    );
+    assert_eq!(third.seq, 3);
+    assert!(third.request_id.starts_with(&first_instance), "{third}");
 
-    // The whole router restarts: a new instance. While it is down, the
-    // follower notes the failure and keeps retrying.
-    router.down();
+    // The whole router restarts: a new instance. While the proxy is down,
+    // the follower notes the failure and keeps retrying; the supervisor
+    // restarts (a clean stop, then a new instance) before the proxy comes
+    // back.
+    router.kill_proxy(Signal::SIGTERM);
+    let status = router.wait_proxy_exit(LONG);
+    assert!(status.success(), "strata-proxy exited with {status}");
     poll_for(LONG, "a retry note", || {
         stderr().contains("; retrying every 1s").then_some(())
     });
-    router.up();
-    let second_instance = router.page("after=0")["instance_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    router.supervisor().restart();
+    router.start_proxy();
+    let second_instance = instance(&router);
     assert_ne!(first_instance, second_instance);
-    router.ok_chat();
+    ok_chat(&router);
     let (fresh, seen) = wait_line(&lines, LONG, "a record of the new instance", record);
     assert_eq!(seen.len(), 1, "{seen:#?}");
-    assert_eq!(fresh["seq"], 1, "reading restarted from after=0");
-    assert_eq!(fresh["request_id"], format!("{second_instance}-1"));
-    router.ok_chat();
+    assert_eq!(fresh.seq, 1, "reading restarted from after=0");
+    assert_eq!(fresh.request_id, format!("{second_instance}-1"));
+    ok_chat(&router);
     let (next, _) = wait_line(&lines, LONG, "seq 2 of the new instance", record);
-    assert_eq!(next["seq"], 2);
+    assert_eq!(next.seq, 2);
 
     let notes = stderr();
     assert!(
@@ -378,6 +251,7 @@ fn follow_restarts_from_zero_when_the_router_restarts() {
     assert!(follow.try_exit().is_none());
     signal(follow.pid(), Signal::SIGINT);
     follow.wait(SHORT);
+    router.stop();
 }
 
 #[test]

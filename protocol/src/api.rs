@@ -160,6 +160,16 @@ pub enum ModelItem {
     Alias(AliasModel),
 }
 
+impl ModelItem {
+    /// The entry's `id`: the model's or the alias's.
+    pub fn id(&self) -> &str {
+        match self {
+            ModelItem::Concrete(model) => &model.id,
+            ModelItem::Alias(alias) => &alias.id,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConcreteModel {
     pub id: String,

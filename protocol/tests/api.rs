@@ -182,4 +182,6 @@ fn the_model_list_has_concrete_models_and_aliases_by_kind() {
              "family": "fam", "allowed_models": ["m-q4"], "preferred": "m-q4"}
         ]}),
     );
+    let ids: Vec<&str> = list.data.iter().map(ModelItem::id).collect();
+    assert_eq!(ids, ["m-q4", "fam"], "an entry's id, whatever its kind");
 }

@@ -1,8 +1,9 @@
 //! Reading and checking per-request accounting records, for the `accounting_*` tests.
 //!
-//! - [`page`] / [`Page`]: one `GET /requests` answer, raw and parsed, with each record item's
-//!   exact text (read by `protocol::page::RecordsPage`) so the tests can compare it byte for
-//!   byte with the JSONL line.
+//! - [`page`] / [`Page`]: one `GET /requests` answer, raw and read as the typed
+//!   `protocol::page::RecordsPage`, each [`Record`] with its exact text (so the tests can
+//!   compare it byte for byte with the JSONL line) and read exactly as the typed
+//!   `RequestRecord`.
 //! - [`all_records`] / [`wait_records`]: every retained record (paging with the cursor);
 //!   [`wait_records`] first polls until the ring holds the expected number (records are
 //!   submitted after the response ends, so a client can see its EOF before the record exists).
@@ -21,6 +22,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use strata_protocol::page::RecordsPage;
 pub use strata_protocol::record::CHAT_ENDPOINT;
+use strata_protocol::record::RequestRecord;
 
 /// The spec's record fields, in schema order: the pin the records are checked against
 /// (independent of the product's type, which must serialize exactly these).
@@ -29,52 +31,40 @@ pub use strata_test_support::RECORD_FIELDS as FIELDS;
 /// The spec's `reason` enum.
 pub use strata_test_support::RECORD_REASONS as REASONS;
 
+use crate::document::read_exact_str;
 use crate::http;
 use crate::poll::{DEADLINE, poll_for};
 
-/// One record: its exact text and its parsed value (index it like a `Value`: `rec["seq"]`).
+/// One record: its exact text, read exactly as the typed [`RequestRecord`] (its fields
+/// through `Deref`: `rec.seq`, `rec.reason`). [`Record::json`] is the parsed text, for the
+/// tests of the record's JSON itself (the schema table, `null` against absent).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
     pub raw: String,
-    pub json: Value,
+    pub fields: RequestRecord,
 }
 
 impl Record {
+    /// Reads `raw`; panics unless it is exactly a [`RequestRecord`] (see
+    /// [`read_exact`](crate::document::read_exact)).
     pub fn new(raw: &str) -> Record {
-        let json = serde_json::from_str(raw)
-            .unwrap_or_else(|err| panic!("record is not JSON ({err}): {raw}"));
         Record {
             raw: raw.to_owned(),
-            json,
+            fields: read_exact_str("RequestRecord", raw),
         }
     }
 
-    /// `seq` (panics if it is not an unsigned integer).
-    pub fn seq(&self) -> u64 {
-        self.json["seq"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no seq: {}", self.raw))
-    }
-
-    /// `request_id`.
-    pub fn request_id(&self) -> &str {
-        self.json["request_id"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no request_id: {}", self.raw))
-    }
-
-    /// A field as an unsigned integer; panics if it is anything else.
-    pub fn u64(&self, key: &str) -> u64 {
-        self.json[key]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{key} is not an unsigned integer: {}", self.raw))
+    /// The record's text parsed as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.raw)
+            .unwrap_or_else(|err| panic!("record is not JSON ({err}): {}", self.raw))
     }
 }
 
-impl std::ops::Index<&str> for Record {
-    type Output = Value;
-    fn index(&self, key: &str) -> &Value {
-        &self.json[key]
+impl std::ops::Deref for Record {
+    type Target = RequestRecord;
+    fn deref(&self) -> &RequestRecord {
+        &self.fields
     }
 }
 
@@ -89,36 +79,32 @@ impl std::fmt::Display for Record {
 pub struct Page {
     /// The body as received.
     pub raw: String,
-    /// The body parsed.
-    pub doc: Value,
+    /// The body read as the typed page (every member required, no other allowed).
+    pub page: RecordsPage,
     /// The records, with their exact texts.
     pub records: Vec<Record>,
 }
 
 impl Page {
     pub fn next_seq(&self) -> u64 {
-        self.doc["next_seq"].as_u64().expect("next_seq")
+        self.page.next_seq
     }
     pub fn dropped(&self) -> u64 {
-        self.doc["dropped"].as_u64().expect("dropped")
+        self.page.dropped
     }
-    /// `oldest_seq` (`None` for JSON null).
     pub fn oldest_seq(&self) -> Option<u64> {
-        match &self.doc["oldest_seq"] {
-            Value::Null => None,
-            other => Some(other.as_u64().expect("oldest_seq is an unsigned integer")),
-        }
+        self.page.oldest_seq
     }
     pub fn instance_id(&self) -> &str {
-        self.doc["instance_id"].as_str().expect("instance_id")
+        &self.page.instance_id
     }
     pub fn seqs(&self) -> Vec<u64> {
-        self.records.iter().map(Record::seq).collect()
+        self.records.iter().map(|record| record.seq).collect()
     }
 }
 
-/// `GET /requests?QUERY` (an empty `query` sends no query string); expects 200, checks the
-/// document's shape (exactly the five keys, their types) and parses it.
+/// `GET /requests?QUERY` (an empty `query` sends no query string); expects 200 and reads the
+/// document as the typed page, each record as the typed record (both exactly).
 pub fn page(addr: SocketAddr, query: &str) -> Page {
     let path = if query.is_empty() {
         "/requests".to_owned()
@@ -133,46 +119,25 @@ pub fn page(addr: SocketAddr, query: &str) -> Page {
         "{response}"
     );
     let raw = response.text();
-    let doc: Value = serde_json::from_str(&raw).unwrap_or_else(|err| panic!("{err}: {raw}"));
-    let keys: HashSet<&str> = doc
-        .as_object()
-        .expect("object")
-        .keys()
-        .map(String::as_str)
-        .collect();
-    assert_eq!(
-        keys,
-        HashSet::from([
-            "records",
-            "next_seq",
-            "dropped",
-            "oldest_seq",
-            "instance_id"
-        ]),
-        "{raw}"
-    );
-    assert!(doc["next_seq"].is_u64(), "{raw}");
-    assert!(doc["dropped"].is_u64(), "{raw}");
-    assert!(
-        doc["oldest_seq"].is_null() || doc["oldest_seq"].is_u64(),
-        "{raw}"
-    );
-    assert!(
-        doc["instance_id"].as_str().is_some_and(|id| !id.is_empty()),
-        "{raw}"
-    );
+    // `from_json` requires exactly the five members with their types (a missing
+    // `oldest_seq` is not read as null).
     let parsed = RecordsPage::from_json(&raw).unwrap_or_else(|err| panic!("{err}: {raw}"));
+    assert!(!parsed.instance_id.is_empty(), "{raw}");
     let records: Vec<Record> = parsed
         .records
         .iter()
         .map(|text| Record::new(text))
         .collect();
-    let seqs: Vec<u64> = records.iter().map(Record::seq).collect();
+    let seqs: Vec<u64> = records.iter().map(|record| record.seq).collect();
     assert!(
         seqs.windows(2).all(|w| w[0] < w[1]),
         "records are not in increasing seq: {seqs:?}"
     );
-    Page { raw, doc, records }
+    Page {
+        raw,
+        page: parsed,
+        records,
+    }
 }
 
 /// Every retained record, oldest first, read with the cursor from `after=0` in pages of 1000.
@@ -187,10 +152,11 @@ pub fn all_records(addr: SocketAddr) -> Vec<Record> {
             return out;
         }
         if let Some(last) = out.last() {
-            assert_eq!(page.records[0].seq(), last.seq() + 1, "pages chain densely");
+            assert_eq!(page.records[0].seq, last.seq + 1, "pages chain densely");
         }
         after = page.next_seq();
-        assert_eq!(after, page.records.last().map(Record::seq).unwrap_or(0));
+        let last = page.records.last().expect("checked: not empty");
+        assert_eq!(after, last.seq, "next_seq is the last record's seq");
         out.extend(page.records);
     }
 }
@@ -215,7 +181,7 @@ pub fn wait_records(addr: SocketAddr, n: u64) -> Vec<Record> {
 pub fn by_request_id<'a>(records: &'a [Record], request_id: &str) -> &'a Record {
     let found: Vec<&Record> = records
         .iter()
-        .filter(|r| r.request_id() == request_id)
+        .filter(|r| r.request_id == request_id)
         .collect();
     assert_eq!(
         found.len(),
@@ -398,7 +364,8 @@ const PHASES: [&str; 3] = ["queued", "loading", "generating"];
 /// between its fields; panics naming the rule and showing the record.
 pub fn assert_schema(rec: &Record) {
     let fail = |rule: &str| -> ! { panic!("record breaks the schema: {rule}\n{}", rec.raw) };
-    let v = &rec.json;
+    let json = rec.json();
+    let v = &json;
 
     // Exactly the 41 fields, in schema order, each once.
     let keys = raw_keys(&rec.raw);
@@ -566,9 +533,9 @@ pub fn assert_schema(rec: &Record) {
     }
     // A request that arrived while the supervisor was unreachable has a proxy-made ID
     // (`unlinked-PROXYPID-N`, see the README's decisions); its arrival_seq is assigned later.
-    let request_id = rec.request_id();
+    let request_id = &rec.request_id;
     if !request_id.starts_with("unlinked-")
-        && !request_id.ends_with(&format!("-{}", rec.u64("arrival_seq")))
+        && !request_id.ends_with(&format!("-{}", rec.arrival_seq))
     {
         fail("request_id ends with the arrival sequence");
     }
@@ -582,19 +549,19 @@ pub fn assert_all_schema(records: &[Record], instance_id: &str) {
     let mut arrivals = HashSet::new();
     for rec in records {
         assert_schema(rec);
-        assert!(seqs.insert(rec.seq()), "duplicate seq: {rec}");
+        assert!(seqs.insert(rec.seq), "duplicate seq: {rec}");
         assert!(
-            ids.insert(rec.request_id().to_owned()),
+            ids.insert(rec.request_id.clone()),
             "duplicate request_id: {rec}"
         );
         assert!(
-            arrivals.insert(rec.u64("arrival_seq")),
+            arrivals.insert(rec.arrival_seq),
             "duplicate arrival_seq: {rec}"
         );
-        if !rec.request_id().starts_with("unlinked-") {
+        if !rec.request_id.starts_with("unlinked-") {
             assert_eq!(
-                rec.request_id(),
-                format!("{instance_id}-{}", rec.u64("arrival_seq")),
+                rec.request_id,
+                format!("{instance_id}-{}", rec.arrival_seq),
                 "request_id is the instance and the arrival sequence"
             );
         }
@@ -638,7 +605,7 @@ pub fn wait_record(addr: SocketAddr, request_id: &str) -> Record {
     poll_for(DEADLINE, format!("the record of {request_id}"), || {
         all_records(addr)
             .into_iter()
-            .find(|r| r.request_id() == request_id)
+            .find(|r| r.request_id == request_id)
     })
 }
 
@@ -654,9 +621,15 @@ pub fn wait_record_where(
     })
 }
 
-/// Asserts that each member of the object `expected` equals the record's field.
+/// Asserts that each member of the object `expected` equals the record's field, written in
+/// the spec's own names and JSON values (a table of what a record of each kind says). A name
+/// the record does not have fails, rather than comparing against a missing value's null.
 pub fn assert_fields(rec: &Record, expected: Value) {
+    let json = rec.json();
     for (key, value) in expected.as_object().expect("an object of expected fields") {
-        assert_eq!(&rec[key.as_str()], value, "field {key} of {rec}");
+        let field = json
+            .get(key)
+            .unwrap_or_else(|| panic!("a record has no field {key}: {rec}"));
+        assert_eq!(field, value, "field {key} of {rec}");
     }
 }

@@ -8,6 +8,11 @@
 //!
 //! Every read is bounded ([`DEADLINE`] unless given): a hung daemon fails the test instead of
 //! hanging it.
+//!
+//! The lines come back as JSON from the low-level calls ([`ControlClient::request`],
+//! [`ControlSession::next_event`]), for the tests of the lines themselves; the operation
+//! calls read them as the typed documents: [`Status`] ([`parse_status`]), and an
+//! operation's events as [`Progress`] and [`Done`] ([`OpReply`], [`parse_done`]).
 
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::Shutdown;
@@ -16,8 +21,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use strata_protocol::control::{STATUS_FIELDS, Status};
+use strata_protocol::control::{ControlEvent, Done, STATUS_FIELDS, Status};
 
+use crate::document::read_exact;
 use crate::poll::DEADLINE;
 
 /// A client of one control socket.
@@ -266,13 +272,11 @@ impl ControlSession {
     }
 
     /// Reads a progress event whose message contains `text`.
-    pub fn wait_progress(&mut self, timeout: Duration, text: &str) -> Value {
-        self.wait_for(timeout, &format!("progress {text:?}"), |event| {
-            event["event"] == "progress"
-                && event["message"]
-                    .as_str()
-                    .is_some_and(|message| message.contains(text))
-        })
+    pub fn wait_progress(&mut self, timeout: Duration, text: &str) -> Progress {
+        let event = self.wait_for(timeout, &format!("progress {text:?}"), |event| {
+            read_progress(event).is_some_and(|progress| progress.message.contains(text))
+        });
+        read_progress(&event).expect("matched a progress event")
     }
 
     /// Reads until EOF or a `done` event; returns every line of the connection.
@@ -308,11 +312,53 @@ fn is_done(event: &Value) -> bool {
     event["event"] == "done"
 }
 
-/// The reply to an `on`/`off` operation: progress events, then exactly one `done`.
+/// A line of an `on`/`off` operation read exactly as the typed [`ControlEvent`]: its
+/// [`Progress`], or `None` for the `done`.
+fn read_progress(line: &Value) -> Option<Progress> {
+    match read_exact("ControlEvent", line) {
+        ControlEvent::Progress {
+            op,
+            phase,
+            message,
+            elapsed_ms,
+        } => Some(Progress {
+            op,
+            phase,
+            message,
+            elapsed_ms,
+        }),
+        ControlEvent::Done(_) => None,
+    }
+}
+
+/// One progress event of an operation: the fields of [`ControlEvent::Progress`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    /// `on` or `off`.
+    pub op: String,
+    /// The step's machine-readable name (`routing`, `starting`, ...).
+    pub phase: String,
+    pub message: String,
+    pub elapsed_ms: u64,
+}
+
+/// The `done` line of an operation read exactly as the typed [`Done`] (its `ok`, `message`
+/// and status fields); panics if the line is anything else.
+pub fn parse_done(line: &Value) -> Done {
+    match read_exact("ControlEvent", line) {
+        ControlEvent::Done(done) => done,
+        ControlEvent::Progress { .. } => panic!("a progress event, not a done: {line}"),
+    }
+}
+
+/// The reply to an `on`/`off` operation: progress events, then exactly one `done`, each line
+/// read exactly as the typed [`ControlEvent`].
 #[derive(Debug, Clone)]
 pub struct OpReply {
-    pub progress: Vec<Value>,
-    pub done: Value,
+    /// Every line as received, for the tests of the lines' JSON itself.
+    pub lines: Vec<Value>,
+    pub progress: Vec<Progress>,
+    pub done: Done,
 }
 
 impl OpReply {
@@ -320,43 +366,40 @@ impl OpReply {
     pub fn from_lines(lines: Vec<Value>) -> OpReply {
         let dones = lines.iter().filter(|line| is_done(line)).count();
         assert_eq!(dones, 1, "exactly one done event expected: {lines:#?}");
-        assert!(
-            lines.last().is_some_and(is_done),
-            "done must be the last event: {lines:#?}"
-        );
-        let mut progress = lines;
-        let done = progress.pop().expect("checked above");
-        for event in &progress {
-            assert_eq!(event["event"], "progress", "unexpected event: {event}");
-            for key in ["op", "phase", "message", "elapsed_ms"] {
-                assert!(event.get(key).is_some(), "progress without {key}: {event}");
-            }
+        let (last, before) = lines.split_last().expect("one done line");
+        assert!(is_done(last), "done must be the last event: {lines:#?}");
+        let progress = before
+            .iter()
+            .map(|line| read_progress(line).unwrap_or_else(|| panic!("unexpected event: {line}")))
+            .collect();
+        let done = parse_done(last);
+        OpReply {
+            progress,
+            done,
+            lines,
         }
-        OpReply { progress, done }
     }
 
-    /// The status fields of the done event, as the typed [`Status`] (see [`parse_status`]).
+    /// The status fields of the done event.
     pub fn status(&self) -> Status {
-        parse_status(&self.done)
+        self.done.status.clone()
     }
 
     /// The done event's `ok`.
     pub fn ok(&self) -> bool {
-        self.done["ok"]
-            .as_bool()
-            .unwrap_or_else(|| panic!("done without a boolean ok: {}", self.done))
+        self.done.ok
     }
 
     /// The done event's `message`.
     pub fn message(&self) -> &str {
-        self.done["message"].as_str().unwrap_or_default()
+        &self.done.message
     }
 
     /// The progress messages, in order.
     pub fn messages(&self) -> Vec<&str> {
         self.progress
             .iter()
-            .map(|event| event["message"].as_str().unwrap_or_default())
+            .map(|event| event.message.as_str())
             .collect()
     }
 
@@ -364,7 +407,7 @@ impl OpReply {
     pub fn phases(&self) -> Vec<&str> {
         self.progress
             .iter()
-            .map(|event| event["phase"].as_str().unwrap_or_default())
+            .map(|event| event.phase.as_str())
             .collect()
     }
 

@@ -5,7 +5,8 @@
 //! mid-stream, requests no well-behaved client would send).
 //!
 //! - [`request`] / [`get`] / [`post_json`] / [`chat`]: one request, the whole [`Response`]
-//!   (status, lowercased headers, decoded body: `Content-Length`, chunked or close-delimited).
+//!   (status, lowercased headers, decoded body: `Content-Length`, chunked or close-delimited);
+//!   [`Response::document`] reads the body as a router document type, exactly.
 //! - [`open`] / [`open_chat`]: send a request, read the status line and headers, and return a
 //!   [`Stream`] that pulls the body incrementally with timeouts ([`Stream::read_some`],
 //!   [`Stream::next_frame`], ...). Dropping it closes the connection (a client disconnect).
@@ -22,8 +23,12 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+use strata_protocol::api::{ErrorBody, ErrorDetail};
 
+use crate::document::read_exact;
 use crate::poll::DEADLINE;
 
 /// The chat completions path.
@@ -73,6 +78,17 @@ impl Response {
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|err| panic!("response body is not JSON ({err}): {self}"))
+    }
+
+    /// The body read as the router document `T`, exactly (see [`read_exact`]); panics
+    /// (showing the body) if it is not one.
+    pub fn document<T: Serialize + DeserializeOwned>(&self) -> T {
+        read_exact(short_type_name::<T>(), &self.json())
+    }
+
+    /// The router's error document in the body (`{"error":{...}}`), read exactly.
+    pub fn error(&self) -> ErrorDetail {
+        self.document::<ErrorBody>().error
     }
 
     /// The body split into SSE frames.
@@ -164,6 +180,18 @@ impl Frame {
         serde_json::from_str(&self.data_text())
             .unwrap_or_else(|err| panic!("SSE data is not JSON ({err}): {self:?}"))
     }
+
+    /// The router's in-band error document in the data (`{"error":{...,"status":N}}`), read
+    /// exactly (see [`read_exact`]).
+    pub fn error(&self) -> ErrorDetail {
+        read_exact::<ErrorBody>("ErrorBody", &self.json()).error
+    }
+}
+
+/// `T`'s name without its path, for failure messages.
+fn short_type_name<T>() -> &'static str {
+    let name = std::any::type_name::<T>();
+    name.rsplit("::").next().unwrap_or(name)
 }
 
 fn parse_block(block: &str) -> Frame {

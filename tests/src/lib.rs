@@ -14,6 +14,9 @@
 //!   fails), stopped by PID on drop. [`Supervisor`] wraps one for `strata-supervisor` and waits
 //!   until it serves.
 //! - [`ControlClient`] / [`ControlSession`]: the operator control socket (JSON lines).
+//! - [`document`]: the router's documents (`/metrics`, `/health`, `/v1/models`, error
+//!   bodies, records, control events) read exactly as their `strata_protocol` types, so a
+//!   renamed or missing field fails the test instead of reading as null.
 //! - [`FakeProxy`]: a tokio client of the private supervisor socket speaking
 //!   [`strata_protocol::wire`].
 //! - [`holder::SocketHolder`]: one listening socket kept across proxy processes, like
@@ -37,6 +40,7 @@ pub mod accounting;
 pub mod bench;
 pub mod config;
 pub mod control;
+pub mod document;
 pub mod fake_log;
 pub mod holder;
 pub mod http;
@@ -53,8 +57,10 @@ pub use strata_test_support::{binaries, daemon, net, poll, procs, python, tempdi
 
 pub use config::{A3B, ConfigBuilder, FLASH, ModelSpec, TestConfig};
 pub use control::{
-    ControlClient, ControlSession, OpReply, child_pid, off_line, on_line, parse_status,
+    ControlClient, ControlSession, OpReply, Progress, child_pid, off_line, on_line, parse_done,
+    parse_status,
 };
+pub use document::{alias_model, concrete_model, model_ids, read_exact, read_exact_str};
 pub use fake_log::{FakeLog, StartEvent};
 pub use proxy::{FakeProxy, LeaseId, LinkError, TicketPhase, Welcome};
 pub use strata_test_support::{

@@ -99,7 +99,10 @@ impl FakeProxy {
         proxy
     }
 
-    /// Sends `Hello` and reads the answer: `Ok(Welcome)` or `Err(reason)` of `Refused`.
+    /// Sends `Hello` and reads the answer: `Ok(Welcome)` or `Err(reason)` of `Refused`. The
+    /// supervisor decides a [`RefuseReason`](strata_protocol::wire::RefuseReason) and sends
+    /// its text (that frame reads the same in every protocol version, so a proxy of another
+    /// build can still say why), so a test compares `reason` with the reason's `to_string()`.
     pub async fn hello(
         &mut self,
         protocol_version: u32,

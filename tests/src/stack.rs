@@ -16,6 +16,9 @@
 //! supervisor's own clean stop (exit 0, sockets removed, no backend left). Dropping the stack
 //! instead (a failing test) SIGKILLs the proxies first, then the supervisor and any backend of
 //! this test, by PID, and prints their stderr and the fake log if the test panicked.
+//!
+//! The router's documents come back typed ([`Stack::status`], [`Stack::metrics`],
+//! [`Stack::health`], [`Stack::models`]), read exactly (see [`crate::document`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
+use strata_protocol::api::{Health, Metrics, ModelList};
 use strata_protocol::control::Status;
 
 use crate::accounting::chat_request;
@@ -369,9 +373,24 @@ impl Stack {
         stream
     }
 
-    /// The proxy's `/metrics` JSON.
-    pub fn metrics(&self) -> Value {
+    /// The proxy's `/metrics`, read exactly as the typed document.
+    pub fn metrics(&self) -> Metrics {
+        self.get("/metrics").expect_status(200).document()
+    }
+
+    /// The proxy's `/metrics` as its raw JSON, for the tests of the document's JSON itself.
+    pub fn metrics_json(&self) -> Value {
         self.get("/metrics").expect_status(200).json()
+    }
+
+    /// The proxy's `/health` (200 or 503), read exactly as the typed document.
+    pub fn health(&self) -> Health {
+        self.get("/health").document()
+    }
+
+    /// The proxy's `/v1/models`, read exactly as the typed listing.
+    pub fn models(&self) -> ModelList {
+        self.get("/v1/models").expect_status(200).document()
     }
 
     /// Everything the proxies of this stack wrote to stderr, in start order.

@@ -13,6 +13,7 @@ use strata_e2e::accounting::{
 use strata_e2e::http::{self, CHAT_PATH};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec};
+use strata_protocol::record::Reason;
 
 const A: &str = "flash-a";
 const N: usize = 50;
@@ -95,19 +96,19 @@ fn parallel_requests_get_unique_dense_sequences_and_no_record_is_lost() {
         });
 
         let records = wait_records(addr, N as u64 + 1);
-        let seqs: Vec<u64> = records.iter().map(Record::seq).collect();
+        let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
         assert_eq!(
             seqs,
             (1..=N as u64 + 1).collect::<Vec<_>>(),
             "dense, unique"
         );
-        let arrivals: HashSet<u64> = records.iter().map(|r| r.u64("arrival_seq")).collect();
+        let arrivals: HashSet<u64> = records.iter().map(|r| r.arrival_seq).collect();
         assert_eq!(
             arrivals,
             (1..=N as u64 + 1).collect::<HashSet<_>>(),
             "one arrival number per request"
         );
-        let recorded: HashSet<&str> = records.iter().map(Record::request_id).collect();
+        let recorded: HashSet<&str> = records.iter().map(|r| r.request_id.as_str()).collect();
         assert_eq!(recorded.len(), N + 1);
         for id in &ids {
             assert!(recorded.contains(id.as_str()), "no record for {id}");
@@ -116,7 +117,7 @@ fn parallel_requests_get_unique_dense_sequences_and_no_record_is_lost() {
         assert_all_schema(&records, &instance);
         let failures: Vec<&Record> = records
             .iter()
-            .filter(|r| r["reason"] != "completed" && r["reason"] != "invalid_request")
+            .filter(|r| r.reason != Reason::Completed && r.reason != Reason::InvalidRequest)
             .collect();
         assert!(failures.is_empty(), "{failures:#?}");
         assert_eq!(
@@ -127,10 +128,12 @@ fn parallel_requests_get_unique_dense_sequences_and_no_record_is_lost() {
         let lines = wait_jsonl(&log, N + 1);
         let raw: Vec<&str> = records.iter().map(|r| r.raw.as_str()).collect();
         assert_eq!(lines, raw, "the file has every record once, in seq order");
-        let metrics = stack.metrics()["request_log"].clone();
-        assert_eq!(metrics["next_seq"], json!(N + 2), "{metrics}");
-        assert_eq!(metrics["write_errors"], json!(0), "{metrics}");
-        assert_eq!(metrics["write_drops"], json!(0), "{metrics}");
+        let metrics = stack.metrics().request_log;
+        assert_eq!(
+            (metrics.next_seq, metrics.write_errors, metrics.write_drops),
+            (Some(N as u64 + 2), Some(0), Some(0)),
+            "{metrics:?}"
+        );
         stack.stop();
     }
 }

@@ -21,6 +21,7 @@ use strata_e2e::accounting::{
 };
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_for, poll_until};
+use strata_protocol::api::RequestLogMetrics;
 
 const A: &str = "flash-a";
 
@@ -52,7 +53,7 @@ fn wait_last_line(path: &Path, seq: u64) {
         || {
             jsonl_lines(path)
                 .last()
-                .is_some_and(|line| Record::new(line).seq() == seq)
+                .is_some_and(|line| Record::new(line).seq == seq)
         },
     );
 }
@@ -147,9 +148,11 @@ fn a_torn_last_line_from_an_earlier_run_is_discarded_before_appending() {
 /// Waits until `/metrics.request_log.write_errors` is at least `n` and returns it.
 fn wait_write_errors(stack: &Stack, n: u64) -> u64 {
     poll_for(DEADLINE, format!("write_errors >= {n}"), || {
-        let errors = stack.metrics()["request_log"]["write_errors"]
-            .as_u64()
-            .expect("write_errors");
+        let errors = stack
+            .metrics()
+            .request_log
+            .write_errors
+            .expect("write_errors with the supervisor up");
         (errors >= n).then_some(errors)
     })
 }
@@ -200,19 +203,21 @@ fn failing_log_paths_count_errors_while_serving_and_the_ring_go_on() {
             std::fs::rename(dir, dir.with_file_name("log-moved")).unwrap();
             std::fs::write(dir, b"not a directory").unwrap();
         }
-        let before = stack.metrics()["request_log"]["write_errors"]
-            .as_u64()
-            .unwrap();
+        let before = stack
+            .metrics()
+            .request_log
+            .write_errors
+            .expect("write_errors with the supervisor up");
         serve(3);
         let after_three = wait_write_errors(&stack, before + 3);
         // Serving goes on, and so do the errors; the ring has every record.
         let records = serve(3);
         wait_write_errors(&stack, after_three + 3);
         assert_eq!(records.len() as u64, served);
-        assert!(records.iter().all(|r| r["success"] == json!(true)));
-        let metrics = stack.metrics()["request_log"].clone();
-        assert_eq!(metrics["records_in_ring"], json!(served), "{metrics}");
-        assert_eq!(metrics["next_seq"], json!(served + 1), "{metrics}");
+        assert!(records.iter().all(|r| r.success));
+        let metrics = stack.metrics().request_log;
+        assert_eq!(metrics.records_in_ring, Some(served), "{metrics:?}");
+        assert_eq!(metrics.next_seq, Some(served + 1), "{metrics:?}");
         assert_eq!(stack.get("/health").status, 200);
         stack.stop();
     }
@@ -226,13 +231,22 @@ fn metrics_report_every_request_log_figure() {
         .wait_when_busy(true)
         .build();
     let stack = Stack::start(config);
-    let metrics = stack.metrics()["request_log"].clone();
+    let metrics = stack.metrics().request_log;
     let instance = page(stack.addr(), "").instance_id().to_owned();
     assert_eq!(
         metrics,
-        json!({"path": null, "max_bytes": 16777216, "rotate_files": 3, "capacity": 2048,
-               "write_errors": 0, "write_drops": 0, "evicted": 0, "records_in_ring": 0,
-               "next_seq": 1, "instance_id": instance})
+        RequestLogMetrics {
+            path: None,
+            max_bytes: 16777216,
+            rotate_files: 3,
+            capacity: 2048,
+            write_errors: Some(0),
+            write_drops: Some(0),
+            evicted: Some(0),
+            records_in_ring: Some(0),
+            next_seq: Some(1),
+            instance_id: Some(instance),
+        }
     );
     stack.stop();
 
@@ -254,12 +268,22 @@ fn metrics_report_every_request_log_figure() {
     let instance = page(addr, "").instance_id().to_owned();
     assert_eq!(stack.status().instance_id, instance);
     let last_seq = page(addr, "limit=1").next_seq();
-    let metrics = stack.metrics()["request_log"].clone();
+    let metrics = stack.metrics().request_log;
+    let path = Some(log.display().to_string());
     assert_eq!(
         metrics,
-        json!({"path": log.display().to_string(), "max_bytes": 8192, "rotate_files": 2,
-               "capacity": 5, "write_errors": 0, "write_drops": 0, "evicted": 2,
-               "records_in_ring": 5, "next_seq": last_seq + 1, "instance_id": instance})
+        RequestLogMetrics {
+            path: path.clone(),
+            max_bytes: 8192,
+            rotate_files: 2,
+            capacity: 5,
+            write_errors: Some(0),
+            write_drops: Some(0),
+            evicted: Some(2),
+            records_in_ring: Some(5),
+            next_seq: Some(last_seq + 1),
+            instance_id: Some(instance),
+        }
     );
 
     // Without the supervisor: the config values stay, its counters are unknown (null), and
@@ -269,16 +293,25 @@ fn metrics_report_every_request_log_figure() {
     poll_until(DEADLINE, "the proxy to notice", || {
         stack.get("/health").status == 503
     });
-    let metrics = stack.metrics()["request_log"].clone();
+    let metrics = stack.metrics().request_log;
     assert_eq!(
         metrics,
-        json!({"path": log.display().to_string(), "max_bytes": 8192, "rotate_files": 2,
-               "capacity": 5, "write_errors": null, "write_drops": null, "evicted": null,
-               "records_in_ring": null, "next_seq": null, "instance_id": null})
+        RequestLogMetrics {
+            path,
+            max_bytes: 8192,
+            rotate_files: 2,
+            capacity: 5,
+            write_errors: None,
+            write_drops: None,
+            evicted: None,
+            records_in_ring: None,
+            next_seq: None,
+            instance_id: None,
+        }
     );
     let response = stack.get("/requests?after=0");
     assert_eq!(response.status, 503, "{response}");
-    assert_eq!(response.json()["error"]["code"], "supervisor_unavailable");
+    assert_eq!(response.error().code, "supervisor_unavailable");
     stack.kill_proxy(Signal::SIGTERM);
     stack.wait_proxy_exit(DEADLINE);
 }

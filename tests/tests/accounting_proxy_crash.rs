@@ -14,6 +14,7 @@ use strata_e2e::accounting::{
 use strata_e2e::http::{self, chat_body};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_for};
+use strata_protocol::record::Reason;
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
@@ -82,34 +83,33 @@ fn a_sigkilled_proxys_in_flight_requests_each_get_one_supervisor_record() {
 
     let lost: Vec<&Record> = records[1..].iter().collect();
     for record in &lost {
-        let v = &record.json;
-        assert_eq!(v["reason"], "shutdown", "{record}");
-        assert_eq!(v["status"], Value::Null, "{record}");
-        assert_eq!(v["success"], false, "{record}");
-        assert_eq!(v["response_bytes"], 0, "{record}");
+        assert_eq!(record.reason, Reason::Shutdown, "{record}");
+        assert_eq!(record.status, None, "{record}");
+        assert!(!record.success, "{record}");
+        assert_eq!(record.response_bytes, 0, "{record}");
     }
     let leased: Vec<&&Record> = lost
         .iter()
-        .filter(|record| record.json["model_resolved"] == A)
+        .filter(|record| record.model_resolved.as_deref() == Some(A))
         .collect();
     assert_eq!(leased.len(), STREAMS + JSON_LEASES);
     let upstream = stack.config().upstream(A);
     for record in &leased {
         // Granted: the lease and what it was for are known.
-        assert!(!record.json["lease_at"].is_null(), "{record}");
-        assert!(record.json["queue_wait_ms"].is_u64(), "{record}");
-        assert_eq!(record.json["upstream_model"], json!(upstream), "{record}");
+        assert!(record.lease_at.is_some(), "{record}");
+        assert!(record.queue_wait_ms.is_some(), "{record}");
+        assert_eq!(record.upstream_model, Some(upstream.clone()), "{record}");
     }
-    let streamed = leased
-        .iter()
-        .filter(|record| record.json["stream"] == true)
-        .count();
+    let streamed = leased.iter().filter(|record| record.stream).count();
     assert_eq!(streamed, STREAMS);
-    for record in lost.iter().filter(|r| r.json["model_resolved"] == B) {
+    for record in lost
+        .iter()
+        .filter(|r| r.model_resolved.as_deref() == Some(B))
+    {
         // Still waiting: nothing of admission.
-        assert!(record.json["lease_at"].is_null(), "{record}");
-        assert!(record.json["upstream_model"].is_null(), "{record}");
-        assert_eq!(record.json["stream"], false, "{record}");
+        assert!(record.lease_at.is_none(), "{record}");
+        assert!(record.upstream_model.is_none(), "{record}");
+        assert!(!record.stream, "{record}");
     }
 
     // The file has the same lines as the ring, once each.

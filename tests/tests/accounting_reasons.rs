@@ -27,6 +27,7 @@ use strata_e2e::accounting::{
 use strata_e2e::http::{self, CHAT_PATH};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_until};
+use strata_protocol::record::{Phase, Reason};
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
@@ -101,7 +102,7 @@ fn wait_first_reasons() {
                "disconnect_phase": null, "response_bytes": done.body.len()}),
     );
     assert!(
-        rec["model_load_ms"].is_u64() && rec["queue_wait_ms"].is_u64(),
+        rec.model_load_ms.is_some() && rec.queue_wait_ms.is_some(),
         "{rec}"
     );
 
@@ -117,7 +118,7 @@ fn wait_first_reasons() {
                "disconnect_phase": null, "response_bytes": failed.body.len()}),
     );
     assert!(
-        rec["upstream_headers_ms"].is_u64() && rec["lease_at"].is_string(),
+        rec.upstream_headers_ms.is_some() && rec.lease_at.is_some(),
         "{rec}"
     );
 
@@ -174,11 +175,8 @@ fn wait_first_reasons() {
                "disconnect_phase": null}),
     );
     // The transfer completed, but the backend reported a failure in band.
-    assert_eq!(rec["reason"], "upstream_error", "{rec}");
-    assert!(
-        !rec["first_token_at"].is_null(),
-        "two deltas came first: {rec}"
-    );
+    assert_eq!(rec.reason, Reason::UpstreamError, "{rec}");
+    assert!(rec.first_token_at.is_some(), "two deltas came first: {rec}");
 
     // client_disconnect while generating.
     let mut stream = stack.open_chat(&chat_request(
@@ -205,7 +203,7 @@ fn wait_first_reasons() {
                "finish_reason": null, "completion_tokens": null}),
     );
     assert!(
-        rec["first_token_at"].is_string() && rec.u64("response_bytes") >= received,
+        rec.first_token_at.is_some() && rec.response_bytes >= received,
         "{rec}"
     );
 
@@ -218,11 +216,11 @@ fn wait_first_reasons() {
     ));
     blocker.frames_until(DEADLINE, "the first frame", http::Frame::is_data);
     send_and_abandon(addr, &chat_request(B, false, "x", Value::Null), || {
-        stack.metrics()["queue_depth"] == json!(1)
+        stack.metrics().queue_depth == Some(1)
     });
     count(1);
     let rec = wait_record_where(addr, "B's queued cancellation", |r| {
-        r["model_resolved"] == B
+        r.model_resolved.as_deref() == Some(B)
     });
     assert_fields(&rec, never_admitted());
     assert_fields(
@@ -242,7 +240,7 @@ fn wait_first_reasons() {
     );
     count(1);
     let rec = wait_record_where(addr, "the header wait's cancellation", |r| {
-        r["disconnect_phase"] == "loading"
+        r.disconnect_phase == Some(Phase::Loading)
     });
     assert_fields(&rec, never_dispatched());
     assert_fields(
@@ -251,7 +249,7 @@ fn wait_first_reasons() {
                "in_flight_at_arrival": 1}),
     );
     assert!(
-        rec["lease_at"].is_string() && rec["queue_wait_ms"].is_u64(),
+        rec.lease_at.is_some() && rec.queue_wait_ms.is_some(),
         "{rec}"
     );
     blocker.disconnect();
@@ -271,8 +269,8 @@ fn wait_first_reasons() {
     drop(loading);
     count(1);
     let rec = wait_record_where(addr, "the loading stream's disconnect", |record| {
-        record.json["model_resolved"] == json!(SLOW_LOAD)
-            && record.json["reason"] == "client_disconnect"
+        record.model_resolved.as_deref() == Some(SLOW_LOAD)
+            && record.reason == Reason::ClientDisconnect
     });
     assert_fields(&rec, never_dispatched());
     assert_fields(
@@ -280,7 +278,7 @@ fn wait_first_reasons() {
         json!({"reason": "client_disconnect", "disconnect_phase": "loading", "status": null,
                "queue_wait_ms": null, "model_load_ms": null, "model_resolved": SLOW_LOAD}),
     );
-    assert!(rec["lease_at"].is_string(), "{rec}");
+    assert!(rec.lease_at.is_some(), "{rec}");
     // The load goes on without the client; wait for it so the next steps see a quiet engine.
     poll_until(DEADLINE, "the slow model loaded", || {
         stack.status().loaded.as_deref() == Some(SLOW_LOAD)
@@ -431,13 +429,10 @@ fn a_failed_load_is_an_admitted_switch_with_a_load_duration() {
         &rec,
         json!({"reason": "model_load_error", "queue_wait_ms": null}),
     );
+    assert!(rec.lease_at.is_some(), "admitted before the load: {rec}");
+    assert!(rec.model_switch, "a cold start: {rec}");
     assert!(
-        rec["lease_at"].is_string(),
-        "admitted before the load: {rec}"
-    );
-    assert_eq!(rec["model_switch"], true, "a cold start: {rec}");
-    assert!(
-        rec["model_load_ms"].as_u64().is_some_and(|ms| ms >= 300),
+        rec.model_load_ms.is_some_and(|ms| ms >= 300),
         "the failed start's work: {rec}"
     );
     stack.stop();
@@ -488,10 +483,7 @@ fn a_backend_that_dies_mid_stream_is_an_upstream_error() {
             json!({"reason": "upstream_error", "success": false, "status": 200,
                    "upstream_status": 200, "finish_reason": null, "disconnect_phase": null}),
         );
-        assert!(
-            rec["first_token_at"].is_string(),
-            "two deltas came first: {rec}"
-        );
+        assert!(rec.first_token_at.is_some(), "two deltas came first: {rec}");
         stack.stop();
     }
 }
@@ -521,7 +513,7 @@ fn legacy_reasons() {
                "stream": true, "completion_tokens": 3, "response_bytes": stream.received_len()}),
     );
     assert!(
-        rec["first_token_at"].is_string() && rec["generation_ms"].is_u64(),
+        rec.first_token_at.is_some() && rec.generation_ms.is_some(),
         "{rec}"
     );
 
@@ -537,10 +529,10 @@ fn legacy_reasons() {
     assert_fields(&rec, never_dispatched());
     assert_fields(&rec, json!({"reason": "timeout", "status": 504}));
     assert!(
-        rec["lease_at"].is_string() && rec["queue_wait_ms"].is_u64(),
+        rec.lease_at.is_some() && rec.queue_wait_ms.is_some(),
         "{rec}"
     );
-    assert!(rec.u64("total_ms") >= 1500, "{rec}");
+    assert!(rec.total_ms >= 1500, "{rec}");
 
     // timeout after the headers: the transfer ends with a transport error.
     let mut stream = stack.open_chat(&chat_request(
@@ -559,7 +551,7 @@ fn legacy_reasons() {
         json!({"reason": "timeout", "success": false, "status": 200, "upstream_status": 200,
                "disconnect_phase": null}),
     );
-    assert!(rec["first_token_at"].is_string(), "{rec}");
+    assert!(rec.first_token_at.is_some(), "{rec}");
 
     // queue_timeout: B waits for A's lease longer than queue_ms.
     let mut blocker = stack.open_chat(&chat_request(
@@ -578,7 +570,7 @@ fn legacy_reasons() {
         json!({"reason": "queue_timeout", "status": 504, "model_resolved": B,
                "in_flight_at_arrival": 1}),
     );
-    assert!(rec.u64("total_ms") >= 300, "{rec}");
+    assert!(rec.total_ms >= 300, "{rec}");
     // However the blocker ends (a slow machine can take it past response_ms), it is one more
     // record.
     blocker.disconnect();
@@ -646,16 +638,16 @@ fn shutdown_reason() {
     let mut waiting = stack.open_chat(&chat_request(B, true, "x", Value::Null));
     let waiting_id = waiting.header("x-strata-request-id").unwrap().to_owned();
     poll_until(DEADLINE, "B queued", || {
-        stack.metrics()["queue_depth"] == json!(1)
+        stack.metrics().queue_depth == Some(1)
     });
 
     stack.supervisor().terminate();
     poll_until(DEADLINE, "the supervisor to drain", || {
-        stack.get("/health").json()["draining"] == json!(true)
+        stack.health().draining == Some(true)
     });
     let refused = stack.chat(&chat_request(A, false, "x", Value::Null));
     refused.expect_status(503);
-    assert_eq!(refused.json()["error"]["code"], "shutting_down");
+    assert_eq!(refused.error().code, "shutting_down");
     let rec = wait_record(addr, &id_of(&refused));
     assert_schema(&rec);
     assert_fields(&rec, never_admitted());
@@ -679,18 +671,15 @@ fn shutdown_reason() {
     let frames = active.remaining_frames(DEADLINE);
     let last = frames.last().unwrap();
     assert_eq!(last.event.as_deref(), Some("error"), "{frames:#?}");
-    assert_eq!(last.json()["error"]["code"], "shutting_down");
+    assert_eq!(last.error().code, "shutting_down");
     let rec = wait_record(addr, &active_id);
     assert_fields(&rec, json!({"reason": "shutdown", "status": 200}));
 
     let status = stack.supervisor().daemon().wait_exit(DEADLINE);
     assert!(status.success(), "{status}");
     let lines = wait_jsonl_within(&log, 3, Duration::from_secs(1));
-    let reasons: Vec<Value> = lines
-        .iter()
-        .map(|line| Record::new(line)["reason"].clone())
-        .collect();
-    assert_eq!(reasons, vec![json!("shutdown"); 3]);
+    let reasons: Vec<Reason> = lines.iter().map(|line| Record::new(line).reason).collect();
+    assert_eq!(reasons, [Reason::Shutdown; 3]);
     // The proxy lost its supervisor; stop it.
     stack.kill_proxy(Signal::SIGTERM);
     stack.wait_proxy_exit(DEADLINE);

@@ -20,6 +20,7 @@ use strata_e2e::accounting::{
 use strata_e2e::http::{self, Frame};
 use strata_e2e::stack::{Stack, proxy_command};
 use strata_e2e::{ConfigBuilder, DEADLINE, Daemon, ModelSpec, poll_until};
+use strata_protocol::api::Metrics;
 
 const A: &str = "flash-a";
 const IN_FLIGHT: usize = 4;
@@ -30,7 +31,7 @@ fn assert_every_request_recorded(addr: std::net::SocketAddr, ids: &[String], old
     let deadline = std::time::Instant::now() + DEADLINE;
     loop {
         let records = all_records(addr);
-        let recorded: HashSet<&str> = records.iter().map(Record::request_id).collect();
+        let recorded: HashSet<&str> = records.iter().map(|r| r.request_id.as_str()).collect();
         let missing: Vec<String> = ids
             .iter()
             .filter(|id| !recorded.contains(id.as_str()))
@@ -158,11 +159,11 @@ fn proxy_restart_during_traffic_keeps_records_cursors_and_one_writer() {
     let total = ids.len() as u64;
     assert_every_request_recorded(addr, &ids, &old_ids);
     let records = wait_records(addr, total);
-    let seqs: Vec<u64> = records.iter().map(Record::seq).collect();
+    let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
     assert_eq!(seqs, (1..=total).collect::<Vec<_>>(), "dense and unique");
-    let arrivals: HashSet<u64> = records.iter().map(|r| r.u64("arrival_seq")).collect();
+    let arrivals: HashSet<u64> = records.iter().map(|r| r.arrival_seq).collect();
     assert_eq!(arrivals, (1..=total).collect::<HashSet<_>>());
-    let mut recorded: Vec<&str> = records.iter().map(Record::request_id).collect();
+    let mut recorded: Vec<&str> = records.iter().map(|r| r.request_id.as_str()).collect();
     recorded.sort();
     let mut expected_ids: Vec<&str> = ids.iter().map(String::as_str).collect();
     expected_ids.sort();
@@ -190,9 +191,15 @@ fn proxy_restart_during_traffic_keeps_records_cursors_and_one_writer() {
     assert_eq!(lines, raw);
     let unique: HashSet<&String> = lines.iter().collect();
     assert_eq!(unique.len(), lines.len(), "no duplicate lines");
-    let metrics = http::get(addr, "/metrics").json()["request_log"].clone();
-    assert_eq!(metrics["next_seq"], json!(total + 1), "{metrics}");
-    assert_eq!(metrics["instance_id"], json!(instance), "{metrics}");
+    let metrics = http::get(addr, "/metrics")
+        .document::<Metrics>()
+        .request_log;
+    assert_eq!(metrics.next_seq, Some(total + 1), "{metrics:?}");
+    assert_eq!(
+        metrics.instance_id.as_deref(),
+        Some(instance.as_str()),
+        "{metrics:?}"
+    );
     assert_eq!(all_records(addr), records, "reading changed nothing");
 
     // Clean end: the new proxy, then the supervisor.
@@ -234,10 +241,7 @@ fn records_made_while_the_supervisor_is_away_are_submitted_when_it_returns() {
     rejected.expect_status(400);
     let unavailable = http::chat(addr, &chat_request(A, false, "x", Value::Null));
     unavailable.expect_status(503);
-    assert_eq!(
-        unavailable.json()["error"]["code"],
-        "supervisor_unavailable"
-    );
+    assert_eq!(unavailable.error().code, "supervisor_unavailable");
     let away_ids: Vec<String> = [&rejected, &unavailable]
         .iter()
         .map(|r| r.header("x-strata-request-id").unwrap().to_owned())
@@ -275,14 +279,14 @@ fn records_made_while_the_supervisor_is_away_are_submitted_when_it_returns() {
         Some(format!("{instance}-3").as_str())
     );
     let records = wait_records(addr, 3);
-    let arrivals: Vec<u64> = records.iter().map(|r| r.u64("arrival_seq")).collect();
+    let arrivals: Vec<u64> = records.iter().map(|r| r.arrival_seq).collect();
     let mut sorted = arrivals.clone();
     sorted.sort();
     assert_eq!(sorted, [1, 2, 3]);
 
     // One file across both instances: the first instance's line, then the second's three.
     let lines = wait_jsonl(&log, 4);
-    let seqs: Vec<u64> = lines.iter().map(|l| Record::new(l).seq()).collect();
+    let seqs: Vec<u64> = lines.iter().map(|l| Record::new(l).seq).collect();
     assert_eq!(seqs, [1, 1, 2, 3]);
     let raw: Vec<&str> = records.iter().map(|r| r.raw.as_str()).collect();
     assert_eq!(lines[1..], raw[..]);

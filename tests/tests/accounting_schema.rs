@@ -7,20 +7,19 @@ use std::os::unix::fs::PermissionsExt;
 
 use serde_json::{Value, json};
 use strata_e2e::accounting::{
-    Record, all_records, assert_all_schema, assert_schema, by_request_id, chat_request, page,
-    wait_jsonl, wait_records, with_request_log,
+    Record, all_records, assert_all_schema, assert_fields, assert_schema, by_request_id,
+    chat_request, page, wait_jsonl, wait_records, with_request_log,
 };
 use strata_e2e::http::{self, CHAT_PATH};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_until};
+use strata_protocol::record::{FinishReason, Phase, Reason};
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
 
-fn close_to(value: &Value, expected: f64) -> bool {
-    value
-        .as_f64()
-        .is_some_and(|v| (v - expected).abs() < 0.0011)
+fn close_to(value: Option<f64>, expected: f64) -> bool {
+    value.is_some_and(|v| (v - expected).abs() < 0.0011)
 }
 
 /// (a) a streamed success, (b) a queued streaming cancellation, (c) a rejection; plus the
@@ -77,13 +76,11 @@ fn success_queued_cancellation_and_rejection_match_the_schema_in_both_places() {
     assert_eq!(queued.status, 200, "wait-first: headers before admission");
     let queued_id = queued.header("x-strata-request-id").unwrap().to_owned();
     poll_until(DEADLINE, "B queued behind A", || {
-        stack.metrics()["queue_depth"] == json!(1)
+        stack.metrics().queue_depth == Some(1)
     });
     queued.disconnect();
     poll_until(DEADLINE, "the queued request's record", || {
-        all_records(addr)
-            .iter()
-            .any(|r| r.request_id() == queued_id)
+        all_records(addr).iter().any(|r| r.request_id == queued_id)
     });
     // Then the blocker leaves too (a cancellation while generating).
     blocker.disconnect();
@@ -101,39 +98,37 @@ fn success_queued_cancellation_and_rejection_match_the_schema_in_both_places() {
         "finish_reason": "stop", "status": 200, "upstream_status": 200, "success": true,
         "reason": "completed", "response_bytes": success_bytes, "disconnect_phase": null,
     });
-    for (key, value) in expected.as_object().unwrap() {
-        assert_eq!(&success[key.as_str()], value, "{key}: {success}");
-    }
-    for key in [
-        "lease_at",
-        "first_token_at",
-        "last_token_at",
-        "queue_wait_ms",
-        "upstream_headers_ms",
-    ] {
-        assert!(!success[key].is_null(), "{key}: {success}");
-    }
-    assert!(success.u64("model_load_ms") >= 200, "{success}");
-    // TTFT includes the load, and both TTFTs see it (only the first includes the queue).
+    assert_fields(success, expected);
     assert!(
-        success.u64("ttft_ms") >= success.u64("model_load_ms"),
+        success.lease_at.is_some()
+            && success.first_token_at.is_some()
+            && success.last_token_at.is_some()
+            && success.queue_wait_ms.is_some()
+            && success.upstream_headers_ms.is_some(),
         "{success}"
     );
-    assert!(success.u64("ttft_after_lease_ms") >= 200, "{success}");
+    let ms = |figure: Option<u64>, name: &str| {
+        figure.unwrap_or_else(|| panic!("{name} of a success: {success}"))
+    };
+    let load = ms(success.model_load_ms, "model_load_ms");
+    assert!(load >= 200, "{success}");
+    // TTFT includes the load, and both TTFTs see it (only the first includes the queue).
+    assert!(ms(success.ttft_ms, "ttft_ms") >= load, "{success}");
+    assert!(
+        ms(success.ttft_after_lease_ms, "ttft_after_lease_ms") >= 200,
+        "{success}"
+    );
     // 7 deltas, each 30 ms after the previous one (6 gaps); the proxy reading the first one
     // late under load shortens what it observes, so only one gap is required.
-    assert!(success.u64("generation_ms") >= 30, "{success}");
+    assert!(
+        ms(success.generation_ms, "generation_ms") >= 30,
+        "{success}"
+    );
     // Engine figures are copied: prompt_ms = 0.5 * 32 + 0.25, predicted_ms = 7 * 30 + 0.25.
-    assert!(close_to(&success["prompt_ms"], 16.25), "{success}");
-    assert!(close_to(&success["predicted_ms"], 210.25), "{success}");
-    assert!(
-        close_to(&success["prompt_per_second"], 1969.231),
-        "{success}"
-    );
-    assert!(
-        close_to(&success["predicted_per_second"], 33.294),
-        "{success}"
-    );
+    assert!(close_to(success.prompt_ms, 16.25), "{success}");
+    assert!(close_to(success.predicted_ms, 210.25), "{success}");
+    assert!(close_to(success.prompt_per_second, 1969.231), "{success}");
+    assert!(close_to(success.predicted_per_second, 33.294), "{success}");
 
     let rejection = by_request_id(&records, &rejected_id);
     let expected = json!({
@@ -148,9 +143,7 @@ fn success_queued_cancellation_and_rejection_match_the_schema_in_both_places() {
         "reason": "invalid_request", "response_bytes": rejected.body.len(),
         "disconnect_phase": null,
     });
-    for (key, value) in expected.as_object().unwrap() {
-        assert_eq!(&rejection[key.as_str()], value, "{key}: {rejection}");
-    }
+    assert_fields(rejection, expected);
 
     let cancelled = by_request_id(&records, &queued_id);
     let expected = json!({
@@ -165,17 +158,19 @@ fn success_queued_cancellation_and_rejection_match_the_schema_in_both_places() {
         "status": 200, "upstream_status": null, "success": false,
         "reason": "client_disconnect", "disconnect_phase": "queued",
     });
-    for (key, value) in expected.as_object().unwrap() {
-        assert_eq!(&cancelled[key.as_str()], value, "{key}: {cancelled}");
-    }
+    assert_fields(cancelled, expected);
 
     let generating = by_request_id(&records, &blocker_id);
-    assert_eq!(generating["reason"], "client_disconnect", "{generating}");
-    assert_eq!(generating["disconnect_phase"], "generating", "{generating}");
-    assert_eq!(generating["status"], 200, "{generating}");
-    assert_eq!(generating["upstream_status"], 200, "{generating}");
-    assert_eq!(generating["success"], false, "{generating}");
-    assert!(!generating["first_token_at"].is_null(), "{generating}");
+    assert_eq!(generating.reason, Reason::ClientDisconnect, "{generating}");
+    assert_eq!(
+        generating.disconnect_phase,
+        Some(Phase::Generating),
+        "{generating}"
+    );
+    assert_eq!(generating.status, Some(200), "{generating}");
+    assert_eq!(generating.upstream_status, Some(200), "{generating}");
+    assert!(!generating.success, "{generating}");
+    assert!(generating.first_token_at.is_some(), "{generating}");
 
     // The JSONL file holds the same bytes, one record per line, in seq order; mode 0600.
     let lines = wait_jsonl(&log, records.len());
@@ -256,9 +251,9 @@ fn records_never_contain_content() {
     let records = wait_records(addr, 5);
     let tool = records
         .iter()
-        .find(|r| r["finish_reason"] == "tool_calls")
+        .find(|r| r.finish_reason == Some(FinishReason::ToolCalls))
         .expect("the tool-call stream's record");
-    assert_eq!(tool["success"], true, "{tool}");
+    assert!(tool.success, "{tool}");
     let lines = wait_jsonl(&log, 5);
     let body = page(addr, "after=0").raw;
     let file = std::fs::read_to_string(&log).unwrap();
@@ -343,31 +338,19 @@ fn varied_records_all_pass_the_schema_check() {
         let instance = page(addr, "").instance_id().to_owned();
         assert_all_schema(&records, &instance);
         let no_timings = by_request_id(&records, &no_timings_id);
-        for key in [
-            "prompt_ms",
-            "predicted_ms",
-            "prompt_per_second",
-            "predicted_per_second",
-            "prompt_n",
-            "predicted_n",
-        ] {
-            assert!(
-                no_timings[key].is_null(),
-                "{key} without timings: {no_timings}"
-            );
-        }
+        assert_fields(
+            no_timings,
+            json!({"prompt_ms": null, "predicted_ms": null, "prompt_per_second": null,
+                   "predicted_per_second": null, "prompt_n": null, "predicted_n": null}),
+        );
         // Non-stream JSON: tokens are known, token times are not observable.
         let json_ok = by_request_id(&records, &json_ok_id);
-        assert!(json_ok["completion_tokens"].is_u64(), "{json_ok}");
-        for key in [
-            "first_token_at",
-            "last_token_at",
-            "ttft_ms",
-            "ttft_after_lease_ms",
-            "generation_ms",
-        ] {
-            assert!(json_ok[key].is_null(), "{key}: {json_ok}");
-        }
+        assert!(json_ok.completion_tokens.is_some(), "{json_ok}");
+        assert_fields(
+            json_ok,
+            json!({"first_token_at": null, "last_token_at": null, "ttft_ms": null,
+                   "ttft_after_lease_ms": null, "generation_ms": null}),
+        );
         let lines = wait_jsonl(&log, 6);
         let raw: Vec<&str> = records.iter().map(|r| r.raw.as_str()).collect();
         assert_eq!(lines, raw);

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use strata_e2e::accounting::all_records;
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, FLASH, ModelSpec, poll_until};
+use strata_protocol::record::Reason;
 use strata_test_support::python::{python, repo_root};
 
 const CONCRETE: &str = "flash-a";
@@ -222,7 +223,7 @@ fn the_openai_sdks_and_httpx_sse_against_the_router() {
         || {
             all_records(stack.addr())
                 .iter()
-                .filter(|record| record.json["reason"] == "client_disconnect")
+                .filter(|record| record.reason == Reason::ClientDisconnect)
                 .count() as u64
                 >= cancelled
         },

@@ -16,6 +16,7 @@ use strata_e2e::http::{self, Conn, Frame, Stream};
 use strata_e2e::net::wait_reader_stalled;
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_until};
+use strata_protocol::record::Reason;
 
 const M1: &str = "flash-one";
 const M2: &str = "flash-two";
@@ -134,9 +135,9 @@ fn assert_failed_not_served(frames: &[Frame], status: u16, code: &str, wrong_ups
     assert!(frames.iter().all(|frame| !frame.is_done()), "{frames:#?}");
     let last = frames.last().unwrap_or_else(|| panic!("no frames"));
     assert_eq!(last.event.as_deref(), Some("error"), "{frames:#?}");
-    let error = last.json();
-    assert_eq!(error["error"]["status"], json!(status), "{error}");
-    assert_eq!(error["error"]["code"], code, "{error}");
+    let error = last.error();
+    assert_eq!(error.status, Some(status), "{error:?}");
+    assert_eq!(error.code, code, "{error:?}");
 }
 
 fn wait_first_config(tag: &str) -> ConfigBuilder {
@@ -170,11 +171,11 @@ fn off_now_then_on_another_model_never_serves_the_waiting_requests() {
         let frames = stream.remaining_frames(DEADLINE);
         assert_failed_not_served(&frames, 503, "routing_off", &wrong);
         let record = wait_record(stack.addr(), &id);
-        assert_eq!(record.json["reason"], "routing_off", "{}", record.raw);
-        assert_eq!(record.json["success"], false, "{}", record.raw);
+        assert_eq!(record.reason, Reason::RoutingOff, "{}", record.raw);
+        assert!(!record.success, "{}", record.raw);
     }
     let record = wait_record(stack.addr(), &stalled_id);
-    assert_eq!(record.json["reason"], "routing_off", "{}", record.raw);
+    assert_eq!(record.reason, Reason::RoutingOff, "{}", record.raw);
     assert_eq!(chat_requests_of(&stack, m2), 0, "M2 served nothing of M1's");
     stack.stop();
 }
@@ -211,11 +212,11 @@ fn a_supervisor_restart_never_lets_waiting_requests_reach_the_next_model() {
     for (id, frames) in outcomes {
         assert_failed_not_served(&frames, 503, "supervisor_unavailable", &wrong);
         let record = wait_record(stack.addr(), &id);
-        assert_eq!(record.json["success"], false, "{}", record.raw);
+        assert!(!record.success, "{}", record.raw);
     }
     // Give a wrongly released request every chance to show up at M2 before counting.
     poll_until(DEADLINE, "no request in flight", || {
-        stack.metrics()["in_flight"] == 0
+        stack.metrics().in_flight == Some(0)
     });
     assert_eq!(
         chat_requests_of(&stack, m2),
@@ -253,12 +254,12 @@ fn a_client_that_stops_reading_is_cut_off_at_response_ms_and_frees_its_slot() {
         "the next request waited {waited:?}: the stalled stream kept its slot past response_ms"
     );
     let record = wait_record(stack.addr(), &stalled_id);
-    assert_eq!(record.json["reason"], "timeout", "{}", record.raw);
-    assert_eq!(record.json["success"], false, "{}", record.raw);
-    let total = record.json["total_ms"].as_u64().unwrap();
+    assert_eq!(record.reason, Reason::Timeout, "{}", record.raw);
+    assert!(!record.success, "{}", record.raw);
+    let total = record.total_ms;
     assert!((4500..15000).contains(&total), "cut off after {total} ms");
     poll_until(DEADLINE, "no request in flight", || {
-        stack.metrics()["in_flight"] == 0
+        stack.metrics().in_flight == Some(0)
     });
     drop(stalled);
     stack.stop();
@@ -286,14 +287,9 @@ fn off_now_interrupts_a_client_that_stopped_reading() {
     let off = stack.control().off(true);
     off.assert_ok();
     let record = wait_record(stack.addr(), &stalled_id);
-    assert_eq!(record.json["reason"], "routing_off", "{}", record.raw);
-    assert_eq!(
-        record.json["disconnect_phase"],
-        Value::Null,
-        "{}",
-        record.raw
-    );
-    assert_eq!(stack.metrics()["in_flight"], 0);
+    assert_eq!(record.reason, Reason::RoutingOff, "{}", record.raw);
+    assert_eq!(record.disconnect_phase, None, "{}", record.raw);
+    assert_eq!(stack.metrics().in_flight, Some(0));
     stack.fake_log().wait_no_backends_left(DEADLINE);
     drop(stalled);
     stack.stop();
@@ -330,16 +326,16 @@ fn off_now_during_the_header_wait_is_routing_off() {
         stack.control().off(true).assert_ok();
         let plain = plain.join().expect("the plain request");
         assert_eq!(plain.status, 503, "{plain}");
-        assert_eq!(plain.json()["error"]["code"], "routing_off", "{plain}");
+        assert_eq!(plain.error().code, "routing_off", "{plain}");
         let record = wait_record(addr, plain.header("x-strata-request-id").unwrap());
-        assert_eq!(record.json["reason"], "routing_off", "{}", record.raw);
-        assert_eq!(record.json["status"], 503, "{}", record.raw);
+        assert_eq!(record.reason, Reason::RoutingOff, "{}", record.raw);
+        assert_eq!(record.status, Some(503), "{}", record.raw);
         if let Some(mut stream) = streaming {
             let id = stream.request_id().to_owned();
             let frames = stream.remaining_frames(DEADLINE);
             assert_failed_not_served(&frames, 503, "routing_off", "none");
             let record = wait_record(addr, &id);
-            assert_eq!(record.json["reason"], "routing_off", "{}", record.raw);
+            assert_eq!(record.reason, Reason::RoutingOff, "{}", record.raw);
         }
         stack.stop();
     }
@@ -365,20 +361,16 @@ fn a_response_from_another_model_never_reaches_the_client() {
             if wait_first && stream {
                 let response = stack.chat(&body);
                 assert_eq!(response.status, 502, "{response}");
-                assert_eq!(
-                    response.json()["error"]["code"],
-                    "upstream_error",
-                    "{response}"
-                );
+                assert_eq!(response.error().code, "upstream_error", "{response}");
                 assert!(!response.text().contains("up-impostor"), "{response}");
                 let id = response
                     .header("x-strata-request-id")
                     .expect("x-strata-request-id")
                     .to_owned();
                 let record = wait_record(stack.addr(), &id);
-                assert_eq!(record.json["reason"], "upstream_error", "{}", record.raw);
-                assert_eq!(record.json["success"], false, "{}", record.raw);
-                assert_eq!(record.json["status"], 502, "{}", record.raw);
+                assert_eq!(record.reason, Reason::UpstreamError, "{}", record.raw);
+                assert!(!record.success, "{}", record.raw);
+                assert_eq!(record.status, Some(502), "{}", record.raw);
                 continue;
             }
             let mut response = stack.open_chat(&body);
@@ -395,8 +387,8 @@ fn a_response_from_another_model_never_reaches_the_client() {
                 "stream {stream}, wait-first {wait_first}: a transport error, got {received:?}"
             );
             let record = wait_record(stack.addr(), &id);
-            assert_eq!(record.json["reason"], "upstream_error", "{}", record.raw);
-            assert_eq!(record.json["success"], false, "{}", record.raw);
+            assert_eq!(record.reason, Reason::UpstreamError, "{}", record.raw);
+            assert!(!record.success, "{}", record.raw);
         }
         // The model itself is fine: the next honest request is served.
         stack

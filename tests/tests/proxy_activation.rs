@@ -12,6 +12,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use strata_e2e::http::{self, chat_body};
 use strata_e2e::stack::{Stack, launch_with_fd3};
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, free_port};
+use strata_protocol::api::{Health, LinkStatus};
 
 const A: &str = "flash-a";
 
@@ -34,8 +35,8 @@ fn activation_accepted_serves_on_the_launchers_socket() {
         Some(format!("BOUND {listen}").as_str()),
         "the launcher bound the configured address"
     );
-    let health = stack.get("/health").expect_status(200).json();
-    assert_eq!(health["supervisor"], "connected");
+    let health: Health = stack.get("/health").expect_status(200).document();
+    assert_eq!(health.supervisor, LinkStatus::Connected);
     let response = stack.chat(&chat_body(A, false));
     assert_eq!(response.status, 200, "{response}");
     assert_eq!(stack.status().proxies, 1);

@@ -3,10 +3,11 @@
 //! preferred entry is an error, never a reason to fall back to the next one.
 //! `x-strata-concrete-model` names the resolved model every time.
 
-use serde_json::{Value, json};
+use serde_json::json;
 use strata_e2e::http::{Response, chat_body};
 use strata_e2e::stack::Stack;
-use strata_e2e::{ConfigBuilder, DEADLINE, FLASH, ModelSpec, poll_until};
+use strata_e2e::{ConfigBuilder, DEADLINE, FLASH, ModelSpec, alias_model, poll_until};
+use strata_protocol::api::AliasModel;
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
@@ -40,19 +41,12 @@ fn wait_proxy_sees_loaded(stack: &Stack, model: &str) {
     poll_until(
         DEADLINE,
         format_args!("the proxy to see {model} loaded"),
-        || stack.get("/health").json()["loaded_model"] == json!(model),
+        || stack.health().loaded_model.as_deref() == Some(model),
     );
 }
 
-fn alias_item(stack: &Stack) -> Value {
-    let listing = stack.get("/v1/models").expect_status(200).json();
-    listing["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|item| item["id"] == ALIAS)
-        .cloned()
-        .unwrap_or_else(|| panic!("no {ALIAS} in {listing}"))
+fn alias_item(stack: &Stack) -> AliasModel {
+    alias_model(&stack.models(), ALIAS).clone()
 }
 
 /// (b) nothing loaded: the first entry; (a) another allowed entry loaded: it wins, even though
@@ -73,8 +67,8 @@ fn loaded_allowed_model_wins_otherwise_the_first_entry() {
         stack.config().upstream(D),
     );
     let item = alias_item(&stack);
-    assert_eq!(item["allowed_models"], json!([A, B]));
-    assert_eq!(item["preferred"], json!(A));
+    assert_eq!(item.allowed_models, [A, B]);
+    assert_eq!(item.preferred.as_deref(), Some(A));
 
     // (b) Nothing loaded: the first entry is loaded.
     assert_resolves(&stack, false, A);
@@ -89,7 +83,7 @@ fn loaded_allowed_model_wins_otherwise_the_first_entry() {
     assert_eq!(log.start_count(&up_a), 1, "{}", log.dump());
     assert_eq!(log.start_count(&up_b), 1, "{}", log.dump());
     // Preference in the listing is the configured one, whatever is loaded.
-    assert_eq!(alias_item(&stack)["preferred"], json!(A));
+    assert_eq!(alias_item(&stack).preferred.as_deref(), Some(A));
 
     // D is loaded but not allowed by the alias: the alias loads its first entry again.
     stack.control().on(Some(D)).assert_ok();
@@ -114,8 +108,8 @@ fn a_disabled_first_entry_makes_the_next_one_preferred() {
         .build();
     let stack = Stack::start(config);
     let item = alias_item(&stack);
-    assert_eq!(item["allowed_models"], json!([D, B]), "{item}");
-    assert_eq!(item["preferred"], json!(D), "{item}");
+    assert_eq!(item.allowed_models, [D, B], "{item:?}");
+    assert_eq!(item.preferred.as_deref(), Some(D), "{item:?}");
     assert_resolves(&stack, false, D);
     assert_resolves(&stack, true, D);
     let log = stack.fake_log();
@@ -139,15 +133,14 @@ fn an_uninstalled_preferred_entry_errors_without_fallback() {
             .wait_when_busy(wait_first)
             .build();
         let stack = Stack::start(config);
-        assert_eq!(alias_item(&stack)["preferred"], json!(A));
+        assert_eq!(alias_item(&stack).preferred.as_deref(), Some(A));
         for stream in [false, true] {
             // Refused before it is queued, so even a wait-first stream gets the real status
             // (its SSE headers wait for the supervisor's first answer).
             let response = stack.chat(&chat_body(ALIAS, stream));
             assert_eq!(response.header("x-strata-concrete-model"), Some(A));
             assert_eq!(response.status, 503, "{response}");
-            let error = response.json();
-            assert_eq!(error["error"]["code"], "model_not_prepared", "{error}");
+            assert_eq!(response.error().code, "model_not_prepared", "{response}");
         }
         assert!(
             stack.fake_log().starts().is_empty(),

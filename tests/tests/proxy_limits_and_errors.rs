@@ -7,10 +7,12 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use strata_e2e::http::{self, CHAT_PATH, Conn, Response, chat_body};
 use strata_e2e::stack::Stack;
-use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec};
+use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, model_ids};
+use strata_protocol::api::ErrorDetail;
+use strata_protocol::record::Reason;
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
@@ -19,31 +21,23 @@ const LIMIT: usize = 1024;
 /// A string no error body may contain: it is only ever in request content.
 const CANARY: &str = "CANARY-7f3a9c-do-not-echo";
 
-/// Checks the OpenAI error shape, the code, and that nothing of the request is echoed.
-fn assert_error(response: &Response, status: u16, code: &str) -> Value {
+/// Checks the OpenAI error shape (the router's error document, read exactly: `error` and
+/// nothing else, with its message, type and code), the code, and that nothing of the request
+/// is echoed.
+fn assert_error(response: &Response, status: u16, code: &str) -> ErrorDetail {
     assert_eq!(response.status, status, "{response}");
     assert_eq!(
         response.header("content-type"),
         Some("application/json"),
         "{response}"
     );
-    let doc = response.json();
-    let error = &doc["error"];
-    assert!(
-        error["message"].is_string() && error["type"].is_string(),
-        "OpenAI error shape expected: {response}"
-    );
-    assert_eq!(error["code"], code, "{response}");
-    assert_eq!(
-        doc.as_object().map(|o| o.len()),
-        Some(1),
-        "only `error`: {doc}"
-    );
+    let error = response.error();
+    assert_eq!(error.code, code, "{response}");
     assert!(
         !response.text().contains(CANARY) && !response.text().contains("zzz-"),
         "an error body echoes request content: {response}"
     );
-    doc
+    error
 }
 
 fn post(stack: &Stack, body: &[u8]) -> Response {
@@ -148,7 +142,7 @@ fn bodies_over_the_limit_get_413_declared_or_chunked() {
     let requests = stack.fake_log().events_named("request");
     assert_eq!(requests.len(), 2, "{}", stack.fake_log().dump());
     assert!(requests.iter().all(|r| r["body_bytes"] == json!(LIMIT)));
-    assert_eq!(stack.metrics()["max_request_body_bytes"], json!(LIMIT));
+    assert_eq!(stack.metrics().max_request_body_bytes, LIMIT as u64);
     stack.stop();
 }
 
@@ -294,14 +288,12 @@ fn unknown_and_disabled_models_and_dead_aliases_get_404() {
         }
     }
     // The dead alias and the disabled models are not listed either.
-    let listing = stack.get("/v1/models").expect_status(200).json();
-    let ids: Vec<&str> = listing["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|item| item["id"].as_str())
-        .collect();
-    assert_eq!(ids, [A, "qwen3.8-flash-next"], "{listing}");
+    let listing = stack.models();
+    assert_eq!(
+        model_ids(&listing),
+        [A, "qwen3.8-flash-next"],
+        "{listing:#?}"
+    );
     assert!(stack.fake_log().starts().is_empty());
     stack.stop();
 }
@@ -508,9 +500,9 @@ fn a_malformed_chunked_body_is_an_invalid_request() {
     assert_error(&response, 400, "incomplete_body");
     let id = response.request_id().to_owned();
     let record = strata_e2e::accounting::wait_record(stack.addr(), &id);
-    assert_eq!(record.json["reason"], "invalid_request", "{}", record.raw);
-    assert_eq!(record.json["status"], 400, "{}", record.raw);
-    assert_eq!(record.json["disconnect_phase"], Value::Null);
+    assert_eq!(record.reason, Reason::InvalidRequest, "{}", record.raw);
+    assert_eq!(record.status, Some(400), "{}", record.raw);
+    assert_eq!(record.disconnect_phase, None);
     assert!(stack.fake_log().events_named("request").is_empty());
     stack.stop();
 }
@@ -543,9 +535,9 @@ fn legacy_queue_full_and_queue_timeout() {
     let mut second = stack.open_chat(&body);
     second.frames_until(DEADLINE, "the second stream's data", http::Frame::is_data);
     let full = stack.chat(&chat_body(A, false));
-    let doc = assert_error(&full, 429, "queue_full");
+    let error = assert_error(&full, 429, "queue_full");
     // OpenAI's type for a 429 (the SDKs raise RateLimitError) and a hint when to come back.
-    assert_eq!(doc["error"]["type"], "rate_limit_error", "{full}");
+    assert_eq!(error.kind, "rate_limit_error", "{full}");
     assert_eq!(full.header("retry-after"), Some("1"), "{full}");
     full.request_id();
     assert_eq!(full.header("x-strata-concrete-model"), Some(A));

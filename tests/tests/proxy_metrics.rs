@@ -2,10 +2,11 @@
 //! queued counts (by tier), the body limit, the last streamed request's
 //! TTFT and decode rate, and the same figures in Prometheus text.
 
-use serde_json::{Value, json};
+use serde_json::json;
 use strata_e2e::http::{self, chat_body};
 use strata_e2e::stack::Stack;
 use strata_e2e::{A3B, ConfigBuilder, DEADLINE, ModelSpec, poll_for, poll_until};
+use strata_protocol::api::TierCounts;
 
 const A: &str = "flash-a";
 const B: &str = "a3b-b";
@@ -23,37 +24,34 @@ fn config(tag: &str) -> strata_e2e::TestConfig {
         .build()
 }
 
-fn tiers(metrics: &Value) -> Value {
-    metrics["queue_depth_by_tier"].clone()
-}
-
 #[test]
 fn metrics_follow_a_stream_and_a_queued_priority_request() {
     let stack = Stack::start(config("metrics"));
     let idle = stack.metrics();
-    assert_eq!(idle["in_flight"], 0, "{idle}");
-    assert_eq!(idle["queue_depth"], 0, "{idle}");
+    assert_eq!(idle.in_flight, Some(0), "{idle:?}");
+    assert_eq!(idle.queue_depth, Some(0), "{idle:?}");
     assert_eq!(
-        tiers(&idle),
-        json!({"priority": 0, "default": 0, "flex": 0}),
-        "{idle}"
+        idle.queue_depth_by_tier,
+        TierCounts {
+            priority: Some(0),
+            default: Some(0),
+            flex: Some(0)
+        },
+        "{idle:?}"
     );
-    assert_eq!(idle["max_request_body_bytes"], 123_456);
-    assert_eq!(idle["supervisor_connected"], true);
-    assert_eq!(idle["routing"], true);
-    assert!(idle["loaded_model"].is_null(), "{idle}");
-    assert_eq!(idle["in_flight_requests"], json!([]), "{idle}");
-    assert!(idle["last_stream_ttft_ms"].is_null(), "{idle}");
-    assert!(
-        idle["last_stream_decode_tokens_per_second"].is_null(),
-        "{idle}"
-    );
+    assert_eq!(idle.max_request_body_bytes, 123_456);
+    assert!(idle.supervisor_connected);
+    assert_eq!(idle.routing, Some(true));
+    assert_eq!(idle.loaded_model, None, "{idle:?}");
+    assert_eq!(idle.in_flight_requests, Some(vec![]), "{idle:?}");
+    assert_eq!(idle.last_stream_ttft_ms, None, "{idle:?}");
+    assert_eq!(idle.last_stream_decode_tokens_per_second, None, "{idle:?}");
 
     // A slow stream on A holds its lease: one request in flight.
     let mut stream_a = stack.open_chat(&chat_body(A, true));
     poll_until(DEADLINE, "A in flight and loaded", || {
         let m = stack.metrics();
-        m["in_flight"] == 1 && m["loaded_model"] == A
+        m.in_flight == Some(1) && m.loaded_model.as_deref() == Some(A)
     });
 
     // A priority request for B must wait for A's lease: queued, by tier.
@@ -63,27 +61,31 @@ fn metrics_follow_a_stream_and_a_queued_priority_request() {
     let conn_b = http::send_chat(stack.addr(), &body_b);
     poll_until(DEADLINE, "B queued as priority", || {
         let m = stack.metrics();
-        m["queue_depth"] == 1 && tiers(&m)["priority"] == 1 && tiers(&m)["default"] == 0
+        let tiers = m.queue_depth_by_tier;
+        m.queue_depth == Some(1) && tiers.priority == Some(1) && tiers.default == Some(0)
     });
     // Both held requests are listed, oldest first, with their stage and age.
-    let held = stack.metrics()["in_flight_requests"].clone();
-    let held = held.as_array().unwrap_or_else(|| panic!("{held}"));
-    assert_eq!(held.len(), 2, "{held:?}");
-    assert_eq!(held[0]["model"], A, "{held:?}");
-    assert_eq!(held[0]["stage"], "leased", "{held:?}");
-    assert_eq!(held[0]["tier"], "default", "{held:?}");
-    assert_eq!(held[1]["model"], B, "{held:?}");
-    assert_eq!(held[1]["stage"], "waiting", "{held:?}");
-    assert_eq!(held[1]["tier"], "priority", "{held:?}");
-    assert!(
-        held[0]["age_ms"].as_u64() >= held[1]["age_ms"].as_u64(),
+    let held = stack
+        .metrics()
+        .in_flight_requests
+        .expect("in_flight_requests with the supervisor up");
+    let described: Vec<(&str, &str, &str)> = held
+        .iter()
+        .map(|request| {
+            (
+                request.model.as_str(),
+                request.stage.as_str(),
+                request.tier.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        described,
+        [(A, "leased", "default"), (B, "waiting", "priority")],
         "{held:?}"
     );
-    assert!(
-        held[0]["request_id"]
-            .as_str()
-            .is_some_and(|id| !id.is_empty())
-    );
+    assert!(held[0].age_ms >= held[1].age_ms, "{held:?}");
+    assert!(!held[0].request_id.is_empty(), "{held:?}");
 
     let frames_a = stream_a.remaining_frames(DEADLINE);
     assert!(frames_a.iter().any(|f| f.is_done()), "A completed");
@@ -92,21 +94,18 @@ fn metrics_follow_a_stream_and_a_queued_priority_request() {
     assert!(frames_b.iter().any(|f| f.is_done()), "B completed");
     poll_until(DEADLINE, "nothing in flight or queued", || {
         let m = stack.metrics();
-        m["in_flight"] == 0 && m["queue_depth"] == 0 && m["loaded_model"] == B
+        m.in_flight == Some(0) && m.queue_depth == Some(0) && m.loaded_model.as_deref() == Some(B)
     });
 
     // The last streamed request was B (five tokens without a delay), and
     // A before it had six tokens 150 ms apart; the figures are B's.
     let done = stack.metrics();
-    let ttft = done["last_stream_ttft_ms"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("ttft after a stream: {done}"));
-    assert!(ttft > 0, "B waited for A and a load: {done}");
-    assert!(
-        done["last_stream_decode_tokens_per_second"].is_number()
-            || done["last_stream_decode_tokens_per_second"].is_null(),
-        "{done}"
-    );
+    let ttft = done
+        .last_stream_ttft_ms
+        .unwrap_or_else(|| panic!("ttft after a stream: {done:?}"));
+    assert!(ttft > 0, "B waited for A and a load: {done:?}");
+    // The decode rate may be null (five tokens without a delay); the type says it is a
+    // number when present.
     stack.stop();
 }
 
@@ -117,15 +116,15 @@ fn a_paced_stream_reports_its_decode_rate() {
     let frames = stream.remaining_frames(DEADLINE);
     assert!(frames.iter().any(|f| f.is_done()));
     poll_until(DEADLINE, "last stream figures", || {
-        stack.metrics()["last_stream_ttft_ms"].is_u64()
+        stack.metrics().last_stream_ttft_ms.is_some()
     });
     let metrics = stack.metrics();
     // Six tokens 150 ms apart: five intervals over about 750 ms, so about
     // 6.7 tokens per second; allow for a slow machine on either side.
-    let rate = metrics["last_stream_decode_tokens_per_second"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("decode rate: {metrics}"));
-    assert!((2.0..=20.0).contains(&rate), "rate {rate}: {metrics}");
+    let rate = metrics
+        .last_stream_decode_tokens_per_second
+        .unwrap_or_else(|| panic!("decode rate: {metrics:?}"));
+    assert!((2.0..=20.0).contains(&rate), "rate {rate}: {metrics:?}");
     stack.stop();
 }
 
@@ -236,18 +235,17 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
     let mut expected: std::collections::BTreeMap<String, f64> = Default::default();
     let mut bytes = 0.0;
     for record in &records {
-        let v = &record.json;
-        let status_class = v["status"]
-            .as_u64()
+        let status_class = record
+            .status
             .map_or("none".to_owned(), |s| format!("{}xx", s / 100));
         let key = format!(
             "strata_router_requests_total{{model=\"{}\",reason=\"{}\",status_class=\"{status_class}\",tier=\"default\",stream=\"{}\"}}",
-            v["model_resolved"].as_str().unwrap_or("none"),
-            v["reason"].as_str().unwrap(),
-            v["stream"]
+            record.model_resolved.as_deref().unwrap_or("none"),
+            record.reason.as_str(),
+            record.stream
         );
         *expected.entry(key).or_default() += 1.0;
-        bytes += v["response_bytes"].as_f64().unwrap();
+        bytes += record.response_bytes as f64;
     }
     let counted: std::collections::BTreeMap<String, f64> = got
         .iter()
@@ -259,7 +257,7 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
     for model in [A, B] {
         let with_ttft = records
             .iter()
-            .filter(|r| r.json["model_resolved"] == model && r.json["ttft_ms"].is_u64())
+            .filter(|r| r.model_resolved.as_deref() == Some(model) && r.ttft_ms.is_some())
             .count() as f64;
         assert_eq!(
             got[&format!("strata_router_ttft_seconds_count{{model=\"{model}\"}}")],
@@ -268,7 +266,7 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
         );
         let total = records
             .iter()
-            .filter(|r| r.json["model_resolved"] == model)
+            .filter(|r| r.model_resolved.as_deref() == Some(model))
             .count() as f64;
         assert_eq!(
             got[&format!("strata_router_total_seconds_bucket{{model=\"{model}\",le=\"+Inf\"}}")],
@@ -304,7 +302,7 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
     let waiting = http::send_chat(addr, &chat_body(B, false));
     poll_until(DEADLINE, "a request in flight and one queued", || {
         let m = stack.metrics();
-        m["in_flight"] == 1 && m["queue_depth"] == 1
+        m.in_flight == Some(1) && m.queue_depth == Some(1)
     });
     let busy = scrape(&stack);
     promtool_check(&busy);

@@ -11,6 +11,7 @@ use strata_e2e::http::{self, Frame, chat_body};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_for, poll_until};
 use strata_protocol::control::Status;
+use strata_protocol::record::{Phase, Reason};
 
 const A: &str = "flash-a";
 
@@ -222,9 +223,10 @@ fn a_client_that_leaves_during_the_drain_still_gets_its_record() {
         assert!(status.success(), "round {round}: {status}");
         stack.start_proxy();
         let record = strata_e2e::accounting::wait_record(stack.addr(), &id);
-        assert_eq!(record.json["reason"], "client_disconnect", "{}", record.raw);
+        assert_eq!(record.reason, Reason::ClientDisconnect, "{}", record.raw);
         assert_eq!(
-            record.json["disconnect_phase"], "generating",
+            record.disconnect_phase,
+            Some(Phase::Generating),
             "{}",
             record.raw
         );

@@ -3,7 +3,8 @@
 
 use strata_e2e::http::{self, chat_body};
 use strata_e2e::stack::Stack;
-use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec};
+use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, model_ids};
+use strata_protocol::api::ListObject;
 
 const A: &str = "flash-a";
 
@@ -16,15 +17,9 @@ fn models_listing_and_one_chat_completion_in_each_mode() {
             .build();
         let stack = Stack::start(config);
 
-        let models = stack.get("/v1/models").expect_status(200).json();
-        assert_eq!(models["object"], "list");
-        let ids: Vec<&str> = models["data"]
-            .as_array()
-            .expect("data array")
-            .iter()
-            .filter_map(|item| item["id"].as_str())
-            .collect();
-        assert_eq!(ids, [A]);
+        let models = stack.models();
+        assert_eq!(models.object, ListObject::List);
+        assert_eq!(model_ids(&models), [A]);
 
         let response = stack.chat(&chat_body(A, false));
         response.expect_status(200);

@@ -5,7 +5,12 @@
 use nix::sys::signal::Signal;
 use serde_json::json;
 use strata_e2e::stack::proxy_command;
-use strata_e2e::{ConfigBuilder, DEADLINE, Daemon, ModelSpec, http, poll_until};
+use strata_e2e::{
+    ConfigBuilder, DEADLINE, Daemon, ModelSpec, concrete_model, http, model_ids, poll_until,
+};
+use strata_protocol::api::{Health, LinkStatus, ModelList};
+use strata_protocol::config::ModelStatus;
+use strata_protocol::wire::RefuseReason;
 
 const A: &str = "flash-a";
 
@@ -41,8 +46,8 @@ fn a_proxy_with_a_different_model_configuration_is_refused_and_exits() {
         assert_eq!(status.code(), Some(78), "{name}: a refused proxy exits 78");
         let stderr = proxy.stderr();
         assert!(
-            stderr.contains("refused") && stderr.contains("fingerprint"),
-            "{name}: the reason names the refusal and the fingerprint:\n{stderr}"
+            stderr.contains("refused") && stderr.contains(&RefuseReason::Fingerprint.to_string()),
+            "{name}: the log names the refusal and the supervisor's reason:\n{stderr}"
         );
     }
     // The supervisor is unaffected.
@@ -71,19 +76,14 @@ fn models_are_listed_from_the_config_while_the_supervisor_is_away() {
     poll_until(DEADLINE, "the proxy to notice", || {
         http::get(addr, "/health").status == 503
     });
-    let health = http::get(addr, "/health").json();
-    assert_eq!(health["supervisor"], "disconnected", "{health}");
-    let models = http::get(addr, "/v1/models").expect_status(200).json();
-    let ids: Vec<&str> = models["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|item| item["id"].as_str())
-        .collect();
-    assert_eq!(ids, [A], "{models}");
+    let health: Health = http::get(addr, "/health").document();
+    assert_eq!(health.supervisor, LinkStatus::Disconnected, "{health:?}");
+    let models: ModelList = http::get(addr, "/v1/models").expect_status(200).document();
+    assert_eq!(model_ids(&models), [A], "{models:#?}");
     assert_eq!(
-        models["data"][0]["status"], "prepared_unverified",
-        "{models}"
+        concrete_model(&models, A).status,
+        ModelStatus::PreparedUnverified,
+        "{models:#?}"
     );
 
     proxy.kill(Signal::SIGTERM);

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use strata_e2e::http::{self, Frame, chat_body};
 use strata_e2e::stack::Stack;
-use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec};
+use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, concrete_model};
+use strata_protocol::config::ModelStatus;
+use strata_protocol::record::Reason;
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
@@ -18,10 +20,9 @@ const B: &str = "flash-b";
 fn assert_ends_with_error(frames: &[Frame], status: u16, code: &str) {
     let last = frames.last().unwrap_or_else(|| panic!("no frames at all"));
     assert_eq!(last.event.as_deref(), Some("error"), "{frames:#?}");
-    let error = last.json();
-    assert_eq!(error["error"]["status"], json!(status), "{error}");
-    assert_eq!(error["error"]["code"], code, "{error}");
-    assert!(error["error"]["message"].is_string(), "{error}");
+    let error = last.error();
+    assert_eq!(error.status, Some(status), "{error:?}");
+    assert_eq!(error.code, code, "{error:?}");
     assert!(
         frames.iter().all(|frame| !frame.is_done()),
         "no [DONE] after a failure: {frames:#?}"
@@ -165,7 +166,7 @@ fn a_queued_stream_is_told_what_it_waits_for_on_the_keepalive_clock() {
     let total = waiting.received_len();
     drop(busy);
     let record = strata_e2e::accounting::wait_record(stack.addr(), &id);
-    assert_eq!(record.u64("response_bytes"), total, "{record}");
+    assert_eq!(record.response_bytes, total, "{record}");
     stack.stop();
 }
 
@@ -188,7 +189,7 @@ fn a_failed_load_is_a_real_503_within_the_hold_and_an_error_event_after_it() {
         let response = stack.chat(&chat_body(A, stream));
         assert_eq!(response.status, 503, "stream {stream}: {response}");
         assert_eq!(response.header("content-type"), Some("application/json"));
-        assert_eq!(response.json()["error"]["code"], "model_load_error");
+        assert_eq!(response.error().code, "model_load_error");
         assert!(response.header("x-strata-request-id").is_some());
         // Even with no cooldown configured: come back in a second, and not automatically.
         assert_eq!(response.header("retry-after"), Some("1"), "{response}");
@@ -233,11 +234,7 @@ fn cooldown_failures_get_a_real_status_and_retry_after() {
     // headers wait for the supervisor's first answer.
     let stream = stack.chat(&chat_body(A, true));
     assert_eq!(stream.status, 503, "{stream}");
-    assert_eq!(
-        stream.json()["error"]["code"],
-        "model_load_error",
-        "{stream}"
-    );
+    assert_eq!(stream.error().code, "model_load_error", "{stream}");
     assert!(stream.header("retry-after").is_some(), "{stream}");
     assert_eq!(stream.header("x-should-retry"), Some("false"), "{stream}");
     let again = stack.chat(&chat_body(A, false));
@@ -251,49 +248,43 @@ fn cooldown_failures_get_a_real_status_and_retry_after() {
     assert_eq!(again.header("x-should-retry"), Some("false"), "{again}");
     let cause = "backend exited during startup (exit code 3)";
     for failed in [&first, &again] {
-        let error = &failed.json()["error"];
-        assert_eq!(error["last_error"], cause, "{failed}");
+        let error = failed.error();
+        assert_eq!(error.last_error.as_deref(), Some(cause), "{failed}");
         assert!(
-            error["cooldown_remaining_ms"]
-                .as_u64()
+            error
+                .cooldown_remaining_ms
                 .is_some_and(|ms| ms > 0 && ms <= 30_000),
             "{failed}"
         );
         // The fixed client message stays as it was.
-        assert!(
-            !error["message"].as_str().unwrap().contains("exit"),
-            "{failed}"
-        );
+        assert!(!error.message.contains("exit"), "{failed}");
     }
     assert_eq!(
         stack.fake_log().starts().len(),
         1,
         "no launch during cooldown"
     );
-    let entry = |id: &str| {
-        stack.get("/v1/models").json()["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|item| item["id"] == id)
-            .cloned()
-            .unwrap()
-    };
+    let entry = |id: &str| concrete_model(&stack.models(), id).clone();
     let broken = entry(A);
-    assert_eq!(broken["last_error"], cause, "{broken}");
-    let left = broken["cooldown_remaining_ms"].as_u64();
-    assert!(left.is_some_and(|ms| ms > 0 && ms <= 30_000), "{broken}");
+    assert_eq!(broken.last_error.as_deref(), Some(cause), "{broken:?}");
+    let left = broken
+        .cooldown_remaining_ms
+        .filter(|ms| *ms > 0 && *ms <= 30_000)
+        .unwrap_or_else(|| panic!("A's cooldown runs: {broken:?}"));
     // A healthy model loads during A's cooldown, and its entry has no cause.
     let healthy = stack.chat(&chat_body(B, false));
     assert_eq!(healthy.status, 200, "{healthy}");
     let healthy = entry(B);
-    assert_eq!(healthy["status"], "loaded", "{healthy}");
-    assert_eq!(healthy["last_error"], serde_json::Value::Null, "{healthy}");
-    assert_eq!(healthy["cooldown_remaining_ms"], serde_json::Value::Null);
+    assert_eq!(healthy.status, ModelStatus::Loaded, "{healthy:?}");
+    assert_eq!(healthy.last_error, None, "{healthy:?}");
+    assert_eq!(healthy.cooldown_remaining_ms, None, "{healthy:?}");
     // A's cause stays, its cooldown counts down.
     let broken = entry(A);
-    assert_eq!(broken["last_error"], cause, "{broken}");
-    assert!(broken["cooldown_remaining_ms"].as_u64() <= left, "{broken}");
+    assert_eq!(broken.last_error.as_deref(), Some(cause), "{broken:?}");
+    assert!(
+        broken.cooldown_remaining_ms.is_some_and(|ms| ms <= left),
+        "{broken:?}"
+    );
     stack.stop();
 }
 
@@ -315,6 +306,7 @@ fn backend_error_status_is_passed_through_within_the_hold_and_an_error_event_aft
             body["fake"] = json!({"error_status": status, "header_delay_ms": 200});
             let response = stack.chat(&body);
             assert_eq!(response.status, status, "stream {stream}: {response}");
+            // The fake backend's document, passed through: not the router's to type.
             assert!(
                 response.json()["error"]["message"]
                     .as_str()
@@ -450,7 +442,7 @@ fn a_backend_dying_mid_stream_ends_the_stream_as_an_error() {
         body["fake"] = json!({"mid_stream": "die"});
         let response = stack.chat(&body);
         assert_eq!(response.status, 502, "{response}");
-        assert_eq!(response.json()["error"]["code"], "upstream_error");
+        assert_eq!(response.error().code, "upstream_error");
         wait_dead(2);
 
         let mut stream = stack.open_chat(&chat_body(A, true));
@@ -587,9 +579,9 @@ fn a_backend_error_frame_mid_stream_becomes_the_routers_error_event() {
             );
         }
         let record = strata_e2e::accounting::wait_record(stack.addr(), &id);
-        assert_eq!(record.json["reason"], "upstream_error", "{}", record.raw);
-        assert_eq!(record.json["upstream_status"], 200, "{}", record.raw);
-        assert_eq!(record.json["status"], 200, "{}", record.raw);
+        assert_eq!(record.reason, Reason::UpstreamError, "{}", record.raw);
+        assert_eq!(record.upstream_status, Some(200), "{}", record.raw);
+        assert_eq!(record.status, Some(200), "{}", record.raw);
         stack.stop();
     }
 }

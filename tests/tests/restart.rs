@@ -21,6 +21,7 @@ use strata_e2e::holder::SocketHolder;
 use strata_e2e::http::{self, Response};
 use strata_e2e::stack::{PROXY_BIN, Stack};
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, binary, free_port, poll_until};
+use strata_protocol::record::Reason;
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
@@ -160,13 +161,13 @@ fn a_retained_listener_carries_every_request_from_the_old_proxy_to_the_new() {
     let records = all_records(addr);
     let recorded: HashSet<String> = records
         .iter()
-        .map(|record| record.request_id().to_owned())
+        .map(|record| record.request_id.to_owned())
         .collect();
     assert!(ids.is_subset(&recorded), "{ids:?} vs {recorded:?}");
     assert!(
         records
             .iter()
-            .all(|record| record.json["reason"] == "completed")
+            .all(|record| record.reason == Reason::Completed)
     );
     for model in [A, B] {
         let upstream = stack.config().upstream(model);

@@ -9,6 +9,7 @@ use strata_e2e::accounting::{chat_request, wait_record_where};
 use strata_e2e::http::{self, spawn_chat};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, FakeLog, ModelSpec, poll_until};
+use strata_protocol::record::Reason;
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
@@ -79,7 +80,7 @@ fn an_abandoned_load_is_cancelled_when_another_model_waits() {
     assert_eq!(loads(&stack, A, "abandoned"), 1);
     assert_eq!(loads(&stack, A, "verified"), 0);
     wait_record_where(stack.addr(), "A's client left while loading", |record| {
-        record.json["reason"] == "client_disconnect" && record.json["model_resolved"] == A
+        record.reason == Reason::ClientDisconnect && record.model_resolved.as_deref() == Some(A)
     });
     assert_eq!(order(&log), ["b"]);
 

@@ -338,13 +338,13 @@ fn soak_with_every_process_hurt_loses_no_record_and_leaves_nothing_behind() {
     let mut ids = HashSet::new();
     for record in &records {
         assert!(
-            ids.insert(record.request_id().to_owned()),
+            ids.insert(record.request_id.clone()),
             "a duplicate record: {record}"
         );
     }
     let mut per_instance: HashMap<String, Vec<Record>> = HashMap::new();
     for record in &records {
-        let id = record.request_id();
+        let id = &record.request_id;
         let instance = if id.starts_with("unlinked-") {
             "unlinked".to_owned()
         } else {
@@ -410,7 +410,7 @@ fn soak_with_every_process_hurt_loses_no_record_and_leaves_nothing_behind() {
         let Some(last) = more.records.last() else {
             break;
         };
-        after = last.seq();
+        after = last.seq;
         ring_all.extend(more.records.iter().map(|record| record.raw.clone()));
     }
     let of_instance = |lines: &[String]| -> Vec<String> {
@@ -418,7 +418,7 @@ fn soak_with_every_process_hurt_loses_no_record_and_leaves_nothing_behind() {
             .iter()
             .filter(|line| {
                 Record::new(line)
-                    .request_id()
+                    .request_id
                     .starts_with(&format!("{instance}-"))
             })
             .cloned()

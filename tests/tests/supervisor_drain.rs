@@ -46,7 +46,7 @@ fn sigterm_serves_accepted_work_then_stops() {
     poll_until(DEADLINE, "status says draining", || stack.status().draining);
     let refused = stack.chat(&chat_request(A, false, "late", Value::Null));
     assert_eq!(refused.status, 503, "{refused}");
-    assert_eq!(refused.json()["error"]["code"], "shutting_down");
+    assert_eq!(refused.error().code, "shutting_down");
     assert_eq!(stack.waiting(), 2, "the queue is kept, not failed");
     assert!(procs::is_alive(backend));
 
@@ -125,10 +125,10 @@ fn a_second_signal_forces_the_end() {
     let frames = holder.remaining_frames(DEADLINE);
     let last = frames.last().unwrap();
     assert_eq!(last.event.as_deref(), Some("error"), "{frames:#?}");
-    assert_eq!(last.json()["error"]["code"], "shutting_down");
+    assert_eq!(last.error().code, "shutting_down");
     let queued = queued.join().unwrap();
     assert_eq!(queued.status, 503, "{queued}");
-    assert_eq!(queued.json()["error"]["code"], "shutting_down");
+    assert_eq!(queued.error().code, "shutting_down");
     let status = stack.supervisor().daemon().wait_exit(DEADLINE);
     assert!(status.success(), "{status}");
     assert!(

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use strata_e2e::{ConfigBuilder, DEADLINE, FakeProxy, ModelSpec, Supervisor, poll_until};
 use strata_protocol::wire::{
-    LeaseFailure, MAX_FRAME_BYTES, PROTOCOL_VERSION, ProxyMessage, ServiceTier, SupervisorMessage,
-    encode_frame,
+    LeaseFailure, MAX_FRAME_BYTES, PROTOCOL_VERSION, ProxyMessage, RefuseReason, ServiceTier,
+    SupervisorMessage, decode_payload, encode_frame,
 };
 
 const A: &str = "flash-a";
@@ -28,7 +28,7 @@ async fn bad_hellos_are_refused_and_closed() {
         .hello(PROTOCOL_VERSION, fingerprint ^ 1)
         .await
         .expect_err("a wrong fingerprint is refused");
-    assert!(reason.contains("fingerprint"), "{reason}");
+    assert_eq!(reason, RefuseReason::Fingerprint.to_string());
     assert!(proxy.wait_closed(DEADLINE).await, "closed after Refused");
 
     let mut proxy = FakeProxy::open(&socket).await;
@@ -36,27 +36,29 @@ async fn bad_hellos_are_refused_and_closed() {
         .hello(PROTOCOL_VERSION + 1, fingerprint)
         .await
         .expect_err("another protocol version is refused");
-    assert!(reason.contains("protocol version"), "{reason}");
+    let expected = RefuseReason::ProtocolVersion {
+        proxy: PROTOCOL_VERSION + 1,
+        supervisor: PROTOCOL_VERSION,
+    };
+    assert_eq!(reason, expected.to_string());
     assert!(proxy.wait_closed(DEADLINE).await);
 
     let mut proxy = FakeProxy::open(&socket).await;
     proxy.acquire(1, A).await;
-    match proxy.next_message(DEADLINE).await {
-        Ok(SupervisorMessage::Refused { reason }) => {
-            assert_eq!(reason, "expected a hello first");
-        }
-        other => panic!("expected Refused, got {other:?}"),
-    }
+    assert_eq!(
+        proxy.next_message(DEADLINE).await,
+        Ok(RefuseReason::NotAHello.into())
+    );
     assert!(proxy.wait_closed(DEADLINE).await);
 
     let mut proxy = FakeProxy::open(&socket).await;
     proxy.send_raw(&[0, 0, 0, 3, 0xff, 0xff, 0xff]).await;
-    match proxy.next_message(DEADLINE).await {
-        Ok(SupervisorMessage::Refused { reason }) => {
-            assert!(reason.starts_with("bad hello"), "{reason}");
-        }
-        other => panic!("expected Refused, got {other:?}"),
-    }
+    // The reason carries the decoder's own error for this payload.
+    let error = decode_payload::<ProxyMessage>(&[0xff, 0xff, 0xff]).expect_err("not a message");
+    assert_eq!(
+        proxy.next_message(DEADLINE).await,
+        Ok(RefuseReason::BadHello(error.to_string()).into())
+    );
     assert!(proxy.wait_closed(DEADLINE).await);
 
     // Nothing was registered, and a good proxy still gets in.

@@ -36,6 +36,7 @@ use serde_json::{Value, json};
 use strata_e2e::http::{self, Response};
 use strata_e2e::systemd::{self, ALIAS, MODEL, SdStack};
 use strata_e2e::{DEADLINE, TempDir, binary, poll_for, poll_until};
+use strata_protocol::api::{Health, LinkStatus};
 use strata_protocol::control::Status;
 
 /// Prints why the systemd tests cannot run here, if they cannot.
@@ -119,8 +120,7 @@ fn wait_linked(stack: &SdStack) {
     poll_until(DEADLINE, "GET /health: 200, supervisor connected", || {
         http::try_request(stack.addr(), "GET", "/health", &[], b"").is_ok_and(|response| {
             response.status == 200
-                && serde_json::from_slice::<Value>(&response.body)
-                    .is_ok_and(|json| json["supervisor"] == "connected")
+                && response.document::<Health>().supervisor == LinkStatus::Connected
         })
     });
 }

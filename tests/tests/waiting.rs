@@ -6,6 +6,7 @@
 //! log (the order requests reached the backend); `/metrics` and the records are checked where
 //! the scenario makes them interesting.
 
+use std::collections::BTreeMap;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,8 @@ use strata_e2e::accounting::{chat_request, wait_record};
 use strata_e2e::http::{self, Response, Stream, spawn_chat};
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, FakeLog, ModelSpec, poll_until};
+use strata_protocol::api::TierCounts;
+use strata_protocol::record::{Phase, Reason};
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
@@ -103,8 +106,13 @@ fn overload_across_two_proxies_never_dispatches_more_than_max_pending() {
     let (mut most_queued, mut most_in_flight) = (0, 0);
     while !handles.iter().all(JoinHandle::is_finished) {
         let metrics = stack.metrics();
-        most_queued = most_queued.max(metrics["queue_depth"].as_u64().unwrap_or(0));
-        most_in_flight = most_in_flight.max(metrics["in_flight"].as_u64().unwrap_or(0));
+        // Both are null only while the supervisor is unreachable, which would be a bug here.
+        let queued = metrics
+            .queue_depth
+            .expect("queue_depth with the supervisor up");
+        let in_flight = metrics.in_flight.expect("in_flight with the supervisor up");
+        most_queued = most_queued.max(queued);
+        most_in_flight = most_in_flight.max(in_flight);
         std::thread::sleep(Duration::from_millis(20));
     }
     for handle in handles {
@@ -178,7 +186,7 @@ fn delayed_headers_block_admission_in_legacy_mode_only() {
             );
             let record = wait_record(stack.addr(), quick.header("x-strata-request-id").unwrap());
             assert!(
-                record.json["queue_wait_ms"].as_u64().unwrap() >= 2000,
+                record.queue_wait_ms.is_some_and(|ms| ms >= 2000),
                 "{}",
                 record.raw
             );
@@ -301,14 +309,22 @@ fn tiers_order_the_loaded_models_queue_and_metrics_split_it() {
         poll_until(DEADLINE, format!("{tag} queued"), || stack.waiting() == n);
     }
     let metrics = stack.metrics();
-    assert_eq!(metrics["queue_depth"], 3, "{metrics}");
-    assert_eq!(metrics["in_flight"], 1, "{metrics}");
+    assert_eq!(metrics.queue_depth, Some(3), "{metrics:?}");
+    assert_eq!(metrics.in_flight, Some(1), "{metrics:?}");
     assert_eq!(
-        metrics["queue_depth_by_tier"],
-        json!({"priority": 1, "default": 1, "flex": 1}),
-        "{metrics}"
+        metrics.queue_depth_by_tier,
+        TierCounts {
+            priority: Some(1),
+            default: Some(1),
+            flex: Some(1)
+        },
+        "{metrics:?}"
     );
-    assert_eq!(metrics["queue_depth_by_model"], json!({A: 3}), "{metrics}");
+    assert_eq!(
+        metrics.queue_depth_by_model,
+        Some(BTreeMap::from([(A.to_owned(), 3)])),
+        "{metrics:?}"
+    );
     let prometheus = http::get(stack.addr(), "/metrics?format=prometheus").text();
     assert!(
         prometheus.contains("strata_router_queue_depth_by_tier{tier=\"priority\"} 1"),
@@ -327,17 +343,17 @@ fn tiers_order_the_loaded_models_queue_and_metrics_split_it() {
             _ => (2, 1),
         };
         assert_eq!(
-            record.json["queue_depth_at_arrival"], queued_before,
+            record.queue_depth_at_arrival, queued_before,
             "{tag}: {}",
             record.raw
         );
         assert_eq!(
-            record.json["in_flight_at_arrival"], in_flight,
+            record.in_flight_at_arrival, in_flight,
             "{tag}: {}",
             record.raw
         );
         assert!(
-            record.json["queue_wait_ms"].as_u64().unwrap() > 0,
+            record.queue_wait_ms.is_some_and(|ms| ms > 0),
             "{}",
             record.raw
         );
@@ -379,7 +395,7 @@ fn a_priority_request_for_another_model_drains_the_loaded_one_then_switches() {
     let da = ok(da);
     assert_eq!(order(&log), ["holder", "pb", "da"]);
     let record = wait_record(stack.addr(), da.header("x-strata-request-id").unwrap());
-    assert_eq!(record.json["model_switch"], true, "{}", record.raw);
+    assert!(record.model_switch, "{}", record.raw);
     stack.stop();
 }
 
@@ -458,8 +474,8 @@ fn cache_scenario(tag: &str, fake_profile: &[(&str, Value)], lookup_ms: u64) -> 
         poll_until(DEADLINE, format!("{tag} queued"), || stack.waiting() == n);
     }
     assert_eq!(
-        stack.metrics()["in_flight"],
-        1,
+        stack.metrics().in_flight,
+        Some(1),
         "cache_max_active: 1 keeps them queued"
     );
     release(holder);
@@ -584,19 +600,19 @@ fn legacy_queue_full_and_queue_timeout_apply_to_every_tier() {
     poll_until(DEADLINE, "pb queued", || stack.waiting() == 1);
     let full = stack.chat(&priority_b);
     assert_eq!(full.status, 429, "{full}");
-    assert_eq!(full.json()["error"]["code"], "queue_full");
+    assert_eq!(full.error().code, "queue_full");
     let pb = pb.join().unwrap();
     assert_eq!(pb.status, 504, "{pb}");
-    assert_eq!(pb.json()["error"]["code"], "queue_timeout");
+    assert_eq!(pb.error().code, "queue_timeout");
     assert!(started.elapsed() >= Duration::from_millis(750));
     let upstream_b = stack.config().upstream(B);
     assert_eq!(stack.fake_log().start_count(&upstream_b), 0, "no switch");
     let record = wait_record(stack.addr(), pb.header("x-strata-request-id").unwrap());
-    assert_eq!(record.json["reason"], "queue_timeout", "{}", record.raw);
-    assert_eq!(record.json["lease_at"], Value::Null, "{}", record.raw);
+    assert_eq!(record.reason, Reason::QueueTimeout, "{}", record.raw);
+    assert_eq!(record.lease_at, None, "{}", record.raw);
     let record = wait_record(stack.addr(), full.header("x-strata-request-id").unwrap());
-    assert_eq!(record.json["reason"], "queue_full", "{}", record.raw);
-    assert_eq!(record.json["status"], 429, "{}", record.raw);
+    assert_eq!(record.reason, Reason::QueueFull, "{}", record.raw);
+    assert_eq!(record.status, Some(429), "{}", record.raw);
     release(holder);
     stack.stop();
 }
@@ -627,7 +643,7 @@ fn legacy_the_lock_goes_to_the_best_tier_first() {
     let p = spawn_chat(stack.addr(), priority);
     poll_until(DEADLINE, "p queued", || stack.waiting() == 2);
     // Legacy queue depth counts the lock holder in its header wait too.
-    assert_eq!(stack.metrics()["queue_depth"], 3);
+    assert_eq!(stack.metrics().queue_depth, Some(3));
     ok(slow);
     ok(d);
     ok(p);
@@ -671,17 +687,20 @@ fn disconnects_while_queued_and_while_admitted() {
     let record = strata_e2e::accounting::wait_record_where(
         stack.addr(),
         "the queued disconnect",
-        |record| record.json["reason"] == "client_disconnect",
+        |record| record.reason == Reason::ClientDisconnect,
     );
-    for (field, expected) in [
-        ("disconnect_phase", json!("queued")),
-        ("lease_at", Value::Null),
-        ("queue_wait_ms", Value::Null),
-        ("status", Value::Null),
-        ("model_resolved", json!(A)),
-    ] {
-        assert_eq!(record.json[field], expected, "{field}: {}", record.raw);
-    }
+    assert_eq!(
+        (
+            record.disconnect_phase,
+            &record.lease_at,
+            record.queue_wait_ms,
+            record.status,
+            record.model_resolved.as_deref(),
+        ),
+        (Some(Phase::Queued), &None, None, None, Some(A)),
+        "{}",
+        record.raw
+    );
     poll_until(DEADLINE, "the ticket left the queue", || {
         stack.waiting() == 0
     });
@@ -701,12 +720,19 @@ fn disconnects_while_queued_and_while_admitted() {
     let record = strata_e2e::accounting::wait_record_where(
         stack.addr(),
         "the loading disconnect",
-        |record| record.json["reason"] == "client_disconnect" && record.json["model_resolved"] == B,
+        |record| {
+            record.reason == Reason::ClientDisconnect && record.model_resolved.as_deref() == Some(B)
+        },
     );
-    assert_eq!(record.json["status"], Value::Null, "{}", record.raw);
-    assert_eq!(record.json["disconnect_phase"], "loading", "{}", record.raw);
-    assert!(record.json["lease_at"].is_string(), "{}", record.raw);
-    assert_eq!(record.json["queue_wait_ms"], Value::Null, "{}", record.raw);
+    assert_eq!(record.status, None, "{}", record.raw);
+    assert_eq!(
+        record.disconnect_phase,
+        Some(Phase::Loading),
+        "{}",
+        record.raw
+    );
+    assert!(record.lease_at.is_some(), "{}", record.raw);
+    assert_eq!(record.queue_wait_ms, None, "{}", record.raw);
     assert_eq!(
         order(&log),
         ["holder"],
@@ -741,7 +767,7 @@ fn a_failed_load_fails_its_waiting_group_with_one_launch() {
     for handle in handles {
         let response = handle.join().unwrap();
         assert_eq!(response.status, 503, "{response}");
-        assert_eq!(response.json()["error"]["code"], "model_load_error");
+        assert_eq!(response.error().code, "model_load_error");
     }
     let upstream_b = stack.config().upstream(B);
     assert_eq!(stack.fake_log().start_count(&upstream_b), 1, "one launch");

@@ -1,7 +1,8 @@
 //! Helpers shared by the strata-ctl integration tests: the sibling binaries,
 //! the ctl tests' config for a real `strata-supervisor` on the fake Strata
-//! backend (started by the end-to-end harness's [`Supervisor`]), the
-//! launcher's output lines, and a private bin directory for `daemon` and
+//! backend (started by the end-to-end harness's [`Supervisor`], or its
+//! `Stack` with a proxy), the daemon's typed answers ([`parse_status`],
+//! [`parse_done`]), the launcher's output lines, and a private bin directory for `daemon` and
 //! `demo`. The generic helpers (temporary directories, the Python
 //! interpreter, free ports, polling, processes stopped by PID, commands run
 //! with a deadline) come from strata-test-support and are re-exported here.
@@ -23,7 +24,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-pub use strata_e2e::{Supervisor, parse_status};
+pub use strata_e2e::{Supervisor, parse_done, parse_status};
 pub use strata_test_support::procs::{is_alive, signal};
 pub use strata_test_support::{
     ConfigBuilder, ModelSpec, Running, TempDir, TestConfig, binary, fake_strata_dir, free_port,
