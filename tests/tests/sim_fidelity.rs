@@ -155,10 +155,8 @@ fn a_generated_agents_trace_plays_out_as_simulated() {
     for (model, params) in measured.models.iter_mut() {
         let mut loads: Vec<u64> = records
             .iter()
-            .filter(|r| {
-                r.json["model_resolved"] == model.as_str() && r.json["model_switch"] == true
-            })
-            .filter_map(|r| r.json["model_load_ms"].as_u64())
+            .filter(|r| r.model_resolved.as_deref() == Some(model.as_str()) && r.model_switch)
+            .filter_map(|r| r.model_load_ms)
             .collect();
         loads.sort_unstable();
         assert!(!loads.is_empty(), "{model} loaded at least once");
@@ -185,11 +183,9 @@ fn a_generated_agents_trace_plays_out_as_simulated() {
                 .expect("every step was sent");
             let record = records
                 .iter()
-                .find(|r| r.request_id() == request.request_id)
+                .find(|r| r.request_id == request.request_id)
                 .expect("every request has its record");
-            let headers = record.json["upstream_headers_ms"]
-                .as_u64()
-                .expect("headers arrived");
+            let headers = record.upstream_headers_ms.expect("headers arrived");
             let real = Duration::from_millis(headers).saturating_sub(spec.service);
             let wait = simulated_wait_of(&simulated, &measured, agent_index, step);
             let bound = TOLERANCE.max(wait / 4);
