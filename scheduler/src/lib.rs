@@ -23,8 +23,8 @@
 //!   of the queue and held from admission through any load until the
 //!   upstream response headers arrive; tickets for the loaded model overlap
 //!   once they have their headers; a ticket for another model waits, at the
-//!   head, until every response has finished; `queue_ms` fails a waiting
-//!   ticket without switching.
+//!   head, until every response has finished (no grace: the original
+//!   contract); `queue_ms` fails a waiting ticket without switching.
 //! - **Cache order.** Within a tier and model group, when more tickets
 //!   compete than slots are free, tickets with a higher cached/input
 //!   fraction go first (inputs below the backend's threshold count as 0;
@@ -43,7 +43,7 @@
 //!   (their clients left) while a ticket for another model waits is
 //!   cancelled, unless an operator `on` started it.
 //! - **Idle unload** waits for no lease, an empty queue and
-//!   `max(idle_ms, model_grace_ms)` of quiet.
+//!   `max(idle_ms, model_grace_ms)` of quiet (legacy: `idle_ms`).
 //!
 //! Ordering key of a ticket: (tier, model-group rule, cache rank, arrival).
 
@@ -325,7 +325,13 @@ fn idle_unload(view: &View, admitted: usize, plan: &mut Plan) {
     if !matches!(view.backend, BackendView::Serving { .. }) || view.leases > 0 || admitted > 0 {
         return;
     }
-    let quiet_for = view.rules.idle.max(view.rules.grace);
+    // Idle unloading also waits for the grace interval (wait-first only:
+    // legacy mode has no grace).
+    let grace = match view.rules.mode {
+        Mode::WaitFirst => view.rules.grace,
+        Mode::Legacy => Duration::ZERO,
+    };
+    let quiet_for = view.rules.idle.max(grace);
     let due = view.quiet_since + quiet_for;
     if view.now >= due {
         plan.decisions.push(Decision::Unload);
@@ -559,27 +565,9 @@ fn legacy(view: &View, waiting: &[&Waiting], top: ServiceTier, admitted: usize, 
                 Order::Lookup(keys) => plan.decisions.push(Decision::StartLookup(keys)),
             }
         }
-        BackendView::Serving { .. } => {
-            if view.leases > 0 {
-                return;
-            }
-            if top != ServiceTier::Priority {
-                let quiet_until = view.quiet_since + view.rules.grace;
-                if view.now < quiet_until {
-                    plan.wake(quiet_until);
-                    return;
-                }
-            }
-            if cooling_down(view, &head.model, plan) {
-                fail_launches(waiting, &head.model, plan);
-                return;
-            }
-            plan.decisions.push(Decision::StartLoad {
-                model: head.model.clone(),
-            });
-            plan.decisions.push(Decision::Admit(head.key));
-        }
-        BackendView::Empty => {
+        // No grace in legacy mode: the original contract switches as soon
+        // as every response has finished.
+        BackendView::Serving { .. } | BackendView::Empty => {
             if view.leases > 0 {
                 return;
             }

@@ -721,6 +721,24 @@ fn legacy_a_ticket_for_another_model_waits_at_the_head() {
 }
 
 #[test]
+fn legacy_switches_without_grace() {
+    // a quiet for less than the grace: wait-first holds, legacy switches.
+    for (mode, expected) in [(Mode::WaitFirst, vec![]), (Mode::Legacy, load("b", &[1]))] {
+        let mut world = World::new(mode, 16).serving("a").queue(&[(1, "b", D)]);
+        world.quiet_since = world.now - GRACE / 2;
+        assert_eq!(world.decide().decisions, expected, "{mode:?}");
+    }
+    // Idle unload: legacy waits for idle_ms alone, even when the grace is
+    // longer.
+    let mut world = World::new(Mode::Legacy, 16).serving("a");
+    world.rules.idle = Duration::from_secs(1);
+    world.quiet_since = world.now - Duration::from_secs(1);
+    assert_eq!(world.decide().decisions, [Decision::Unload]);
+    world.rules.mode = Mode::WaitFirst;
+    assert_eq!(world.decide().decisions, []);
+}
+
+#[test]
 fn legacy_queue_timeouts_fail_without_switching_and_free_the_head() {
     let mut world =
         World::new(Mode::Legacy, 16)
