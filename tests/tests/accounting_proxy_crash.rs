@@ -106,9 +106,14 @@ fn a_sigkilled_proxys_in_flight_requests_each_get_one_supervisor_record() {
         .iter()
         .filter(|r| r.model_resolved.as_deref() == Some(B))
     {
-        // Still waiting: nothing of admission.
+        // Still waiting: nothing of admission, but its model resolved, so
+        // its backend name is known (as the proxy's own record has it).
         assert!(record.lease_at.is_none(), "{record}");
-        assert!(record.upstream_model.is_none(), "{record}");
+        assert_eq!(
+            record.upstream_model,
+            Some(stack.config().upstream(B)),
+            "{record}"
+        );
         assert!(!record.stream, "{record}");
     }
 

@@ -101,10 +101,14 @@ pub struct Ledger {
 }
 
 impl Ledger {
+    /// A ticket entered: `model` is the concrete model it was queued for,
+    /// `upstream_model` that model's backend name (a stand-in record names
+    /// both, as the proxy's record would).
     pub fn open(
         &mut self,
         key: TicketKey,
         model: &str,
+        upstream_model: Option<&str>,
         tier: ServiceTier,
         request: TicketRequest,
         arrival: ArrivalInfo,
@@ -119,7 +123,7 @@ impl Ledger {
                 arrival,
                 admitted_unix_ms: None,
                 granted: false,
-                upstream_model: None,
+                upstream_model: upstream_model.map(str::to_owned),
                 model_switch: false,
                 load_ms: None,
             },
@@ -214,13 +218,20 @@ mod tests {
         }
     }
 
-    /// A waiting ticket's substitute says what was known at arrival and
-    /// nothing of admission. (The e2e crash test checks such records
+    /// A waiting ticket's substitute says what was known at arrival (its
+    /// model resolved, so its upstream name too) and nothing of admission. (The e2e crash test checks such records
     /// against the full schema.)
     #[test]
     fn a_waiting_tickets_record_has_arrival_facts_only() {
         let mut ledger = Ledger::default();
-        ledger.open((1, 5), "m", ServiceTier::Default, request(true), arrival(9));
+        ledger.open(
+            (1, 5),
+            "m",
+            Some("up-m"),
+            ServiceTier::Default,
+            request(true),
+            arrival(9),
+        );
         let open = ledger.take_conn(1).pop().unwrap();
         let record = open.substitute_record("42-1", 1_764_474_000_250);
         assert_eq!(record.reason, Reason::Shutdown);
@@ -231,7 +242,8 @@ mod tests {
         assert!(record.stream);
         assert_eq!(record.model_requested.as_deref(), Some("fam"));
         assert_eq!(record.model_resolved.as_deref(), Some("m"));
-        assert_eq!(record.upstream_model, None);
+        // The resolved model's backend name, as the proxy's record has it.
+        assert_eq!(record.upstream_model.as_deref(), Some("up-m"));
         assert_eq!(record.arrived_at, "2025-11-30T03:40:00.000Z");
         assert_eq!(record.completed_at, "2025-11-30T03:40:00.250Z");
         assert_eq!(record.total_ms, 250);
@@ -251,6 +263,7 @@ mod tests {
         ledger.open(
             (1, 5),
             "m",
+            Some("up-m"),
             ServiceTier::Default,
             request(false),
             arrival(1),
@@ -274,6 +287,7 @@ mod tests {
         ledger.open(
             (1, 5),
             "m",
+            Some("up-m"),
             ServiceTier::Default,
             request(false),
             arrival(1),
@@ -295,6 +309,7 @@ mod tests {
         ledger.open(
             (1, 1),
             "m",
+            Some("up-m"),
             ServiceTier::Default,
             request(false),
             arrival(30),
@@ -302,6 +317,7 @@ mod tests {
         ledger.open(
             (1, 2),
             "m",
+            Some("up-m"),
             ServiceTier::Default,
             request(false),
             arrival(10),
@@ -309,6 +325,7 @@ mod tests {
         ledger.open(
             (1, 3),
             "m",
+            Some("up-m"),
             ServiceTier::Default,
             request(false),
             arrival(20),
@@ -316,6 +333,7 @@ mod tests {
         ledger.open(
             (2, 1),
             "m",
+            Some("up-m"),
             ServiceTier::Default,
             request(false),
             arrival(40),
@@ -338,6 +356,7 @@ mod tests {
         ledger.open(
             (1, 1),
             "m",
+            Some("up-m"),
             ServiceTier::Default,
             request(false),
             arrival(1),

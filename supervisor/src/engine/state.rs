@@ -270,7 +270,13 @@ impl Engine {
         }
         let arrival = self.counters.arrive();
         let key = (conn, ticket);
-        self.ledger.open(key, &model, tier, request, arrival);
+        let upstream = self
+            .config
+            .registry
+            .model(&model)
+            .map(|e| e.upstream_model.as_str());
+        self.ledger
+            .open(key, &model, upstream, tier, request, arrival);
         if let Some(failure) = self.refusal(&model, now) {
             self.send(
                 conn,
