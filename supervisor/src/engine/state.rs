@@ -453,20 +453,23 @@ impl Engine {
 
     fn scores(&mut self, conn: ConnId, lookup: u64, scores: Result<CacheScores, LookupFailure>) {
         let ranks = match scores {
-            Ok(scores) => Some(
-                scores
-                    .results
-                    .iter()
-                    .map(|score| {
-                        let rank = scheduler::rank(
-                            score.input_tokens,
-                            score.cached_tokens,
-                            scores.min_tokens,
-                        );
-                        ((conn, score.ticket), rank)
-                    })
-                    .collect(),
-            ),
+            Ok(scores) => {
+                let min_tokens = self.cache_threshold().unwrap_or(scores.min_tokens);
+                Some(
+                    scores
+                        .results
+                        .iter()
+                        .map(|score| {
+                            let rank = scheduler::rank(
+                                score.input_tokens,
+                                score.cached_tokens,
+                                min_tokens,
+                            );
+                            ((conn, score.ticket), rank)
+                        })
+                        .collect(),
+                )
+            }
             Err(failure) => {
                 tracing::debug!(?failure, "cache lookup failed; arrival order");
                 if failure == LookupFailure::Unsupported {
@@ -477,6 +480,16 @@ impl Engine {
             }
         };
         self.queue.answer_lookup(lookup, conn, ranks);
+    }
+
+    /// The serving model's profile `conversation_cache_min_tokens`: inputs
+    /// below it do not qualify for cache order, whatever a lookup reply's
+    /// own `min_tokens` says (the spec's threshold is the profile's; the
+    /// reply's counts only for a profile without one).
+    fn cache_threshold(&self) -> Option<u64> {
+        let model = self.slot.serving_model()?;
+        let entry = self.config.registry.model(model)?;
+        entry.profile_info.as_ref()?.conversation_cache_min_tokens
     }
 
     fn start_lookup(&mut self, keys: Vec<TicketKey>, now: Now) {

@@ -10,7 +10,8 @@ use std::time::Duration;
 use strata_protocol::config::Config;
 use strata_protocol::control::ControlEvent;
 use strata_protocol::wire::{
-    BackendInstance, Grant, LeaseFailure, ServiceTier, SupervisorMessage, TicketRequest,
+    BackendInstance, CacheScores, Grant, LeaseFailure, ServiceTier, SupervisorMessage,
+    TicketRequest, TicketScore,
 };
 use strata_test_support::config::{ConfigBuilder, ModelSpec, TestConfig};
 use tokio::sync::{mpsc, oneshot};
@@ -443,4 +444,72 @@ fn off_waits_for_the_lease_then_unloads() {
             ..
         }
     )));
+}
+
+/// The profile's `conversation_cache_min_tokens` is the threshold for cache
+/// order: an input below it does not qualify whatever the lookup reply's
+/// `min_tokens` says; without it in the profile, the reply's counts.
+#[test]
+fn the_profiles_cache_threshold_decides_who_qualifies() {
+    for (profile_threshold, expected) in [(Some(1000), [2, 3, 4]), (None, [4, 3, 2])] {
+        let mut h = Harness::new(|_| {
+            let mut a = ModelSpec::new("a");
+            if let Some(threshold) = profile_threshold {
+                a = a.profile_key("conversation_cache_min_tokens", threshold);
+            }
+            ConfigBuilder::new("engine-cache")
+                .model(a)
+                .wait_when_busy(true)
+                .set("max_pending", 1)
+                .set("cache_lookup_ms", 1000)
+                .set("cache_max_active", 1)
+        });
+        h.connect(1);
+        h.enqueue(1, 1, "a");
+        let load = h.op();
+        h.verify(load);
+        // Three compete for the one slot the first request holds.
+        for ticket in 2..=4 {
+            h.enqueue(1, ticket, "a");
+        }
+        h.messages(1);
+        h.finish(1, 1);
+        // Every admission round with competitors asks for scores: 500-token
+        // inputs, more cached the later they came, and a reply that says
+        // anything qualifies.
+        let cached = |ticket: u64| [(2, 100), (3, 300), (4, 500)][ticket as usize - 2].1;
+        let mut order = Vec::new();
+        while order.len() < 3 {
+            for message in h.messages(1) {
+                match message {
+                    SupervisorMessage::ScoreTickets {
+                        lookup, tickets, ..
+                    } => {
+                        let results = tickets
+                            .iter()
+                            .map(|&ticket| TicketScore {
+                                ticket,
+                                input_tokens: 500,
+                                cached_tokens: cached(ticket),
+                            })
+                            .collect();
+                        h.send(Command::Scores {
+                            conn: 1,
+                            lookup,
+                            scores: Ok(CacheScores {
+                                min_tokens: 0,
+                                results,
+                            }),
+                        });
+                    }
+                    SupervisorMessage::Granted(grant) => {
+                        order.push(grant.ticket);
+                        h.finish(1, grant.ticket);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(order, expected, "profile threshold {profile_threshold:?}");
+    }
 }
