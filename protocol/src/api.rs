@@ -68,6 +68,12 @@ pub enum HealthStatus {
 pub enum LinkStatus {
     Connected,
     Disconnected,
+    /// The supervisor runs with other settings (its config fingerprint
+    /// differs): the proxy waits for one with the same.
+    ConfigMismatch,
+    /// The supervisor is another build (protocol version): the proxy waits
+    /// for a matching one.
+    VersionMismatch,
 }
 
 /// `GET /metrics` (JSON). Queue and in-flight counts are the router's

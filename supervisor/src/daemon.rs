@@ -86,6 +86,9 @@ async fn run_with(
         accounting,
         orphans: Default::default(),
         stats: Default::default(),
+        refusals: std::sync::Mutex::new(strata_os::WarnLimit::new(
+            crate::link::REFUSALS_REPORTED_EVERY,
+        )),
     });
     let (engine, mut engine_task) = engine::spawn(config.clone(), instance_id.clone(), counters);
     let control_task = tokio::spawn(crate::control::serve(control_listener, engine.clone()));

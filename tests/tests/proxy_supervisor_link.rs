@@ -1,6 +1,7 @@
 //! The proxy's link to its supervisor, through the real binaries: a proxy
-//! configured differently is refused and exits with the reason, and while
-//! the supervisor is away `/v1/models` still lists from the config.
+//! configured differently waits for a matching supervisor (503
+//! `config_mismatch` meanwhile) instead of exiting, and while the supervisor
+//! is away `/v1/models` still lists from the config.
 
 use nix::sys::signal::Signal;
 use serde_json::json;
@@ -18,7 +19,7 @@ const A: &str = "flash-a";
 type ConfigEdit = (&'static str, fn(&mut serde_json::Value));
 
 #[test]
-fn a_proxy_with_a_different_model_configuration_is_refused_and_exits() {
+fn a_proxy_with_a_different_configuration_waits_instead_of_exiting() {
     let config = ConfigBuilder::new("fp-mismatch")
         .model(ModelSpec::new(A))
         .build();
@@ -27,8 +28,10 @@ fn a_proxy_with_a_different_model_configuration_is_refused_and_exits() {
     strata_e2e::wait_supervisor_serving(&mut supervisor, &control);
 
     // Same sockets and listener, but another registry (different enabled models), or the same
-    // models with other scheduling rules: both are refused, with EX_CONFIG (78), so systemd's
-    // RestartPreventExitStatus=78 stops a restart loop.
+    // models with other scheduling rules or timers: each is refused by the supervisor, and the
+    // proxy neither exits (a restart loop, systemd's trigger limit) nor serves: it answers 503
+    // naming the mismatch and says hello again until a matching supervisor answers
+    // (tests/tests/config_change.rs restarts one).
     let edits: [ConfigEdit; 3] = [
         ("registry", |v| v["enabled_models"] = json!([])),
         ("scheduling", |v| v["wait_when_busy"] = json!(true)),
@@ -42,13 +45,28 @@ fn a_proxy_with_a_different_model_configuration_is_refused_and_exits() {
         let mut command = std::process::Command::new(strata_e2e::binary("strata-proxy"));
         command.arg(&other_path);
         let mut proxy = Daemon::spawn(&format!("proxy-{name}"), command, config.dir.path());
-        let status = proxy.wait_exit(DEADLINE);
-        assert_eq!(status.code(), Some(78), "{name}: a refused proxy exits 78");
+        poll_until(DEADLINE, "the proxy reports the mismatch", || {
+            http::try_request(config.listen, "GET", "/health", &[], b"").is_ok_and(|r| {
+                r.status == 503 && r.document::<Health>().supervisor == LinkStatus::ConfigMismatch
+            })
+        });
+        // (With no model enabled, the proxy's own registry answers 404 first.)
+        if name != "registry" {
+            let response = http::chat(config.listen, &http::chat_body(A, false));
+            assert_eq!(response.status, 503, "{name}: {response}");
+            assert_eq!(response.error().code, "config_mismatch", "{name}");
+        }
+        assert!(
+            proxy.try_exit().is_none(),
+            "{name}: the proxy keeps running"
+        );
         let stderr = proxy.stderr();
         assert!(
-            stderr.contains("refused") && stderr.contains(&RefuseReason::Fingerprint.to_string()),
-            "{name}: the log names the refusal and the supervisor's reason:\n{stderr}"
+            stderr.contains(&RefuseReason::Fingerprint.to_string()),
+            "{name}: the log names the supervisor's reason:\n{stderr}"
         );
+        proxy.kill(Signal::SIGTERM);
+        assert!(proxy.wait_exit(DEADLINE).success(), "{name}");
     }
     // The supervisor is unaffected.
     assert_eq!(control.status().proxies, 0);

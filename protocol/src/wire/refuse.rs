@@ -50,6 +50,53 @@ impl fmt::Display for RefuseReason {
     }
 }
 
+impl RefuseReason {
+    /// A refusal that a supervisor with the proxy's own build and settings
+    /// would not give: the proxy waits for one (a config change or an
+    /// upgrade half done) instead of exiting.
+    pub fn is_mismatch(&self) -> bool {
+        matches!(
+            self,
+            RefuseReason::Fingerprint | RefuseReason::ProtocolVersion { .. }
+        )
+    }
+
+    /// Reads a refusal's text back into its reason (the inverse of
+    /// `Display`): how a proxy tells a mismatch it can wait out from a
+    /// refusal for good. `None` for a text this build does not know.
+    pub fn parse(text: &str) -> Option<RefuseReason> {
+        let fixed = [
+            RefuseReason::WrongUser,
+            RefuseReason::Fingerprint,
+            RefuseReason::NotAHello,
+        ];
+        if let Some(reason) = fixed.into_iter().find(|r| r.to_string() == text) {
+            return Some(reason);
+        }
+        if let Some(error) = text.strip_prefix("bad hello: ") {
+            return Some(RefuseReason::BadHello(error.to_owned()));
+        }
+        let numbers = |rest: &str, between: &str, end: &str| -> Option<(u32, u32)> {
+            let (first, rest) = rest.split_once(between)?;
+            let second = rest.strip_suffix(end)?;
+            Some((first.parse().ok()?, second.parse().ok()?))
+        };
+        if let Some(rest) = text.strip_prefix("protocol version ") {
+            let (proxy, supervisor) = numbers(
+                rest,
+                " is not supported (supervisor speaks ",
+                "); run matching strata-proxy and strata-supervisor builds",
+            )?;
+            return Some(RefuseReason::ProtocolVersion { proxy, supervisor });
+        }
+        if let Some(rest) = text.strip_prefix("the hello's pid ") {
+            let (hello, peer) = numbers(rest, " is not the connecting process's (", ")")?;
+            return Some(RefuseReason::PidMismatch { hello, peer });
+        }
+        None
+    }
+}
+
 impl From<RefuseReason> for SupervisorMessage {
     fn from(reason: RefuseReason) -> SupervisorMessage {
         SupervisorMessage::Refused {
@@ -91,6 +138,7 @@ mod tests {
         ];
         for (reason, text) in cases {
             assert_eq!(reason.to_string(), text);
+            assert_eq!(RefuseReason::parse(text), Some(reason.clone()), "{text}");
             assert_eq!(
                 SupervisorMessage::from(reason),
                 SupervisorMessage::Refused {
@@ -98,5 +146,27 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn only_the_build_and_config_mismatches_can_be_waited_out() {
+        assert!(RefuseReason::Fingerprint.is_mismatch());
+        let version = RefuseReason::ProtocolVersion {
+            proxy: 1,
+            supervisor: 2,
+        };
+        assert!(version.is_mismatch());
+        for reason in [
+            RefuseReason::WrongUser,
+            RefuseReason::PidMismatch { hello: 1, peer: 2 },
+            RefuseReason::NotAHello,
+            RefuseReason::BadHello("x".into()),
+        ] {
+            assert!(!reason.is_mismatch(), "{reason:?}");
+        }
+        assert_eq!(RefuseReason::parse("something else"), None);
+        let bad_number = "protocol version x is not supported (supervisor speaks 8); \
+                          run matching strata-proxy and strata-supervisor builds";
+        assert_eq!(RefuseReason::parse(bad_number), None);
     }
 }

@@ -21,7 +21,7 @@ use strata_protocol::record::Phase;
 use strata_protocol::wire::{Grant, LeaseFailure};
 
 use crate::app::App;
-use crate::link::{LeaseEnd, TicketEvent, TicketEvents};
+use crate::link::{LeaseEnd, Mismatch, TicketEvent, TicketEvents};
 use crate::observe::{BodyKind, ModelGate};
 use crate::reply::StartFailure;
 use crate::upstream::{self, UpstreamBody};
@@ -64,9 +64,14 @@ pub async fn enqueue(
     chat: &ChatRequest,
     trace: &mut Trace,
 ) -> Result<(TicketEvents, Option<Grant>), ChatError> {
-    if !app.link.routing_view().connected {
+    let view = app.link.routing_view();
+    if !view.connected {
         trace.numbered(None);
-        return Err(ChatError::SupervisorUnavailable);
+        return Err(match view.mismatch {
+            Some(Mismatch::Config) => ChatError::ConfigMismatch,
+            Some(Mismatch::Version) => ChatError::VersionMismatch,
+            None => ChatError::SupervisorUnavailable,
+        });
     }
     let (ticket, mut events) = app.link.enqueue(
         model,

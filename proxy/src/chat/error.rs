@@ -68,6 +68,11 @@ pub enum ChatError {
     /// The supervisor link was lost while the request waited or held a
     /// lease that had not been used yet.
     SupervisorLost,
+    /// The supervisor that answers runs other settings (a config change
+    /// half applied): this proxy waits for one with the same.
+    ConfigMismatch,
+    /// The supervisor that answers is another build (an upgrade half done).
+    VersionMismatch,
     /// Routing is off (operator `off`).
     RoutingOff,
     /// Operator `off --now` revoked the request's lease.
@@ -231,6 +236,12 @@ impl ChatError {
             SupervisorLost => row(
                 S::SERVICE_UNAVAILABLE, server, "supervisor_unavailable", R::UpstreamError,
                 "the router's supervisor went away; try again shortly"),
+            ConfigMismatch => row(
+                S::SERVICE_UNAVAILABLE, server, "config_mismatch", R::UpstreamError,
+                "this proxy and the router's supervisor run different configurations; restart the one with the old config"),
+            VersionMismatch => row(
+                S::SERVICE_UNAVAILABLE, server, "version_mismatch", R::UpstreamError,
+                "this proxy and the router's supervisor are different builds; restart the one that is not upgraded"),
             RoutingOff => row(
                 S::SERVICE_UNAVAILABLE, server, "routing_off", R::RoutingOff,
                 "routing is turned off on this router"),
@@ -387,6 +398,8 @@ mod tests {
             ModelNotFound,
             SupervisorUnavailable,
             SupervisorLost,
+            ConfigMismatch,
+            VersionMismatch,
             RoutingOff,
             RevokedRoutingOff,
             NotPrepared,
@@ -420,6 +433,8 @@ mod tests {
                 | ModelNotFound
                 | SupervisorUnavailable
                 | SupervisorLost
+                | ConfigMismatch
+                | VersionMismatch
                 | RoutingOff
                 | RevokedRoutingOff
                 | NotPrepared

@@ -14,14 +14,15 @@ use bytes::Bytes;
 use strata_protocol::page::RecordsPage;
 use strata_protocol::wire::{
     ArrivalInfo, CacheScores, FrameReader, LookupFailure, PROTOCOL_VERSION, ProxyMessage,
-    RouterMetrics, SubmittedRecord, SupervisorMessage, TicketId, encode_frame_into, write_frame,
+    RefuseReason, RouterMetrics, SubmittedRecord, SupervisorMessage, TicketId, encode_frame_into,
+    write_frame,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{LinkCommand, LinkState, TicketEvent, lookup};
+use super::{LinkCommand, LinkState, Mismatch, TicketEvent, lookup};
 
 const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -31,6 +32,9 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 enum Ended {
     /// Try again after a backoff.
     Lost,
+    /// A supervisor with another build or settings answered: say hello
+    /// again after a backoff, until one with the same does.
+    Mismatch,
     /// Refused for good, or every handle is gone: stop the task.
     Stop,
 }
@@ -58,10 +62,15 @@ pub(super) async fn run(
                 .await
                 {
                     Ended::Stop => return,
-                    Ended::Lost => backoff = BACKOFF_START,
+                    Ended::Lost => {
+                        backoff = BACKOFF_START;
+                        state.send_modify(|state| state.connected = false);
+                        tracing::warn!(socket = %socket.display(), "lost the supervisor; reconnecting");
+                    }
+                    // The backoff keeps growing: a mismatch lasts until an
+                    // operator restarts one of the two.
+                    Ended::Mismatch => {}
                 }
-                state.send_modify(|state| state.connected = false);
-                tracing::warn!(socket = %socket.display(), "lost the supervisor; reconnecting");
             }
             Err(err) => {
                 tracing::debug!(socket = %socket.display(), error = %err, "supervisor not reachable");
@@ -149,12 +158,28 @@ async fn serve(
             tracing::info!(instance_id, supervisor_pid, "connected to the supervisor");
             // `connected` waits for the first `State` (it follows the welcome at once): a
             // proxy that says it is connected always knows routing and the serving backend.
-            state.send_modify(|state| state.instance_id = Some(instance_id));
+            state.send_modify(|state| {
+                state.instance_id = Some(instance_id);
+                state.mismatch = None;
+            });
         }
-        Ok(Ok(Some(SupervisorMessage::Refused { reason }))) => {
-            tracing::error!(reason, "the supervisor refused this proxy");
-            state.send_modify(|state| state.refused = Some(reason));
-            return Ended::Stop;
+        Ok(Ok(Some(SupervisorMessage::Refused { reason: text }))) => {
+            let mismatch = RefuseReason::parse(&text).and_then(|reason| Mismatch::of(&reason));
+            let Some(mismatch) = mismatch else {
+                tracing::error!(reason = text, "the supervisor refused this proxy");
+                state.send_modify(|state| state.refused = Some(text));
+                return Ended::Stop;
+            };
+            // Logged once per mismatch, not at every retry.
+            if state.borrow().mismatch != Some(mismatch) {
+                tracing::error!(
+                    reason = text,
+                    "the supervisor runs another build or other settings; serving 503 and \
+                     saying hello again until one with the same answers"
+                );
+            }
+            state.send_modify(|state| state.mismatch = Some(mismatch));
+            return Ended::Mismatch;
         }
         Ok(Ok(Some(other))) => {
             let reason = format!("unexpected answer to hello: {other:?}");

@@ -27,8 +27,8 @@ use bytes::Bytes;
 use strata_protocol::page::RecordsPage;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    ArrivalInfo, BackendInstance, Grant, LeaseFailure, LoadPhase, RevokeReason, RouterMetrics,
-    RouterState, ServiceTier, SubmittedRecord, TicketId, TicketRequest,
+    ArrivalInfo, BackendInstance, Grant, LeaseFailure, LoadPhase, RefuseReason, RevokeReason,
+    RouterMetrics, RouterState, ServiceTier, SubmittedRecord, TicketId, TicketRequest,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -44,15 +44,41 @@ pub struct LinkState {
     pub router: Option<RouterState>,
     /// When `router` arrived (its cooldowns count down from then).
     pub router_at: Option<std::time::Instant>,
-    /// The supervisor refused this proxy for good (a different build or
-    /// configuration). The proxy must exit with this message.
+    /// The supervisor refused this proxy for good (not its user, a hello
+    /// that was not one). The proxy must exit with this message.
     pub refused: Option<String>,
+    /// The supervisor runs another build or other settings: the link keeps
+    /// saying hello (with backoff) until one with the same answers, and
+    /// requests get 503 naming the mismatch meanwhile.
+    pub mismatch: Option<Mismatch>,
+}
+
+/// Why the supervisor that answers is not this proxy's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mismatch {
+    /// Its config fingerprint differs (a config change half applied).
+    Config,
+    /// Its protocol version differs (an upgrade half done).
+    Version,
+}
+
+impl Mismatch {
+    /// The mismatch a refusal names, if it is one a proxy can wait out.
+    pub fn of(reason: &RefuseReason) -> Option<Mismatch> {
+        match reason {
+            RefuseReason::Fingerprint => Some(Mismatch::Config),
+            RefuseReason::ProtocolVersion { .. } => Some(Mismatch::Version),
+            _ => None,
+        }
+    }
 }
 
 /// The part of [`LinkState`] a chat request routes with.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RoutingView {
     pub connected: bool,
+    /// Why a supervisor that answers is not this proxy's, while it is not.
+    pub mismatch: Option<Mismatch>,
     pub instance_id: Option<String>,
     pub loaded: Option<String>,
 }
@@ -182,6 +208,7 @@ impl SupervisorLink {
         let state = self.shared.state.borrow();
         RoutingView {
             connected: state.connected,
+            mismatch: state.mismatch,
             instance_id: state.instance_id.clone(),
             loaded: state
                 .router

@@ -20,8 +20,9 @@ use std::time::Duration;
 
 use strata_protocol::page::RecordsPage;
 use strata_protocol::wire::{
-    CacheScores, LoadPhase, LookupFailure, PROTOCOL_VERSION, ProxyMessage, RequestLogStats,
-    SubmittedRecord, SupervisorMessage, TicketRequest, TicketScore, read_frame, write_frame,
+    CacheScores, LoadPhase, LookupFailure, PROTOCOL_VERSION, ProxyMessage, RefuseReason,
+    RequestLogStats, SubmittedRecord, SupervisorMessage, TicketRequest, TicketScore, read_frame,
+    write_frame,
 };
 use strata_test_support::record_json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -264,6 +265,7 @@ async fn the_welcome_connects_and_the_state_names_the_serving_backend() {
         link.routing_view(),
         RoutingView {
             connected: true,
+            mismatch: None,
             instance_id: Some("inst-1".into()),
             loaded: Some("m".into()),
         }
@@ -324,18 +326,65 @@ async fn a_new_state_replaces_the_serving_instance() {
     assert!(link.serves(&next));
 }
 
-/// A refusal, or any other answer to the hello (a `Welcome` of another
-/// protocol version included), is final: the reason is published for the
-/// proxy to exit with, the link never connects again, and tickets fail at
-/// once. (Paused clock: waiting out many backoffs takes no time.)
+/// A supervisor with other settings or another build is waited out: the
+/// link publishes the mismatch (never a final refusal), says hello again
+/// with backoff, and once a supervisor with the same settings answers it is
+/// connected and the mismatch is gone.
+#[tokio::test(start_paused = true)]
+async fn a_mismatched_supervisor_is_waited_out() {
+    let mismatches = [
+        (RefuseReason::Fingerprint, Mismatch::Config),
+        (
+            RefuseReason::ProtocolVersion {
+                proxy: PROTOCOL_VERSION,
+                supervisor: PROTOCOL_VERSION + 1,
+            },
+            Mismatch::Version,
+        ),
+    ];
+    for (reason, mismatch) in mismatches {
+        let fake = FakeSupervisor::new();
+        let link = fake.link();
+        // Refused three times: still waiting, never final.
+        for _ in 0..3 {
+            let mut peer = fake.accept().await;
+            assert!(matches!(peer.recv().await, ProxyMessage::Hello { .. }));
+            peer.send(reason.clone().into()).await;
+            let state = wait_state(&link, |state| state.mismatch.is_some()).await;
+            assert_eq!(state.mismatch, Some(mismatch));
+            assert_eq!(state.refused, None);
+            assert!(!state.connected);
+            assert_eq!(link.routing_view().mismatch, Some(mismatch));
+        }
+        let (_handle, mut events) =
+            link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
+        assert_eq!(event(&mut events).await, TicketEvent::LinkLost);
+        // The matching supervisor: connected, the mismatch forgotten.
+        let mut peer = fake.accept().await;
+        peer.welcome("inst-2", router_state(Some(SERVING))).await;
+        let state = wait_state(&link, |state| state.connected).await;
+        assert_eq!(state.mismatch, None);
+        assert_eq!(state.instance_id.as_deref(), Some("inst-2"));
+    }
+}
+
+/// A refusal for good (not the supervisor's user, a hello that was not
+/// one), or any other answer to the hello (a `Welcome` of another protocol
+/// version included), is final: the reason is published for the proxy to
+/// exit with, the link never connects again, and tickets fail at once.
+/// (Paused clock: waiting out many backoffs takes no time.)
 #[tokio::test(start_paused = true)]
 async fn a_refused_hello_is_final() {
     let cases = [
         (
+            RefuseReason::WrongUser.into(),
+            "permission denied: wrong user",
+        ),
+        (
             SupervisorMessage::Refused {
-                reason: "config fingerprint differs".into(),
+                reason: "a reason this build does not know".into(),
             },
-            "config fingerprint differs",
+            "a reason this build does not know",
         ),
         (
             SupervisorMessage::Welcome {

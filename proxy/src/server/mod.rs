@@ -163,7 +163,11 @@ pub async fn run(
                 if let Some(reason) = state.refused.clone() {
                     return Err(RunError::Refused(reason));
                 }
-                if state.connected {
+                // A supervisor with other settings or another build: serve
+                // (503 naming the mismatch) while the link waits for one
+                // that matches, so a restart order never takes this proxy
+                // down.
+                if state.connected || state.mismatch.is_some() {
                     return Ok(());
                 }
             }

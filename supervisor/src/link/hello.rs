@@ -68,6 +68,7 @@ pub(super) async fn greet(
     shared: &LinkShared,
 ) -> Option<(u32, FrameReader<OwnedReadHalf>)> {
     if !sockets::peer_is_allowed(reader.as_ref()) {
+        shared.refused(&RefuseReason::WrongUser);
         let _ = write_frame(writer, &SupervisorMessage::from(RefuseReason::WrongUser)).await;
         return None;
     }
@@ -89,6 +90,7 @@ pub(super) async fn greet(
     let pid = match hello(first, peer_pid, shared.fingerprint) {
         Ok(pid) => pid,
         Err(reason) => {
+            shared.refused(&reason);
             let _ = write_frame(writer, &SupervisorMessage::from(reason)).await;
             return None;
         }

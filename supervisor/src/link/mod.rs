@@ -28,7 +28,7 @@ mod hello;
 pub mod orphans;
 mod shared;
 
-pub use shared::LinkShared;
+pub use shared::{LinkShared, REFUSALS_REPORTED_EVERY};
 
 /// At most this many connections may be waiting to finish their hello; more are closed at
 /// once. A proxy connects once (twice for a moment while it restarts), so this only stops a

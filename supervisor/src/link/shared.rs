@@ -8,9 +8,13 @@
 
 use std::sync::Arc;
 
+use strata_os::WarnLimit;
+
 use strata_protocol::record::RequestRecord;
 use strata_protocol::stats::RequestStats;
-use strata_protocol::wire::{RequestLogStats, RouterMetrics, ServiceTier, SubmittedRecord};
+use strata_protocol::wire::{
+    RefuseReason, RequestLogStats, RouterMetrics, ServiceTier, SubmittedRecord,
+};
 
 use super::orphans::{self, Claim, Orphans};
 use crate::accounting::Accounting;
@@ -35,9 +39,24 @@ pub struct LinkShared {
     pub orphans: Orphans,
     /// Counters and histograms over every stored record.
     pub stats: std::sync::Mutex<RequestStats>,
+    /// Refused hellos: a proxy with another config or build says hello
+    /// again every few seconds while it waits, so they are logged rate
+    /// limited ([`REFUSALS_REPORTED_EVERY`]).
+    pub refusals: std::sync::Mutex<WarnLimit>,
 }
 
+/// How often refused hellos are reported (the first at once).
+pub const REFUSALS_REPORTED_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl LinkShared {
+    /// A hello was refused for `reason`: logged, rate limited.
+    pub(super) fn refused(&self, reason: &RefuseReason) {
+        let mut refusals = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = refusals.note(std::time::Instant::now()) {
+            tracing::warn!(%reason, refused = count, "refused a proxy's hello");
+        }
+    }
+
     /// Stores a finished request's record: assigns its completion `seq`
     /// (and its arrival number if the proxy could not get one), then keeps
     /// and writes the one serialized text.

@@ -65,6 +65,9 @@ fn shared_with(capacity: usize, is_alive: fn(u32) -> bool) -> Arc<LinkShared> {
         accounting: Accounting::new(capacity, None),
         orphans: Orphans::with_liveness(is_alive),
         stats: Default::default(),
+        refusals: std::sync::Mutex::new(strata_os::WarnLimit::new(
+            crate::link::REFUSALS_REPORTED_EVERY,
+        )),
     })
 }
 
