@@ -3,7 +3,7 @@
 //! message.
 
 use serde_json::{Value, json};
-use strata_protocol::config::{Config, ConfigError, Family, ModelStatus, Resolution};
+use strata_protocol::config::{Config, ConfigError, Family, ModelStatus, Readiness, Resolution};
 
 /// Two families, three and two models, both aliases. Every test starts
 /// from this and changes one thing.
@@ -550,6 +550,13 @@ const RULES: &[Rule] = &[
         message: "expected a boolean",
     },
     Rule {
+        name: "readiness is ready_file or health",
+        valid: |v| v["readiness"] = json!("health"),
+        invalid: |v| v["readiness"] = json!("ready-file"),
+        path: "readiness",
+        message: "must be \"ready_file\" or \"health\"",
+    },
+    Rule {
         name: "require_socket_activation is a boolean",
         valid: |v| v["require_socket_activation"] = json!(true),
         invalid: |v| v["require_socket_activation"] = json!(null),
@@ -865,6 +872,11 @@ fn defaults_of_the_non_integer_keys() {
         std::path::Path::new("/run/strata-router/supervisor.sock")
     );
     assert!(!config.require_socket_activation);
+    assert_eq!(config.readiness, Readiness::ReadyFile);
+    assert_eq!(
+        ok(|v| v["readiness"] = json!("health")).readiness,
+        Readiness::Health
+    );
     assert!(!config.scheduling.wait_when_busy);
     assert_eq!(config.request_log.path, None);
     assert!(!config.timers.drain_ms_explicit);
@@ -1325,6 +1337,7 @@ fn fingerprint_changes_with_every_setting() {
         ("drain_ms", |v| v["drain_ms"] = json!(5)),
         ("model_grace_ms", |v| v["model_grace_ms"] = json!(5)),
         ("model_hold_max_ms", |v| v["model_hold_max_ms"] = json!(5)),
+        ("readiness", |v| v["readiness"] = json!("health")),
         ("cache_lookup_ms", |v| v["cache_lookup_ms"] = json!(5)),
         ("max_request_body_bytes", |v| {
             v["max_request_body_bytes"] = json!(5)

@@ -26,7 +26,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 use strata_supervisor::backend::{
-    self, Backend, ExitInfo, LaunchSpec, SCRUBBED_ENV, StartError, StartProgress,
+    self, Backend, ExitInfo, LaunchSpec, Readiness, SCRUBBED_ENV, StartError, StartProgress,
 };
 use strata_test_support::{
     TempDir, fake_profile, fake_strata_dir, free_port, poll_until_async, procs, python,
@@ -69,6 +69,7 @@ impl Fixture {
             ready_dir_parent: ready_parent.clone(),
             startup: Duration::from_secs(15),
             shutdown: Duration::from_secs(3),
+            readiness: Readiness::ReadyFile,
         };
         Self {
             _dir: dir,
@@ -596,6 +597,7 @@ async fn parent_death_helper() {
         ready_dir_parent: params["ready_parent"].as_str().unwrap().into(),
         startup: Duration::from_secs(15),
         shutdown: Duration::from_secs(3),
+        readiness: Readiness::ReadyFile,
     };
     let (result, _) = start(&spec).await;
     let backend = result.expect("helper start succeeds");
@@ -653,4 +655,120 @@ async fn backend_dies_with_its_parent() {
         fixture.event("stop").is_none(),
         "killed by the kernel, not stopped gracefully"
     );
+}
+
+// ---- readiness modes ------------------------------------------------------------------------
+
+/// An interpreter that runs the fake as the public `serve/server.py` would be: without
+/// `--ready-file` (a wrapper around the real Python that sets the fake's switch for it).
+fn upstream_cli_python(dir: &std::path::Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("python-upstream-cli");
+    let script = format!(
+        "#!/bin/sh\nFAKE_STRATA_UPSTREAM_CLI=1 exec {} \"$@\"\n",
+        python().display()
+    );
+    fs::write(&path, script).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// `health` readiness: no `--ready-file` on the command line; the start is accepted once the
+/// child's group listens on the port and `/health` names the model, loaded; also with a Strata
+/// that does not know the flag at all.
+#[tokio::test(flavor = "current_thread")]
+async fn the_health_mode_needs_no_ready_file() {
+    for upstream_cli in [false, true] {
+        let mut fixture = Fixture::new("health-mode", json!({"load_ms": 300}));
+        fixture.spec.readiness = Readiness::Health;
+        if upstream_cli {
+            fixture.spec.python = upstream_cli_python(fixture.ready_parent.parent().unwrap());
+        }
+        let (result, progress) = start(&fixture.spec).await;
+        let backend = result.unwrap_or_else(|err| panic!("upstream {upstream_cli}: {err}"));
+        assert_eq!(
+            progress[progress.len() - 2..],
+            [StartProgress::Listening, StartProgress::HealthCheckPassed]
+        );
+        let start_event = fixture.event("start").expect("start event");
+        let argv: Vec<String> = serde_json::from_value(start_event["argv"].clone()).unwrap();
+        assert!(!argv.iter().any(|a| a == "--ready-file"), "{argv:?}");
+        assert_eq!(start_event["ready_file"], Value::Null);
+        assert!(backend.load_duration() >= Duration::from_millis(300));
+        backend.stop(Duration::from_secs(3)).await;
+        fixture.assert_ready_dirs_removed();
+    }
+}
+
+/// `health` readiness never takes a stray server on the port for the model: a listener that
+/// is not the child's group is never connected to, even one that would answer like the model,
+/// and the start fails naming it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_stray_listener_on_the_port_is_never_taken_for_the_model() {
+    let mut fixture = Fixture::new("stray", json!({"start_failure": "hang"}));
+    fixture.spec.readiness = Readiness::Health;
+    fixture.spec.startup = Duration::from_secs(2);
+    let port = fixture.spec.backend_port;
+    let (cancel_tx, cancel) = watch::channel(false);
+    let start = start_cancellable(&fixture.spec, &cancel);
+    // The stray appears after the port check, while the child "loads" (never binding).
+    let stray = async {
+        poll_until_async(Duration::from_secs(10), "the fake's start", || {
+            fixture.event("start").is_some()
+        })
+        .await;
+        tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+            .await
+            .expect("bind the stray listener")
+    };
+    let ((result, progress), listener) = tokio::join!(start, stray);
+    drop(cancel_tx);
+    let err = result.expect_err("a stray is not the backend");
+    assert!(
+        matches!(err, StartError::PortHeldByOther { port: p } if p == port),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("another process, not the backend, listens on backend port {port}")
+    );
+    assert!(!progress.contains(&StartProgress::Listening));
+    // Nobody knocked: no connection is waiting on the stray.
+    let waiting = tokio::time::timeout(Duration::from_millis(50), listener.accept()).await;
+    assert!(waiting.is_err(), "the stray was connected to");
+    assert_group_gone_and_reaped(spawned_pid(&progress));
+}
+
+/// `ready_file` readiness with a Strata that lacks the flag: argparse's exit 2 is told apart
+/// from a taken port by the Strata's own `--help`, and the cause says what to do.
+#[tokio::test(flavor = "current_thread")]
+async fn a_strata_without_the_ready_file_flag_is_named_as_such() {
+    let mut fixture = Fixture::new("no-ready-file", json!({}));
+    let python = upstream_cli_python(fixture.ready_parent.parent().unwrap());
+    fixture.spec.python = python.clone();
+    let message = format!(
+        "the Strata at {} does not accept --ready-file: set readiness to health or upgrade Strata",
+        python.display()
+    );
+    expect_failure(
+        &fixture,
+        |err| matches!(err, StartError::ReadyFileUnsupported { .. }),
+        &message,
+    )
+    .await;
+    // A plain exit 2 of a Strata that has the flag stays what it is.
+    let failing = Fixture::new("exit-2", json!({"start_failure": "exit", "exit_code": 2}));
+    expect_failure(
+        &failing,
+        |err| {
+            matches!(
+                err,
+                StartError::Exited {
+                    exit: ExitInfo::Code(2)
+                }
+            )
+        },
+        "backend exited during startup (exit code 2)",
+    )
+    .await;
 }

@@ -74,7 +74,8 @@ def parse_sse(data):
 class Fake(object):
     """One fake server process in a private temp dir."""
 
-    def __init__(self, testcase, fake=None, profile=None, args=None, port=None):
+    def __init__(self, testcase, fake=None, profile=None, args=None, port=None, extra_env=None,
+                 ready_file=True):
         self.tc = testcase
         self.dir = tempfile.mkdtemp(prefix="fake-strata-")
         os.chmod(self.dir, 0o700)
@@ -92,11 +93,13 @@ class Fake(object):
             json.dump(prof, f)
         if args is None:
             args = ["--engine", "strata", "--config", self.profile_path, "--host", "127.0.0.1",
-                    "--port", str(self.port), "--idle-unload", "0",
-                    "--ready-file", self.ready_path]
+                    "--port", str(self.port), "--idle-unload", "0"]
+            if ready_file:
+                args += ["--ready-file", self.ready_path]
         env = dict(os.environ)
         env[SECRET_ENV] = SECRET_VALUE
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.update(extra_env or {})
         self.out = open(os.path.join(self.dir, "stdout"), "wb")
         self.err = open(os.path.join(self.dir, "stderr"), "wb")
         self.proc = subprocess.Popen(
@@ -701,6 +704,27 @@ class LifecycleTests(unittest.TestCase):
         self.assertEqual(len(datas), 3)  # role + 2 content frames, then EOF
         self.assertEqual(fake.wait_exit(), 5)
         self.assertEqual(fake.events("exit")[-1]["code"], 5)
+
+    def test_upstream_cli_has_no_ready_file(self):
+        upstream = {"FAKE_STRATA_UPSTREAM_CLI": "1"}
+        # Like argparse in the public serve/server.py: exit 2 on the unknown flag.
+        fake = Fake(self, extra_env=upstream)
+        self.assertEqual(fake.wait_exit(), 2)
+        self.assertIn("unrecognized arguments: --ready-file", fake.stderr())
+        # Without it, it serves, opening its port only once loaded.
+        plain = Fake(self, fake={"load_ms": 100}, extra_env=upstream, ready_file=False)
+        plain.wait_event("ready")
+        response, body = plain.get("/health")
+        self.assertEqual((response.status, json.loads(body)["loaded"]), (200, True))
+        # --help lists the other flags, not --ready-file; without the variable it does.
+        def help_text(env):
+            return subprocess.run([sys.executable, "-m", "serve.server", "--help"], cwd=HERE,
+                                  env=env, capture_output=True, text=True).stdout
+        env = dict(os.environ, **upstream)
+        self.assertIn("--idle-unload", help_text(env))
+        self.assertNotIn("--ready-file", help_text(env))
+        env.pop("FAKE_STRATA_UPSTREAM_CLI")
+        self.assertIn("--ready-file", help_text(env))
 
     def test_start_failure_exit(self):
         fake = Fake(self, fake={"start_failure": "exit", "load_ms": 100})

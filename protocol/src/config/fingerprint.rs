@@ -27,9 +27,9 @@
 //! alias FAMILY ["ID",...]      (effective list; one line per configured alias, hidden ones too)
 //! ```
 
-use super::Config;
 use super::json_walk::quote;
 use super::registry::Registry;
+use super::{Config, Readiness};
 use std::fmt::Write;
 
 impl Config {
@@ -151,6 +151,11 @@ fn settings_text(config: &Config) -> String {
     ];
     for line in lines {
         let _ = writeln!(text, "{line}");
+    }
+    // Written only when not the default, so configs without the key keep the
+    // fingerprint they had before it existed.
+    if config.readiness != Readiness::ReadyFile {
+        let _ = writeln!(text, "readiness {}", config.readiness.as_str());
     }
     for model in config.registry.models() {
         let metadata = serde_json::json!({

@@ -29,6 +29,7 @@
 //! | `supervisor_socket` | absolute path | `supervisor.sock` beside `control_socket` | not `control_socket` |
 //! | `max_request_body_bytes` | integer | 268435456 | 1..=1073741824 |
 //! | `require_socket_activation` | boolean | false | |
+//! | `readiness` | `"ready_file"` or `"health"` | `"ready_file"` | how a started backend is recognised as ready |
 //! | `request_log_path` | absolute path or null | null | null disables files |
 //! | `request_log_max_bytes` | integer | 16777216 | 4096..=1073741824 |
 //! | `request_log_rotate_files` | integer | 3 | 0..=100 |
@@ -121,7 +122,7 @@ pub const DEFAULT_MAX_REQUEST_BODY_BYTES: u64 = 268_435_456;
 pub const MAX_MAX_REQUEST_BODY_BYTES: u64 = 1_073_741_824;
 
 /// Every key the top-level object may carry.
-pub const TOP_LEVEL_KEYS: [&str; 28] = [
+pub const TOP_LEVEL_KEYS: [&str; 29] = [
     "python",
     "strata_dir",
     "listen",
@@ -130,6 +131,7 @@ pub const TOP_LEVEL_KEYS: [&str; 28] = [
     "supervisor_socket",
     "max_request_body_bytes",
     "require_socket_activation",
+    "readiness",
     "request_log_path",
     "request_log_max_bytes",
     "request_log_rotate_files",
@@ -152,6 +154,41 @@ pub const TOP_LEVEL_KEYS: [&str; 28] = [
     "enabled_models",
 ];
 
+/// How the supervisor recognises a started backend as ready (`readiness`).
+/// One per config: `python` and `strata_dir`, the Strata installation the
+/// mode describes, are one per config too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Readiness {
+    /// `"ready_file"`: the backend writes a ready file (`--ready-file`, the
+    /// router's extension of Strata) naming its pid, model and port.
+    #[default]
+    ReadyFile,
+    /// `"health"`: for a Strata without the extension: the port's listener
+    /// must belong to the child's process group and `/health` name the
+    /// model, loaded.
+    Health,
+}
+
+impl Readiness {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Readiness::ReadyFile => "ready_file",
+            Readiness::Health => "health",
+        }
+    }
+
+    fn parse(root: &Obj<'_>) -> Result<Readiness, ConfigError> {
+        match root.opt_string("readiness")? {
+            None | Some("ready_file") => Ok(Readiness::ReadyFile),
+            Some("health") => Ok(Readiness::Health),
+            Some(_) => Err(root
+                .path()
+                .field("readiness")
+                .error("must be \"ready_file\" or \"health\"")),
+        }
+    }
+}
+
 /// A validated config. See the module docs for every key.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -171,6 +208,8 @@ pub struct Config {
     pub max_request_body_bytes: u64,
     /// Refuse to start without a systemd-activated listener.
     pub require_socket_activation: bool,
+    /// How a started backend is recognised as ready.
+    pub readiness: Readiness,
     pub request_log: RequestLogConfig,
     pub scheduling: Scheduling,
     pub timers: Timers,
@@ -222,6 +261,7 @@ impl Config {
             DEFAULT_MAX_REQUEST_BODY_BYTES,
         )?;
         let require_socket_activation = root.bool_or("require_socket_activation", false)?;
+        let readiness = Readiness::parse(&root)?;
         let request_log = request_log::parse(&root)?;
         let (scheduling, timers) = timers::parse(&root)?;
         let mut warnings = Vec::new();
@@ -236,6 +276,7 @@ impl Config {
             supervisor_socket: endpoints.supervisor_socket,
             max_request_body_bytes,
             require_socket_activation,
+            readiness,
             request_log,
             scheduling,
             timers,

@@ -46,6 +46,12 @@ pub enum StartError {
     HealthWrongModel,
     /// `/health` reports `"loaded": false`.
     HealthNotLoaded,
+    /// (`ready_file` readiness) The Strata at `python` has no `--ready-file` (its `--help`
+    /// does not list it; it exited 2 on the flag, as argparse does).
+    ReadyFileUnsupported { python: std::path::PathBuf },
+    /// (`health` readiness) Another process, not the child's group, listens on the backend port:
+    /// it is never asked anything.
+    PortHeldByOther { port: u16 },
 }
 
 impl fmt::Display for StartError {
@@ -93,6 +99,15 @@ impl fmt::Display for StartError {
             StartError::HealthNotLoaded => {
                 f.write_str("backend /health reports the model is not loaded")
             }
+            StartError::ReadyFileUnsupported { python } => write!(
+                f,
+                "the Strata at {} does not accept --ready-file: set readiness to health or upgrade Strata",
+                python.display()
+            ),
+            StartError::PortHeldByOther { port } => write!(
+                f,
+                "another process, not the backend, listens on backend port {port}"
+            ),
         }
     }
 }

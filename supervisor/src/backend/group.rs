@@ -224,6 +224,23 @@ fn live_member_in_proc(pgid: Pid) -> io::Result<bool> {
     Ok(false)
 }
 
+/// The processes of group `pgid` that are alive (not zombies), as far as
+/// `/proc` shows them now.
+pub(crate) fn live_members(pgid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let (state, pgrp) = parse_stat(&stat)?;
+            (i64::from(pgrp) == i64::from(pgid) && !matches!(state, 'Z' | 'X' | 'x')).then_some(pid)
+        })
+        .collect()
+}
+
 /// `(state, pgrp)` from a `/proc/PID/stat` line. The command name is in parentheses and may
 /// itself contain spaces and parentheses, so fields are counted from the last `)`.
 fn parse_stat(stat: &str) -> Option<(char, i32)> {

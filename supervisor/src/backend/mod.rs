@@ -28,6 +28,8 @@ mod cancel;
 mod error;
 mod group;
 mod health;
+mod listener;
+mod probe;
 mod progress;
 mod readiness;
 mod ready_dir;
@@ -45,7 +47,7 @@ pub use group::ExitInfo;
 pub use health::{HealthError, HealthReport, check_health};
 pub use progress::StartProgress;
 pub use spawn::SCRUBBED_ENV;
-pub use spec::LaunchSpec;
+pub use spec::{LaunchSpec, Readiness};
 pub use stop::StopReport;
 
 use cancel::Cancel;
@@ -184,18 +186,27 @@ pub async fn start_with_env(
         return Err(StartError::Cancelled);
     }
     spawn::check_port_free(spec.backend_port)?;
-    let ready_dir = ReadyDir::create(&spec.ready_dir_parent).map_err(StartError::ReadyDir)?;
-    let ready_path = ready_dir.ready_file();
-    // Before the spawn, so the backend cannot write the file before the watch exists.
-    let watch = match DirWatch::new(ready_dir.path()) {
-        Ok(watch) => Some(watch),
-        Err(err) => {
-            tracing::warn!(error = %err, "no inotify watch on the ready-file directory; polling only");
-            None
+    // The `health` readiness mode has no ready file, so no directory and no watch for one.
+    let ready_dir = match spec.readiness {
+        Readiness::ReadyFile => {
+            Some(ReadyDir::create(&spec.ready_dir_parent).map_err(StartError::ReadyDir)?)
         }
+        Readiness::Health => None,
+    };
+    let ready_path = ready_dir.as_ref().map(ReadyDir::ready_file);
+    // Before the spawn, so the backend cannot write the file before the watch exists.
+    let watch = match &ready_dir {
+        None => None,
+        Some(dir) => match DirWatch::new(dir.path()) {
+            Ok(watch) => Some(watch),
+            Err(err) => {
+                tracing::warn!(error = %err, "no inotify watch on the ready-file directory; polling only");
+                None
+            }
+        },
     };
 
-    let mut group = spawn::spawn_backend(spec, &ready_path, base_env)?;
+    let mut group = spawn::spawn_backend(spec, ready_path.as_deref(), base_env)?;
     // startup_ms "starts after spawning".
     let spawned_at = Instant::now();
     let pid = group.pid();
@@ -204,7 +215,7 @@ pub async fn start_with_env(
     let outcome = Waiter {
         spec,
         group: &mut group,
-        ready_path: &ready_path,
+        ready_path: ready_path.as_deref(),
         watch: watch.as_ref(),
         spawned_at,
         progress,
@@ -227,6 +238,21 @@ pub async fn start_with_env(
         }
         Err(err) => {
             let report = stop::terminate(&mut group, spec.shutdown).await;
+            // Exit status 2 is argparse's for an unknown flag, and also Strata's for a taken
+            // port: only the Strata's own help can tell whether it lacks `--ready-file`.
+            let err = match err {
+                StartError::Exited {
+                    exit: ExitInfo::Code(2),
+                } if spec.readiness == Readiness::ReadyFile
+                    && probe::accepts_ready_file(&spec.python, &spec.strata_dir).await
+                        == Some(false) =>
+                {
+                    StartError::ReadyFileUnsupported {
+                        python: spec.python.clone(),
+                    }
+                }
+                err => err,
+            };
             tracing::info!(
                 pid,
                 error = %err,

@@ -17,8 +17,9 @@ use std::time::Duration;
 use super::spec::LaunchSpec;
 
 /// One step of [`start`](super::start), in the order they occur. A successful start reports
-/// `Starting`, `Spawned`, zero or more `StillWaiting`, `ReadyFileSeen`, `HealthCheckPassed`; a
-/// failed start stops after the last step reached and returns the error instead.
+/// `Starting`, `Spawned`, zero or more `StillWaiting`, `ReadyFileSeen` (or, in the `health`
+/// readiness mode, `Listening`), `HealthCheckPassed`; a failed start stops after the last step
+/// reached and returns the error instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StartProgress {
     /// About to check the port and spawn.
@@ -30,6 +31,9 @@ pub enum StartProgress {
     /// The ready file appeared and names this child, the expected model and the backend port;
     /// `/health` is checked next.
     ReadyFileSeen,
+    /// (`health` readiness) The child's process group listens on the backend port; `/health`
+    /// is checked next.
+    Listening,
     /// `/health` answered 200 with the expected model loaded: the start is accepted.
     HealthCheckPassed,
 }
@@ -42,6 +46,7 @@ impl StartProgress {
             StartProgress::Spawned { .. } => "spawned",
             StartProgress::StillWaiting { .. } => "waiting",
             StartProgress::ReadyFileSeen => "ready_file",
+            StartProgress::Listening => "listening",
             StartProgress::HealthCheckPassed => "healthy",
         }
     }
@@ -60,6 +65,7 @@ impl StartProgress {
                 Seconds(spec.startup)
             ),
             StartProgress::ReadyFileSeen => "backend reported ready, running health check".into(),
+            StartProgress::Listening => "backend listens on its port, running health check".into(),
             StartProgress::HealthCheckPassed => {
                 "health check passed, model identity verified".into()
             }
@@ -83,6 +89,7 @@ impl fmt::Display for Seconds {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::spec::Readiness;
 
     #[test]
     fn lines_match_the_spec() {
@@ -96,6 +103,7 @@ mod tests {
             ready_dir_parent: "/run".into(),
             startup: Duration::from_secs(120),
             shutdown: Duration::from_secs(10),
+            readiness: Readiness::ReadyFile,
         };
         let lines = [
             StartProgress::Starting,
@@ -104,6 +112,7 @@ mod tests {
                 elapsed: Duration::from_millis(2030),
             },
             StartProgress::ReadyFileSeen,
+            StartProgress::Listening,
             StartProgress::HealthCheckPassed,
         ]
         .map(|p| p.message(&spec));
@@ -114,6 +123,7 @@ mod tests {
                 "backend pid 48390 started, waiting for readiness (loading model qwen3.8-flash-next-gsq-rco-iq3_xxs)",
                 "still waiting for readiness (2s of 120s allowed)",
                 "backend reported ready, running health check",
+                "backend listens on its port, running health check",
                 "health check passed, model identity verified",
             ]
         );

@@ -2,10 +2,15 @@
 //!
 //! At every change in the ready-file directory (an inotify watch, `strata_os::DirWatch`) and at
 //! least every 50 ms, until `startup_ms` after the spawn: stop if cancelled; stop if the child
-//! has exited; otherwise look for the ready file. Once it parses, its `pid`, `model_name` and `port`
-//! must be the child's, the expected model's and the backend port; then `GET /health` must
-//! answer 200 with the same model and `"loaded": true`. This function only decides; the caller
-//! kills the group and cleans up on any error.
+//! has exited; otherwise look for readiness:
+//! - `ready_file` mode: the ready file. Once it parses, its `pid`, `model_name` and `port` must
+//!   be the child's, the expected model's and the backend port.
+//! - `health` mode (no ready file): the backend port's listening socket, which must be held by
+//!   the child's own process group (`listener.rs`); a socket held by another process is never
+//!   asked anything.
+//!
+//! Then `GET /health` must answer 200 with the same model and `"loaded": true`. This function
+//! only decides; the caller kills the group and cleans up on any error.
 
 use std::fs::OpenOptions;
 use std::io::{self, Read};
@@ -20,6 +25,7 @@ use super::cancel::Cancel;
 use super::error::StartError;
 use super::group::ChildGroup;
 use super::health::{HealthError, check_health};
+use super::listener::{PortListener, port_listener};
 use super::progress::StartProgress;
 use super::spec::LaunchSpec;
 use strata_os::DirWatch;
@@ -116,7 +122,8 @@ async fn dir_changed(watch: Option<&DirWatch>) {
 pub(crate) struct Waiter<'a> {
     pub(crate) spec: &'a LaunchSpec,
     pub(crate) group: &'a mut ChildGroup,
-    pub(crate) ready_path: &'a Path,
+    /// `None` in the `health` readiness mode.
+    pub(crate) ready_path: Option<&'a Path>,
     pub(crate) watch: Option<&'a DirWatch>,
     pub(crate) spawned_at: Instant,
     pub(crate) progress: &'a mut (dyn FnMut(StartProgress) + Send),
@@ -138,25 +145,45 @@ impl Waiter<'_> {
         let mut bad_reads = 0;
         let pid = self.group.pid();
 
+        // Another process listening on the port (health mode): remembered, so a start that
+        // fails explains itself.
+        let mut stranger = false;
         let ready = loop {
             if self.cancel.is_cancelled() {
                 return Err(StartError::Cancelled);
             }
             if let Some(exit) = self.group.observe_exit() {
+                if stranger {
+                    return Err(StartError::PortHeldByOther {
+                        port: self.spec.backend_port,
+                    });
+                }
                 return Err(StartError::Exited { exit });
             }
-            match read_ready_file(self.ready_path) {
-                ReadyRead::Ready(ready) => break ready,
-                ReadyRead::Missing => {}
-                ReadyRead::Bad => {
-                    bad_reads += 1;
-                    if bad_reads >= MAX_BAD_READS {
-                        return Err(StartError::ReadyFileInvalid);
+            match self.ready_path {
+                Some(path) => match read_ready_file(path) {
+                    ReadyRead::Ready(ready) => break Some(ready),
+                    ReadyRead::Missing => {}
+                    ReadyRead::Bad => {
+                        bad_reads += 1;
+                        if bad_reads >= MAX_BAD_READS {
+                            return Err(StartError::ReadyFileInvalid);
+                        }
                     }
-                }
+                },
+                None => match port_listener(self.spec.backend_port, pid) {
+                    PortListener::Child => break None,
+                    PortListener::Stranger => stranger = true,
+                    PortListener::None => {}
+                },
             }
             let now = Instant::now();
             if now >= deadline {
+                if stranger {
+                    return Err(StartError::PortHeldByOther {
+                        port: self.spec.backend_port,
+                    });
+                }
                 return Err(self.timed_out());
             }
             if now >= next_report {
@@ -176,8 +203,13 @@ impl Waiter<'_> {
             }
         };
 
-        verify_ready_file(&ready, pid, self.spec)?;
-        (self.progress)(StartProgress::ReadyFileSeen);
+        match ready {
+            Some(ready) => {
+                verify_ready_file(&ready, pid, self.spec)?;
+                (self.progress)(StartProgress::ReadyFileSeen);
+            }
+            None => (self.progress)(StartProgress::Listening),
+        }
 
         let now = Instant::now();
         if now >= deadline {
@@ -220,6 +252,7 @@ impl Waiter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::spec::Readiness;
 
     fn spec() -> LaunchSpec {
         LaunchSpec {
@@ -232,6 +265,7 @@ mod tests {
             ready_dir_parent: "/run".into(),
             startup: Duration::from_secs(1),
             shutdown: Duration::from_secs(1),
+            readiness: Readiness::ReadyFile,
         }
     }
 

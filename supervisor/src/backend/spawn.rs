@@ -53,8 +53,9 @@ pub(crate) fn check_port_free(port: u16) -> Result<(), StartError> {
 
 /// The arguments after the interpreter, exactly as the backend contract gives them:
 /// `-m serve.server --engine strata --config PROFILE --host 127.0.0.1 --port PORT
-/// --idle-unload 0 --ready-file READY_PATH`.
-pub(crate) fn backend_args(spec: &LaunchSpec, ready_path: &Path) -> Vec<OsString> {
+/// --idle-unload 0 --ready-file READY_PATH`; without a ready file (the `health` readiness
+/// mode, for a Strata without that flag) the last two are left out.
+pub(crate) fn backend_args(spec: &LaunchSpec, ready_path: Option<&Path>) -> Vec<OsString> {
     let mut args: Vec<OsString> = ["-m", "serve.server", "--engine", "strata", "--config"]
         .iter()
         .map(OsString::from)
@@ -62,12 +63,11 @@ pub(crate) fn backend_args(spec: &LaunchSpec, ready_path: &Path) -> Vec<OsString
     args.push(spec.profile.clone().into_os_string());
     args.extend(["--host", "127.0.0.1", "--port"].iter().map(OsString::from));
     args.push(spec.backend_port.to_string().into());
-    args.extend(
-        ["--idle-unload", "0", "--ready-file"]
-            .iter()
-            .map(OsString::from),
-    );
-    args.push(ready_path.as_os_str().to_owned());
+    args.extend(["--idle-unload", "0"].iter().map(OsString::from));
+    if let Some(ready_path) = ready_path {
+        args.push("--ready-file".into());
+        args.push(ready_path.as_os_str().to_owned());
+    }
     args
 }
 
@@ -79,7 +79,7 @@ pub(crate) fn backend_args(spec: &LaunchSpec, ready_path: &Path) -> Vec<OsString
 /// production passes `std::env::vars_os()`.
 pub(crate) fn spawn_backend(
     spec: &LaunchSpec,
-    ready_path: &Path,
+    ready_path: Option<&Path>,
     base_env: Vec<(OsString, OsString)>,
 ) -> Result<ChildGroup, StartError> {
     debug_assert_ne!(
@@ -114,6 +114,7 @@ pub(crate) fn spawn_backend(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::spec::Readiness;
     use std::path::PathBuf;
     use std::time::Duration;
 
@@ -128,12 +129,14 @@ mod tests {
             ready_dir_parent: "/run/strata".into(),
             startup: Duration::from_secs(120),
             shutdown: Duration::from_secs(10),
+            readiness: Readiness::ReadyFile,
         }
     }
 
     #[test]
     fn argv_is_exactly_the_contract() {
-        let args = backend_args(&spec(8095), &PathBuf::from("/run/strata/s1/ready.json"));
+        let ready = PathBuf::from("/run/strata/s1/ready.json");
+        let args = backend_args(&spec(8095), Some(&ready));
         let args: Vec<_> = args.iter().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(
             args,
@@ -154,6 +157,11 @@ mod tests {
                 "/run/strata/s1/ready.json",
             ]
         );
+        // The health readiness mode: the same, without the ready file.
+        let args = backend_args(&spec(8095), None);
+        assert_eq!(args.len(), 12);
+        assert_eq!(args.last().unwrap(), "0");
+        assert!(!args.iter().any(|a| a == "--ready-file"));
     }
 
     #[test]

@@ -6,6 +6,19 @@ use std::time::Duration;
 
 use super::error::StartError;
 
+/// How a start is recognised as ready.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Readiness {
+    /// The backend writes a ready file naming its pid, model and port (the router's extension
+    /// of Strata, `--ready-file`); then `/health` must agree.
+    #[default]
+    ReadyFile,
+    /// For a Strata without that extension: no `--ready-file`; the start is accepted once the
+    /// port's listening socket belongs to the child's process group and `/health` names the
+    /// model, loaded.
+    Health,
+}
+
 /// Everything needed to start the Strata backend for one model.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaunchSpec {
@@ -28,6 +41,8 @@ pub struct LaunchSpec {
     pub startup: Duration,
     /// `shutdown_ms`: grace between SIGTERM and SIGKILL when a failed start is cleaned up.
     pub shutdown: Duration,
+    /// `readiness`.
+    pub readiness: Readiness,
 }
 
 impl LaunchSpec {

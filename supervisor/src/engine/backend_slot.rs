@@ -18,7 +18,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::backend_ops::{OpOutcome, OpProgress, OpRequest, ProgressEvent};
-use crate::backend::{Backend, ExitInfo, LaunchSpec, StartError, StartProgress, StopReport};
+use crate::backend::{
+    Backend, ExitInfo, LaunchSpec, Readiness, StartError, StartProgress, StopReport,
+};
 
 /// The cause a cooldown shows when its start error is not known.
 const GENERIC_START_FAILURE: &str = "a recent backend start failed";
@@ -507,5 +509,9 @@ pub fn launch_spec(config: &Config, model: &str) -> LaunchSpec {
             .unwrap_or_else(|| "/".into()),
         startup: Duration::from_millis(config.timers.startup_ms),
         shutdown: Duration::from_millis(config.timers.shutdown_ms),
+        readiness: match config.readiness {
+            strata_protocol::config::Readiness::ReadyFile => Readiness::ReadyFile,
+            strata_protocol::config::Readiness::Health => Readiness::Health,
+        },
     }
 }

@@ -532,6 +532,12 @@ class FakeHTTPServer6(FakeHTTPServer):
 # ---- process lifecycle --------------------------------------------------------
 
 
+# FAKE_STRATA_UPSTREAM_CLI=1: the command line of the public serve/server.py, which has no
+# --ready-file: argparse then exits 2 on it (with its usage line on stderr), and --help does not
+# list it. For the router's "health" readiness mode and its recognition of a stock Strata.
+UPSTREAM_CLI_ENV = "FAKE_STRATA_UPSTREAM_CLI"
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m serve.server",
@@ -542,8 +548,12 @@ def parse_args(argv):
     p.add_argument("--host", default=None)
     p.add_argument("--port", type=int, default=8095)
     p.add_argument("--idle-unload", type=float, default=None, metavar="SECONDS")
-    p.add_argument("--ready-file", default=None, metavar="PATH")
-    return p.parse_args(argv)
+    if os.environ.get(UPSTREAM_CLI_ENV) != "1":
+        p.add_argument("--ready-file", default=None, metavar="PATH")
+    args = p.parse_args(argv)
+    if not hasattr(args, "ready_file"):
+        args.ready_file = None
+    return args
 
 
 def port_problem(host, port):

@@ -472,6 +472,10 @@ impl Operator {
                 "health_check",
                 "backend reported ready, running health check".into(),
             )],
+            ProgressEvent::Start(StartProgress::Listening) => vec![line(
+                "health_check",
+                "backend listens on its port, running health check".into(),
+            )],
             ProgressEvent::Start(StartProgress::HealthCheckPassed) => vec![line(
                 "verified",
                 "health check passed, model identity verified".into(),
