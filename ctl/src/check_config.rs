@@ -4,7 +4,8 @@
 //!
 //! Exit status 0 when the config is valid (models with a bad profile are
 //! shown with their status: they do not stop the daemons either), 1 with
-//! `strata-ctl: config error: PATH: MESSAGE` on stderr otherwise.
+//! `NAME: config error: PATH: MESSAGE` on stderr otherwise (NAME:
+//! `strata-router` or `strata-ctl`, the name this program runs under).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -21,7 +22,7 @@ pub struct Args {
 pub fn run(args: Args) -> ExitCode {
     match Config::load(&args.config) {
         Err(err) => {
-            eprintln!("strata-ctl: config error: {err}");
+            note!("config error: {err}");
             ExitCode::from(1)
         }
         Ok(config) => {

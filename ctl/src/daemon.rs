@@ -1,6 +1,7 @@
-//! `strata-ctl daemon CONFIG`: start strata-supervisor and strata-proxy
-//! for development and `nix run . -- daemon CONFIG`. Production uses the
-//! systemd units in `contrib/` instead.
+//! `strata-router daemon CONFIG` (or `strata-ctl daemon CONFIG`): start
+//! strata-supervisor and strata-proxy for development and
+//! `nix run . -- daemon CONFIG`. Production uses the systemd units in
+//! `contrib/` instead. NAME below is the name this program runs under.
 //!
 //! 1. Validate the config exactly like `check-config` (same message, exit 1).
 //! 2. Find `strata-supervisor` and `strata-proxy` beside this executable.
@@ -8,8 +9,8 @@
 //!    answers `status` with the child's own PID.
 //! 4. Start the proxy; wait (at most 30 s) until `GET /health` on `listen`
 //!    answers with any HTTP status line.
-//! 5. Print `strata-ctl: serving on http://ADDR (supervisor pid N, proxy pid
-//!    M); Ctrl-C stops both` on stdout.
+//! 5. Print `NAME: serving on http://ADDR (supervisor pid N, proxy pid M);
+//!    Ctrl-C stops both` on stdout.
 //! 6. On SIGINT or SIGTERM (SIGHUP counts as SIGTERM): forward the signal to
 //!    the proxy and wait for it to exit, then the same for the supervisor;
 //!    exit 0 when both stopped cleanly. A second signal is forwarded again
@@ -87,16 +88,16 @@ pub fn run(args: Args) -> ExitCode {
 /// fires when the forking *thread* exits).
 pub fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     current_thread_runtime().map_err(|err| {
-        say!("strata-ctl: cannot start the runtime: {err}");
+        note!("cannot start the runtime: {err}");
         ExitCode::FAILURE
     })
 }
 
 /// Loads and validates a config the way `check-config` and the daemons do,
-/// printing `strata-ctl: config error: ...` on failure.
+/// printing `NAME: config error: ...` on failure.
 pub fn load_config(path: &Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|err| {
-        say!("strata-ctl: config error: {err}");
+        note!("config error: {err}");
         ExitCode::FAILURE
     })
 }
@@ -113,7 +114,7 @@ impl Signals {
     pub fn install() -> Result<Signals, ExitCode> {
         let install = |kind| {
             signal(kind).map_err(|err| {
-                say!("strata-ctl: cannot install signal handlers: {err}");
+                note!("cannot install signal handlers: {err}");
                 ExitCode::FAILURE
             })
         };
@@ -150,7 +151,7 @@ struct Binaries {
 
 fn find_binaries() -> Result<Binaries, ExitCode> {
     let exe = std::env::current_exe().map_err(|err| {
-        say!("strata-ctl: cannot find this executable's path: {err}");
+        note!("cannot find this executable's path: {err}");
         ExitCode::FAILURE
     })?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
@@ -159,8 +160,8 @@ fn find_binaries() -> Result<Binaries, ExitCode> {
         if path.is_file() {
             Ok(path)
         } else {
-            say!(
-                "strata-ctl: {name} not found beside {} (expected {}); build every binary \
+            note!(
+                "{name} not found beside {} (expected {}); build every binary \
                  (cargo build --bins) or install all three together",
                 exe.display(),
                 path.display()
@@ -186,20 +187,21 @@ pub async fn launch(
         Err(code) => return code,
     };
     if config.require_socket_activation {
-        say!(
-            "strata-ctl: {} sets require_socket_activation: true, but `strata-ctl daemon` \
-             lets strata-proxy bind {} itself; set it to false for development, or use the \
-             systemd units in contrib/",
+        note!(
+            "{} sets require_socket_activation: true, but `{} daemon` lets strata-proxy \
+             bind {} itself; set it to false for development, or use the systemd units in \
+             contrib/",
             config_path.display(),
+            crate::program(),
             config.listen
         );
         return ExitCode::FAILURE;
     }
     if config.listen.port() == 0 {
-        say!(
-            "strata-ctl: listen is {}; `strata-ctl daemon` needs a fixed port to check that \
-             the proxy serves",
-            config.listen
+        note!(
+            "listen is {}; `{} daemon` needs a fixed port to check that the proxy serves",
+            config.listen,
+            crate::program()
         );
         return ExitCode::FAILURE;
     }
@@ -211,8 +213,8 @@ pub async fn launch(
     // absolute one reads better in their logs and `ps`.
     let config_path = std::path::absolute(config_path).unwrap_or_else(|_| config_path.into());
     if let Ok(Ok(_)) = timeout(Duration::from_secs(1), TcpStream::connect(config.listen)).await {
-        say!(
-            "strata-ctl: {} is already in use (another strata-proxy?); stop it or change listen",
+        note!(
+            "{} is already in use (another strata-proxy?); stop it or change listen",
             config.listen
         );
         return ExitCode::FAILURE;
@@ -256,8 +258,9 @@ pub async fn launch(
         control_socket: config.control_socket.clone(),
     };
     out!(
-        "strata-ctl: serving on http://{} (supervisor pid {supervisor_pid}, proxy pid \
+        "{}: serving on http://{} (supervisor pid {supervisor_pid}, proxy pid \
          {proxy_pid}); Ctrl-C stops both",
+        crate::program(),
         config.listen
     );
     on_serving(&serving);
@@ -300,11 +303,7 @@ impl Child {
         let mut command = tokio::process::Command::from(command);
         command.kill_on_drop(false);
         let child = command.spawn().map_err(|err| {
-            say!(
-                "strata-ctl: cannot start {}: {}",
-                program.display(),
-                describe_io(&err)
-            );
+            note!("cannot start {}: {}", program.display(), describe_io(&err));
             ExitCode::FAILURE
         })?;
         let pid = child.id().unwrap_or_default();
@@ -326,11 +325,7 @@ impl Child {
             Err(err) => {
                 // Cannot happen for our own unreaped child; report it as a
                 // failure rather than waiting forever.
-                say!(
-                    "strata-ctl: cannot wait for {} (pid {}): {err}",
-                    self.name,
-                    self.pid
-                );
+                note!("cannot wait for {} (pid {}): {err}", self.name, self.pid);
                 ExitStatus::from_raw(1 << 8)
             }
         };
@@ -417,10 +412,10 @@ impl Stack<'_> {
         let (forward, code) = match interrupt {
             Interrupt::Signal(forward, name) => {
                 if running.is_empty() {
-                    say!("strata-ctl: {name} received");
+                    note!("{name} received");
                 } else {
-                    say!(
-                        "strata-ctl: {name} received; stopping {} (repeat the signal to \
+                    note!(
+                        "{name} received; stopping {} (repeat the signal to \
                          interrupt active work, a third time to kill)",
                         running.join(", then ")
                     );
@@ -434,7 +429,8 @@ impl Stack<'_> {
                     &self.supervisor
                 };
                 let what = format!(
-                    "strata-ctl: {} exited on its own ({})",
+                    "{}: {} exited on its own ({})",
+                    crate::program(),
                     child.label(),
                     describe_status(status)
                 );
@@ -447,10 +443,10 @@ impl Stack<'_> {
             }
             Interrupt::NotReady(message) => {
                 if !message.is_empty() {
-                    say!("strata-ctl: {message}");
+                    note!("{message}");
                 }
                 if !running.is_empty() {
-                    say!("strata-ctl: stopping {}", running.join(", then "));
+                    note!("stopping {}", running.join(", then "));
                 }
                 (Signal::SIGTERM, Some(ExitCode::FAILURE))
             }
@@ -463,7 +459,7 @@ impl Stack<'_> {
         match code {
             Some(code) => code,
             None if clean => {
-                say!("strata-ctl: stopped");
+                note!("stopped");
                 ExitCode::SUCCESS
             }
             None => ExitCode::FAILURE,
@@ -499,10 +495,10 @@ async fn stop(child: &mut Child, first: Signal, signals: &mut Signals, grace: Du
                 let by_our_signal = status.signal() == Some(first as i32);
                 let clean = !killed && (status.success() || by_our_signal);
                 if clean {
-                    say!("strata-ctl: {} stopped", child.label());
+                    note!("{} stopped", child.label());
                 } else {
-                    say!(
-                        "strata-ctl: {} ended with {}",
+                    note!(
+                        "{} ended with {}",
                         child.label(),
                         describe_status(status)
                     );
@@ -512,20 +508,20 @@ async fn stop(child: &mut Child, first: Signal, signals: &mut Signals, grace: Du
             (_, name) = signals.recv() => {
                 repeats += 1;
                 if repeats == 1 {
-                    say!(
-                        "strata-ctl: {name} again: asking {} to interrupt active work",
+                    note!(
+                        "{name} again: asking {} to interrupt active work",
                         child.label()
                     );
                     child.signal(first);
                 } else {
-                    say!("strata-ctl: {name} again: killing {}", child.label());
+                    note!("{name} again: killing {}", child.label());
                     child.signal(Signal::SIGKILL);
                     killed = true;
                 }
             }
             () = sleep_until(deadline), if !killed => {
-                say!(
-                    "strata-ctl: {} did not stop within {} s; killing it",
+                note!(
+                    "{} did not stop within {} s; killing it",
                     child.label(),
                     grace.as_secs()
                 );

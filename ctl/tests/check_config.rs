@@ -1,27 +1,29 @@
-//! `strata-ctl check-config` as an operator runs it: exit status, the
-//! summary on stdout, the error line on stderr.
+//! `check-config` as an operator runs it, under both names (`strata-router
+//! check-config`, `strata-ctl check-config`): exit status, the summary on
+//! stdout, the error line on stderr.
+
+mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use strata_test_support::TempDir;
+use common::*;
 
-fn check_config(path: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_strata-ctl"))
-        .arg("check-config")
-        .arg(path)
-        .output()
-        .expect("run strata-ctl")
+fn check_config(exe: Exe, path: &Path) -> Output {
+    exe.run(&["check-config", path.to_str().expect("a UTF-8 path")])
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+under_both_names!(
+    the_example_config_passes,
+    a_broken_config_exits_1_naming_the_path,
+    a_nested_error_names_the_json_path,
+    a_missing_file_exits_1,
+    profile_problems_are_shown_not_fatal_and_never_echoed,
+);
 
-#[test]
-fn the_example_config_passes() {
+fn the_example_config_passes(exe: Exe) {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config.example.json");
-    let output = check_config(&example);
+    let output = check_config(exe, &example);
     let stdout = text(&output.stdout);
     assert_eq!(
         output.status.code(),
@@ -47,8 +49,7 @@ fn the_example_config_passes() {
     assert!(stdout.lines().count() <= 45, "{stdout}");
 }
 
-#[test]
-fn a_broken_config_exits_1_naming_the_path() {
+fn a_broken_config_exits_1_naming_the_path(exe: Exe) {
     let dir = TempDir::new("check-config");
     let path = dir.write(
         "config.json",
@@ -56,17 +57,16 @@ fn a_broken_config_exits_1_naming_the_path() {
             "control_socket": "/run/x/control.sock", "lsiten": "127.0.0.1:8088",
             "models": {"m": {"family": "qwen3.8-flash-next", "quantization": "q", "upstream_model": "m"}}}"#,
     );
-    let output = check_config(&path);
+    let output = check_config(exe, &path);
     assert_eq!(output.status.code(), Some(1));
     assert!(output.stdout.is_empty());
     assert_eq!(
         text(&output.stderr),
-        "strata-ctl: config error: lsiten: unknown key\n"
+        exe.says("config error: lsiten: unknown key\n")
     );
 }
 
-#[test]
-fn a_nested_error_names_the_json_path() {
+fn a_nested_error_names_the_json_path(exe: Exe) {
     let dir = TempDir::new("check-config");
     let path = dir.write(
         "config.json",
@@ -75,29 +75,27 @@ fn a_nested_error_names_the_json_path() {
             "models": {"x": {"family": "qwen3.8-flash-next", "quantization": "q", "upstream_model": "x",
                              "profile": "relative.json"}}}"#,
     );
-    let output = check_config(&path);
+    let output = check_config(exe, &path);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         text(&output.stderr),
-        "strata-ctl: config error: models[\"x\"].profile: must be an absolute path\n"
+        exe.says("config error: models[\"x\"].profile: must be an absolute path\n")
     );
 }
 
-#[test]
-fn a_missing_file_exits_1() {
+fn a_missing_file_exits_1(exe: Exe) {
     let dir = TempDir::new("check-config");
-    let output = check_config(&dir.join("absent.json"));
+    let output = check_config(exe, &dir.join("absent.json"));
     assert_eq!(output.status.code(), Some(1));
     let stderr = text(&output.stderr);
     assert!(
-        stderr.starts_with("strata-ctl: config error: $: cannot read config file "),
+        stderr.starts_with(&exe.says("config error: $: cannot read config file ")),
         "{stderr}"
     );
     assert!(stderr.ends_with("absent.json: no such file\n"), "{stderr}");
 }
 
-#[test]
-fn profile_problems_are_shown_not_fatal_and_never_echoed() {
+fn profile_problems_are_shown_not_fatal_and_never_echoed(exe: Exe) {
     let dir = TempDir::new("check-config");
     let lazy = dir.write("lazy.json", r#"{"model_name": "up", "lazy_load": true}"#);
     let keyed = dir.write(
@@ -123,7 +121,7 @@ fn profile_problems_are_shown_not_fatal_and_never_echoed() {
         "enabled_models": ["a-good", "a-lazy", "a-missing"],
         "aliases": {"qwen3.8-flash-next": {"allowed_models": ["a-keyed"]}}
     });
-    let output = check_config(&dir.write("config.json", &config.to_string()));
+    let output = check_config(exe, &dir.write("config.json", &config.to_string()));
     let stdout = text(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let row = |id: &str| {
