@@ -14,8 +14,11 @@
 //! 6. On SIGINT or SIGTERM (SIGHUP counts as SIGTERM): forward the signal to
 //!    the proxy and wait for it to exit, then the same for the supervisor;
 //!    exit 0 when both stopped cleanly. A second signal is forwarded again
-//!    (the daemons then interrupt active work); a third, or a child still
-//!    running after a generous deadline, gets SIGKILL.
+//!    (the daemons then interrupt active work); a third gets SIGKILL. With
+//!    `drain_ms: 0` (the daemons wait for all accepted work, without a
+//!    deadline) the launcher waits without a deadline too; with a positive
+//!    `drain_ms`, a child still running after a generous deadline (drain and
+//!    shutdown bounds plus slack) gets SIGKILL.
 //! 7. If either child exits on its own, stop the other the same way and
 //!    exit 1, naming the one that died and its status.
 //!
@@ -57,8 +60,6 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(50);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Added to the config's own drain and shutdown bounds before SIGKILL.
 const STOP_SLACK: Duration = Duration::from_secs(30);
-/// Stands in for `drain_ms: 0` (no drain deadline) when bounding a stop.
-const UNBOUNDED_DRAIN_ALLOWANCE: Duration = Duration::from_secs(60);
 
 /// Environment that belongs to this process's own service manager, not to
 /// the children.
@@ -220,7 +221,7 @@ pub async fn launch(
         return ExitCode::FAILURE;
     }
 
-    let grace = stop_grace(&config);
+    let grace = stop_deadline(&config);
     let supervisor = match Child::spawn("strata-supervisor", &binaries.supervisor, &config_path) {
         Ok(child) => child,
         Err(code) => return code,
@@ -272,14 +273,30 @@ pub async fn launch(
 }
 
 /// How long a child may take to stop after its first signal before it is
-/// killed: the config's drain bound (a minute for "no deadline"), plus the
-/// backend's shutdown bound, plus slack.
-fn stop_grace(config: &Config) -> Duration {
-    let drain = match config.timers.drain_ms {
-        0 => UNBOUNDED_DRAIN_ALLOWANCE,
-        ms => Duration::from_millis(ms),
-    };
-    drain + Duration::from_millis(config.timers.shutdown_ms) + STOP_SLACK
+/// killed: `None` for `drain_ms: 0`, where the daemons finish every accepted
+/// request however long it takes (the operator's second signal interrupts
+/// them, a third kills); else the drain bound, plus the backend's shutdown
+/// bound, plus slack.
+fn stop_deadline(config: &Config) -> Option<Duration> {
+    match config.timers.drain_ms {
+        0 => None,
+        ms => Some(
+            Duration::from_millis(ms)
+                + Duration::from_millis(config.timers.shutdown_ms)
+                + STOP_SLACK,
+        ),
+    }
+}
+
+/// How the stop line describes `deadline`.
+fn describe_deadline(deadline: Option<Duration>) -> String {
+    match deadline {
+        None => "without a deadline (drain_ms is 0)".to_owned(),
+        Some(deadline) => format!(
+            "each killed if still running after {} s",
+            deadline.as_secs()
+        ),
+    }
 }
 
 /// One daemon child.
@@ -385,7 +402,8 @@ struct Stack<'a> {
     supervisor: Child,
     proxy: Option<Child>,
     signals: &'a mut Signals,
-    grace: Duration,
+    /// See [`stop_deadline`].
+    grace: Option<Duration>,
 }
 
 impl Stack<'_> {
@@ -415,9 +433,10 @@ impl Stack<'_> {
                     note!("{name} received");
                 } else {
                     note!(
-                        "{name} received; stopping {} (repeat the signal to \
-                         interrupt active work, a third time to kill)",
-                        running.join(", then ")
+                        "{name} received; stopping {}, {} (repeat the signal to interrupt \
+                         active work, a third time to kill)",
+                        running.join(", then "),
+                        describe_deadline(self.grace)
                     );
                 }
                 (forward, None)
@@ -477,16 +496,32 @@ impl Stack<'_> {
 }
 
 /// Stops one child: `first`, then (on another signal) `first` again, then
-/// SIGKILL on a third signal or after `grace`. True when it exited cleanly
-/// (status 0, or ended by the signal it was sent) without SIGKILL.
-async fn stop(child: &mut Child, first: Signal, signals: &mut Signals, grace: Duration) -> bool {
+/// SIGKILL on a third signal or after `grace` (never, for `None`). True when
+/// it exited cleanly (status 0, or ended by the signal it was sent) without
+/// SIGKILL.
+async fn stop(
+    child: &mut Child,
+    first: Signal,
+    signals: &mut Signals,
+    grace: Option<Duration>,
+) -> bool {
     if child.status.is_some() {
         // It exited before we asked; that was reported already (or it is
         // reported here if nobody has seen it yet).
         return false;
     }
     child.signal(first);
-    let mut deadline = Instant::now() + grace;
+    let deadline = grace.map(|grace| (Instant::now() + grace, grace));
+    let expired = async {
+        match deadline {
+            Some((at, grace)) => {
+                sleep_until(at).await;
+                grace
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(expired);
     let mut repeats = 0u32;
     let mut killed = false;
     loop {
@@ -519,7 +554,7 @@ async fn stop(child: &mut Child, first: Signal, signals: &mut Signals, grace: Du
                     killed = true;
                 }
             }
-            () = sleep_until(deadline), if !killed => {
+            grace = &mut expired, if !killed => {
                 note!(
                     "{} did not stop within {} s; killing it",
                     child.label(),
@@ -527,7 +562,6 @@ async fn stop(child: &mut Child, first: Signal, signals: &mut Signals, grace: Du
                 );
                 child.signal(Signal::SIGKILL);
                 killed = true;
-                deadline = Instant::now() + grace;
             }
         }
     }
@@ -617,7 +651,7 @@ mod tests {
     }
 
     #[test]
-    fn stop_grace_covers_drain_and_shutdown() {
+    fn the_stop_deadline_covers_drain_and_shutdown_and_is_none_for_drain_ms_0() {
         let text = |drain: u64| {
             format!(
                 r#"{{"python":"/usr/bin/python3","strata_dir":"/srv","backend_port":9,
@@ -627,8 +661,13 @@ mod tests {
             )
         };
         let config = Config::from_json_str(&text(7000)).unwrap();
-        assert_eq!(stop_grace(&config), Duration::from_secs(7 + 5 + 30));
+        assert_eq!(
+            stop_deadline(&config),
+            Some(Duration::from_secs(7 + 5 + 30))
+        );
+        // drain_ms: 0 means "no deadline" (the spec): the launcher must not
+        // put one back (it used to SIGKILL after 60 s + shutdown + slack).
         let config = Config::from_json_str(&text(0)).unwrap();
-        assert_eq!(stop_grace(&config), Duration::from_secs(60 + 5 + 30));
+        assert_eq!(stop_deadline(&config), None);
     }
 }

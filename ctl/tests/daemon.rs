@@ -2,18 +2,22 @@
 //! runs under both names): config errors, missing binaries, and the whole
 //! start/stop sequence with the real strata-supervisor and a stand-in
 //! strata-proxy (`common/fake_proxy.py`), run from a private bin directory
-//! so that the launcher finds them "beside its own executable"; and one
-//! run with the real strata-proxy.
+//! so that the launcher finds them "beside its own executable"; and runs
+//! with the real strata-proxy: serving, and stopping with `drain_ms: 0`
+//! (no deadline: a stream runs to its end after Ctrl-C, a second Ctrl-C
+//! still interrupts it).
 
 mod common;
 
 use std::fs;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 
 use common::*;
 use nix::sys::signal::Signal;
-use serde_json::Value;
+use serde_json::{Value, json};
+use strata_e2e::http::{Frame, Stream, chat_body, open_chat};
 use strata_e2e::{model_ids, read_exact_str};
 use strata_protocol::api::ModelList;
 
@@ -28,6 +32,8 @@ under_both_names!(
     a_supervisor_that_fails_to_start_is_reported,
     a_busy_listen_address_is_refused_before_starting,
     daemon_runs_the_real_proxy,
+    with_drain_ms_0_a_stream_runs_to_its_end_after_ctrl_c,
+    a_second_ctrl_c_interrupts_a_drain_without_deadline,
 );
 
 const MODELS: &[TestModel] = &[TestModel {
@@ -86,6 +92,7 @@ fn missing_sibling_binaries_are_named(exe: Exe) {
 
 /// A running `NAME daemon` from a private bin dir.
 struct Stack {
+    exe: Exe,
     dir: TempDir,
     ctl: Running,
     stderr: std::path::PathBuf,
@@ -97,10 +104,21 @@ struct Stack {
 }
 
 impl Stack {
+    /// With the stand-in proxy, on the ctl tests' config.
     fn start(exe: Exe) -> Stack {
+        Stack::start_with(exe, ProxyKind::Fake, |config| config)
+    }
+
+    /// With `proxy`, on the ctl tests' config as `edit` changes it.
+    fn start_with(
+        exe: Exe,
+        proxy: ProxyKind,
+        edit: impl FnOnce(ConfigBuilder<TestConfig>) -> ConfigBuilder<TestConfig>,
+    ) -> Stack {
         let dir = TempDir::new("daemon");
-        let config = write_config(&dir, MODELS);
-        let ctl_path = bin_dir(exe, &dir, ProxyKind::Fake);
+        let config: TestConfig = edit(ctl_config(MODELS)).build_in(&dir);
+        let config = config.path.clone();
+        let ctl_path = bin_dir(exe, &dir, proxy);
         let stderr = dir.path().join("ctl.stderr");
         let proxy_log = dir.path().join("proxy.log");
         let mut command = Command::new(ctl_path);
@@ -115,6 +133,7 @@ impl Stack {
             });
         assert_eq!(seen.len(), 1, "the serving line comes first: {seen:#?}");
         Stack {
+            exe,
             socket: dir.path().join("run/control.sock"),
             dir,
             ctl,
@@ -128,6 +147,30 @@ impl Stack {
 
     fn stderr_text(&self) -> String {
         fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.listen.parse().expect("a socket address")
+    }
+
+    /// Waits for the launcher's line that starts with `NAME: START`.
+    fn wait_for_line(&self, start: &str) -> String {
+        let start = self.exe.says(start);
+        poll_for(SHORT, format!("a line {start:?}"), || {
+            self.stderr_text()
+                .lines()
+                .find(|line| line.starts_with(&start))
+                .map(str::to_owned)
+        })
+    }
+
+    /// The stop line the first signal `name` gets, stopping both daemons.
+    fn stop_line(&self, name: &str, deadline: &str) -> String {
+        self.exe.says(&format!(
+            "{name} received; stopping strata-proxy (pid {}), then strata-supervisor (pid {}), \
+             {deadline} (repeat the signal to interrupt active work, a third time to kill)",
+            self.proxy_pid, self.supervisor_pid
+        ))
     }
 
     fn proxy_events(&self, event: &str) -> Vec<Value> {
@@ -179,11 +222,9 @@ fn daemon_serves_then_stops_proxy_first_on_sigint(exe: Exe) {
     assert_eq!(stack.proxy_events("exit").len(), 1);
     assert!(!is_alive(stack.proxy_pid) && !is_alive(stack.supervisor_pid));
     assert!(!stack.socket.exists(), "the supervisor removed its socket");
+    // The ctl tests' timers: drain_ms 5000 and shutdown_ms 5000, plus 30 s.
     let expected = [
-        exe.says(&format!(
-            "SIGINT received; stopping strata-proxy (pid {}), then strata-supervisor (pid {})",
-            stack.proxy_pid, stack.supervisor_pid
-        )),
+        stack.stop_line("SIGINT", "each killed if still running after 40 s"),
         exe.says(&format!("strata-proxy (pid {}) stopped", stack.proxy_pid)),
         exe.says(&format!(
             "strata-supervisor (pid {}) stopped",
@@ -195,9 +236,7 @@ fn daemon_serves_then_stops_proxy_first_on_sigint(exe: Exe) {
         .lines()
         .filter(|line| line.starts_with(&exe.says("")))
         .collect();
-    assert_eq!(ours.len(), expected.len(), "{stderr}");
-    assert!(ours[0].starts_with(&expected[0]), "{stderr}");
-    assert_eq!(&ours[1..], &expected[1..], "{stderr}");
+    assert_eq!(ours, expected, "{stderr}");
 }
 
 fn sigterm_is_forwarded_too(exe: Exe) {
@@ -356,4 +395,100 @@ fn daemon_runs_the_real_proxy(exe: Exe) {
     let stderr = fs::read_to_string(&stderr_path).unwrap();
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(!is_alive(supervisor_pid) && !is_alive(proxy_pid));
+}
+
+fn is_content(frame: &Frame) -> bool {
+    frame.is_data()
+        && frame.json()["choices"][0]["delta"]["content"]
+            .as_str()
+            .is_some_and(|text| !text.is_empty())
+}
+
+/// The frames left in `stream` until it ends, finished or cut off.
+fn frames_to_the_end(stream: &mut Stream) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    loop {
+        match stream.try_next_frame(LONG) {
+            Ok(Some(frame)) => frames.push(frame),
+            Ok(None) => return frames,
+            Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return frames,
+            Err(err) => panic!("{err}; frames so far: {frames:#?}"),
+        }
+    }
+}
+
+/// `drain_ms: 0` means no deadline, for the launcher too (it used to SIGKILL
+/// both daemons 60 s + shutdown_ms + 30 s after the signal): after Ctrl-C it
+/// says so, the proxy finishes a stream that still had most of its tokens
+/// to send, and the launcher exits 0 without killing anything.
+fn with_drain_ms_0_a_stream_runs_to_its_end_after_ctrl_c(exe: Exe) {
+    let mut stack = Stack::start_with(exe, ProxyKind::Real, |config| {
+        config.drain_ms(0).shutdown_ms(1000)
+    });
+    let mut body = chat_body("up-a", true);
+    body["fake"] = json!({"tokens": 20, "token_delay_ms": 100});
+    let mut stream = open_chat(stack.addr(), &body);
+    let mut frames = stream.frames_until(LONG, "the first content delta", is_content);
+
+    signal(stack.ctl.pid(), Signal::SIGINT);
+    let line = stack.wait_for_line("SIGINT received; ");
+    assert_eq!(
+        line,
+        stack.stop_line("SIGINT", "without a deadline (drain_ms is 0)")
+    );
+    assert!(is_alive(stack.proxy_pid), "the proxy drains the stream");
+
+    frames.extend(frames_to_the_end(&mut stream));
+    assert!(frames.last().is_some_and(Frame::is_done), "{frames:#?}");
+    assert_eq!(
+        frames.iter().filter(|frame| is_content(frame)).count(),
+        20,
+        "every delta arrived: {frames:#?}"
+    );
+    let status = stack.ctl.wait(LONG);
+    let stderr = stack.stderr_text();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("killing"), "{stderr}");
+    assert!(stderr.ends_with(&exe.says("stopped\n")), "{stderr}");
+    assert!(!is_alive(stack.proxy_pid) && !is_alive(stack.supervisor_pid));
+}
+
+/// Without a deadline the operator still decides: a second Ctrl-C is
+/// forwarded, and the proxy (as it does for a second signal) abandons a
+/// stream that had a minute left; the launcher then stops the supervisor
+/// and exits 0.
+fn a_second_ctrl_c_interrupts_a_drain_without_deadline(exe: Exe) {
+    let mut stack = Stack::start_with(exe, ProxyKind::Real, |config| {
+        config.drain_ms(0).shutdown_ms(1000)
+    });
+    let mut body = chat_body("up-a", true);
+    body["fake"] = json!({"tokens": 600, "token_delay_ms": 100});
+    let mut stream = open_chat(stack.addr(), &body);
+    stream.frames_until(LONG, "the first content delta", is_content);
+
+    signal(stack.ctl.pid(), Signal::SIGINT);
+    stack.wait_for_line("SIGINT received; ");
+    // The drain goes on: more deltas arrive after the first signal.
+    for _ in 0..3 {
+        stream.frames_until(LONG, "another content delta", is_content);
+    }
+    assert!(is_alive(stack.proxy_pid));
+
+    signal(stack.ctl.pid(), Signal::SIGINT);
+    let line = stack.wait_for_line("SIGINT again: ");
+    assert_eq!(
+        line,
+        exe.says(&format!(
+            "SIGINT again: asking strata-proxy (pid {}) to interrupt active work",
+            stack.proxy_pid
+        ))
+    );
+    let rest = frames_to_the_end(&mut stream);
+    assert!(!rest.iter().any(Frame::is_done), "cut off: {rest:#?}");
+    let status = stack.ctl.wait(LONG);
+    let stderr = stack.stderr_text();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("killing"), "{stderr}");
+    assert!(stderr.contains(&exe.says(&format!("strata-proxy (pid {}) stopped", stack.proxy_pid))));
+    assert!(!is_alive(stack.proxy_pid) && !is_alive(stack.supervisor_pid));
 }
