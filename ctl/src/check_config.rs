@@ -3,7 +3,8 @@
 //! one-screen summary.
 //!
 //! Exit status 0 when the config is valid (models with a bad profile are
-//! shown with their status: they do not stop the daemons either), 1 with
+//! shown with their status: they do not stop the daemons either; neither do
+//! the warnings, the config's own and those of `strata_limits`), 1 with
 //! `NAME: config error: PATH: MESSAGE` on stderr otherwise (NAME:
 //! `strata-router` or `strata-ctl`, the name this program runs under).
 
@@ -171,7 +172,11 @@ fn summary(path: &Path, config: &Config) -> String {
             }
         }
     }
-    for warning in &config.warnings {
+    for warning in config
+        .warnings
+        .iter()
+        .chain(&crate::strata_limits::warnings(config))
+    {
         lines.push(format!("warning: {warning}"));
     }
     lines.push(String::new());

@@ -55,6 +55,7 @@ mod on;
 mod requests;
 mod simulate;
 mod status;
+mod strata_limits;
 mod top;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
