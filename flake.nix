@@ -80,10 +80,30 @@
             done
           '';
 
+          # cargo's install hook copies every binary of the release build
+          # into $out/bin (no wrappers): strata-supervisor, strata-proxy, and
+          # the operator command under both its names, strata-router (the
+          # spec's) and strata-ctl.  Check that all four are there and that
+          # each operator binary calls itself by its own name.
+          doInstallCheck = true;
+          installCheckPhase = ''
+            runHook preInstallCheck
+            for name in strata-supervisor strata-proxy strata-router strata-ctl; do
+              [ -x "$out/bin/$name" ] || { echo "$out/bin/$name is missing" >&2; exit 1; }
+            done
+            for name in strata-router strata-ctl; do
+              [ "$("$out/bin/$name" --version)" = "$name ${cargoToml.workspace.package.version}" ] ||
+                { echo "$name --version does not name $name" >&2; exit 1; }
+            done
+            runHook postInstallCheck
+          '';
+
           meta = {
             description = "OpenAI-compatible router that runs one Strata backend at a time";
             license = lib.licenses.mpl20;
-            mainProgram = "strata-ctl";
+            # The spec's name: `nix run . -- daemon CONFIG` runs
+            # `strata-router daemon CONFIG`.
+            mainProgram = "strata-router";
             platforms = lib.platforms.linux;
           };
         };
@@ -93,15 +113,26 @@
         default = package pkgs;
       });
 
-      # `nix run . -- daemon /absolute/config.json` runs `strata-ctl daemon`,
-      # which starts strata-supervisor and strata-proxy from the same bin/.
-      apps = forAllSystems (pkgs: {
-        default = {
-          type = "app";
-          program = lib.getExe self.packages.${pkgs.stdenv.hostPlatform.system}.default;
-          meta.description = "strata-ctl (use `nix run . -- daemon /absolute/config.json`)";
-        };
-      });
+      # `nix run . -- daemon /absolute/config.json` runs `strata-router
+      # daemon`, which starts strata-supervisor and strata-proxy from the same
+      # bin/; `nix run .#strata-ctl -- ...` runs the same program under its
+      # other name.
+      apps = forAllSystems (
+        pkgs:
+        let
+          pkg = self.packages.${pkgs.stdenv.hostPlatform.system}.default;
+          app = name: {
+            type = "app";
+            program = "${pkg}/bin/${name}";
+            meta.description = "${name} (e.g. `nix run . -- daemon /absolute/config.json`)";
+          };
+        in
+        {
+          default = app "strata-router";
+          strata-router = app "strata-router";
+          strata-ctl = app "strata-ctl";
+        }
+      );
 
       devShells = forAllSystems (pkgs: {
         default = pkgs.mkShell {
@@ -135,6 +166,7 @@
               cargo clippy --all-targets --offline --locked -- -D warnings
             '';
             doCheck = false;
+            doInstallCheck = false;
             installPhase = ''
               runHook preInstall
               touch $out

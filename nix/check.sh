@@ -154,6 +154,8 @@ packages=$(ev packages 'builtins.mapAttrs (s: p: builtins.mapAttrs (n: d: {
   license = d.meta.license.spdxId or null;
   doCheck = d.doCheck or false;
   preCheck = d.preCheck or "";
+  doInstallCheck = d.doInstallCheck or false;
+  installCheck = d.installCheckPhase or "";
   checkInputs = map (x: x.pname or x.name) (d.nativeCheckInputs or [ ]);
 }) p)')
 shells=$(ev devShells 'builtins.mapAttrs (s: d: builtins.mapAttrs (n: v: {
@@ -161,6 +163,7 @@ shells=$(ev devShells 'builtins.mapAttrs (s: d: builtins.mapAttrs (n: v: {
 }) d)')
 checks=$(ev checks 'builtins.mapAttrs (s: c: builtins.mapAttrs (n: v: {
   drv = v.drvPath; script = (v.buildPhase or "") + (v.buildCommand or "");
+  doInstallCheck = v.doInstallCheck or false;
 }) c)')
 formatter=$(ev formatter 'builtins.mapAttrs (s: f: f.drvPath)')
 
@@ -179,17 +182,28 @@ drv = re.compile(r"^/nix/store/[a-z0-9]{32}-[^/]+\.drv$")
 for s in systems:
     pkg = packages.get(s, {}).get("default")
     need(pkg is not None, f"packages.{s}.default is missing")
-    app = apps.get(s, {}).get("default")
-    need(app is not None, f"apps.{s}.default is missing")
-    if pkg and app:
-        need(app["type"] == "app", f"apps.{s}.default.type is {app['type']!r}, not 'app'")
-        need(re.fullmatch(r"/nix/store/[a-z0-9]{32}-[^/]+/bin/strata-ctl", app["program"] or ""),
-             f"apps.{s}.default.program {app['program']!r} is not a store path ending in /bin/strata-ctl")
-        need(app["program"] == pkg["out"] + "/bin/strata-ctl",
-             f"apps.{s}.default.program is not packages.{s}.default's strata-ctl")
+    # `nix run . -- daemon CONFIG` is the spec's `strata-router daemon CONFIG`;
+    # the same program also runs as .#strata-ctl.
+    for name, binary in (("default", "strata-router"), ("strata-router", "strata-router"),
+                         ("strata-ctl", "strata-ctl")):
+        app = apps.get(s, {}).get(name)
+        need(app is not None, f"apps.{s}.{name} is missing")
+        if pkg and app:
+            need(app["type"] == "app", f"apps.{s}.{name}.type is {app['type']!r}, not 'app'")
+            need(re.fullmatch(rf"/nix/store/[a-z0-9]{{32}}-[^/]+/bin/{binary}", app["program"] or ""),
+                 f"apps.{s}.{name}.program {app['program']!r} is not a store path ending in /bin/{binary}")
+            need(app["program"] == pkg["out"] + "/bin/" + binary,
+                 f"apps.{s}.{name}.program is not packages.{s}.default's {binary}")
     if pkg:
         need(drv.match(pkg["drv"]), f"packages.{s}.default has no .drv")
-        need(pkg["mainProgram"] == "strata-ctl", f"packages.{s}.default meta.mainProgram is {pkg['mainProgram']!r}")
+        need(pkg["mainProgram"] == "strata-router", f"packages.{s}.default meta.mainProgram is {pkg['mainProgram']!r}")
+        # Only a real build runs it; here: it is on and checks every binary.
+        need(pkg["doInstallCheck"], f"packages.{s}.default does not run its install check (doInstallCheck)")
+        for binary in ("strata-supervisor", "strata-proxy", "strata-router", "strata-ctl"):
+            need(binary in pkg["installCheck"],
+                 f"packages.{s}.default's installCheckPhase does not check bin/{binary}")
+        need("--version" in pkg["installCheck"],
+             f"packages.{s}.default's installCheckPhase does not run --version")
         need(pkg["license"] == "MPL-2.0", f"packages.{s}.default license is {pkg['license']!r}")
         need(pkg["doCheck"], f"packages.{s}.default does not run its tests (doCheck)")
         need("export STRATA_TEST_IN_NIX_SANDBOX=1" in pkg["preCheck"],
@@ -206,6 +220,8 @@ for s in systems:
     if pkg and "package" in c:
         need(c["package"]["drv"] == pkg["drv"], f"checks.{s}.package is not packages.{s}.default")
     if "clippy" in c:
+        need(not c["clippy"]["doInstallCheck"],
+             f"checks.{s}.clippy runs the package's install check on an output with no bin/")
         need(re.search(r"cargo clippy .*--all-targets.*-- -D warnings", c["clippy"]["script"]),
              f"checks.{s}.clippy does not run `cargo clippy --all-targets ... -- -D warnings`")
     if "fmt" in c:

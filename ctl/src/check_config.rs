@@ -3,8 +3,10 @@
 //! one-screen summary.
 //!
 //! Exit status 0 when the config is valid (models with a bad profile are
-//! shown with their status: they do not stop the daemons either), 1 with
-//! `strata-ctl: config error: PATH: MESSAGE` on stderr otherwise.
+//! shown with their status: they do not stop the daemons either; neither do
+//! the warnings, the config's own and those of `strata_limits`), 1 with
+//! `NAME: config error: PATH: MESSAGE` on stderr otherwise (NAME:
+//! `strata-router` or `strata-ctl`, the name this program runs under).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -21,7 +23,7 @@ pub struct Args {
 pub fn run(args: Args) -> ExitCode {
     match Config::load(&args.config) {
         Err(err) => {
-            eprintln!("strata-ctl: config error: {err}");
+            note!("config error: {err}");
             ExitCode::from(1)
         }
         Ok(config) => {
@@ -170,7 +172,11 @@ fn summary(path: &Path, config: &Config) -> String {
             }
         }
     }
-    for warning in &config.warnings {
+    for warning in config
+        .warnings
+        .iter()
+        .chain(&crate::strata_limits::warnings(config))
+    {
         lines.push(format!("warning: {warning}"));
     }
     lines.push(String::new());

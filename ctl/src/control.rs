@@ -47,8 +47,8 @@ pub fn connect(socket: &Path) -> Result<UnixStream, ExitCode> {
             io::ErrorKind::PermissionDenied => " (run this as the daemon's user)",
             _ => "",
         };
-        say!(
-            "strata-ctl: cannot connect to {}: {}{hint}",
+        note!(
+            "cannot connect to {}: {}{hint}",
             socket.display(),
             describe_io(&err)
         );
@@ -63,8 +63,8 @@ fn send_line(stream: &mut UnixStream, socket: &Path, line: &str) -> Result<(), E
         .write_all(&bytes)
         .and_then(|()| stream.flush())
         .map_err(|err| {
-            say!(
-                "strata-ctl: cannot send the request to {}: {}",
+            note!(
+                "cannot send the request to {}: {}",
                 socket.display(),
                 describe_io(&err)
             );
@@ -83,17 +83,20 @@ fn print_stdout(line: &str) {
 fn report_error_answer(line: &str, text: &str) -> ExitCode {
     print_stdout(line);
     let hint = if text == ErrorAnswer::UNKNOWN_COMMAND {
-        " (the running daemon predates this strata-ctl; restart the daemon after upgrading)"
+        format!(
+            " (the running daemon predates this {}; restart the daemon after upgrading)",
+            crate::program()
+        )
     } else {
-        ""
+        String::new()
     };
-    say!("strata-ctl: the daemon answered with an error: {text}{hint}");
+    note!("the daemon answered with an error: {text}{hint}");
     ExitCode::FAILURE
 }
 
 fn unexpected_reply(line: &str) -> ExitCode {
     let shown: String = line.chars().take(200).collect();
-    say!("strata-ctl: unexpected reply from the daemon: {shown:?}");
+    note!("unexpected reply from the daemon: {shown:?}");
     ExitCode::FAILURE
 }
 
@@ -123,7 +126,7 @@ pub fn status(socket: &Path) -> ExitCode {
     let line = match read_line(&mut reader) {
         Ok(Some(line)) => line,
         Ok(None) => {
-            say!("strata-ctl: the daemon closed the connection without an answer");
+            note!("the daemon closed the connection without an answer");
             return ExitCode::FAILURE;
         }
         Err(err)
@@ -132,18 +135,15 @@ pub fn status(socket: &Path) -> ExitCode {
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
             ) =>
         {
-            say!(
-                "strata-ctl: no answer from {} within {} s",
+            note!(
+                "no answer from {} within {} s",
                 socket.display(),
                 STATUS_TIMEOUT.as_secs()
             );
             return ExitCode::FAILURE;
         }
         Err(err) => {
-            say!(
-                "strata-ctl: lost the connection to the daemon: {}",
-                describe_io(&err)
-            );
+            note!("lost the connection to the daemon: {}", describe_io(&err));
             return ExitCode::FAILURE;
         }
     };
@@ -182,13 +182,13 @@ pub fn operation(socket: &Path, request: &ControlRequest) -> ExitCode {
         let line = match read_line(&mut reader) {
             Ok(Some(line)) => line,
             Ok(None) => {
-                say!("strata-ctl: the daemon closed the connection without a final answer");
+                note!("the daemon closed the connection without a final answer");
                 return ExitCode::FAILURE;
             }
             Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
             Err(err) => {
-                say!(
-                    "strata-ctl: lost the connection to the daemon before a final answer: {}",
+                note!(
+                    "lost the connection to the daemon before a final answer: {}",
                     describe_io(&err)
                 );
                 return ExitCode::FAILURE;

@@ -1,6 +1,7 @@
-//! `strata-ctl daemon CONFIG`: start strata-supervisor and strata-proxy
-//! for development and `nix run . -- daemon CONFIG`. Production uses the
-//! systemd units in `contrib/` instead.
+//! `strata-router daemon CONFIG` (or `strata-ctl daemon CONFIG`): start
+//! strata-supervisor and strata-proxy for development and
+//! `nix run . -- daemon CONFIG`. Production uses the systemd units in
+//! `contrib/` instead. NAME below is the name this program runs under.
 //!
 //! 1. Validate the config exactly like `check-config` (same message, exit 1).
 //! 2. Find `strata-supervisor` and `strata-proxy` beside this executable.
@@ -8,13 +9,16 @@
 //!    answers `status` with the child's own PID.
 //! 4. Start the proxy; wait (at most 30 s) until `GET /health` on `listen`
 //!    answers with any HTTP status line.
-//! 5. Print `strata-ctl: serving on http://ADDR (supervisor pid N, proxy pid
-//!    M); Ctrl-C stops both` on stdout.
+//! 5. Print `NAME: serving on http://ADDR (supervisor pid N, proxy pid M);
+//!    Ctrl-C stops both` on stdout.
 //! 6. On SIGINT or SIGTERM (SIGHUP counts as SIGTERM): forward the signal to
 //!    the proxy and wait for it to exit, then the same for the supervisor;
 //!    exit 0 when both stopped cleanly. A second signal is forwarded again
-//!    (the daemons then interrupt active work); a third, or a child still
-//!    running after a generous deadline, gets SIGKILL.
+//!    (the daemons then interrupt active work); a third gets SIGKILL. With
+//!    `drain_ms: 0` (the daemons wait for all accepted work, without a
+//!    deadline) the launcher waits without a deadline too; with a positive
+//!    `drain_ms`, a child still running after a generous deadline (drain and
+//!    shutdown bounds plus slack) gets SIGKILL.
 //! 7. If either child exits on its own, stop the other the same way and
 //!    exit 1, naming the one that died and its status.
 //!
@@ -56,8 +60,6 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(50);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Added to the config's own drain and shutdown bounds before SIGKILL.
 const STOP_SLACK: Duration = Duration::from_secs(30);
-/// Stands in for `drain_ms: 0` (no drain deadline) when bounding a stop.
-const UNBOUNDED_DRAIN_ALLOWANCE: Duration = Duration::from_secs(60);
 
 /// Environment that belongs to this process's own service manager, not to
 /// the children.
@@ -87,16 +89,16 @@ pub fn run(args: Args) -> ExitCode {
 /// fires when the forking *thread* exits).
 pub fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     current_thread_runtime().map_err(|err| {
-        say!("strata-ctl: cannot start the runtime: {err}");
+        note!("cannot start the runtime: {err}");
         ExitCode::FAILURE
     })
 }
 
 /// Loads and validates a config the way `check-config` and the daemons do,
-/// printing `strata-ctl: config error: ...` on failure.
+/// printing `NAME: config error: ...` on failure.
 pub fn load_config(path: &Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|err| {
-        say!("strata-ctl: config error: {err}");
+        note!("config error: {err}");
         ExitCode::FAILURE
     })
 }
@@ -113,7 +115,7 @@ impl Signals {
     pub fn install() -> Result<Signals, ExitCode> {
         let install = |kind| {
             signal(kind).map_err(|err| {
-                say!("strata-ctl: cannot install signal handlers: {err}");
+                note!("cannot install signal handlers: {err}");
                 ExitCode::FAILURE
             })
         };
@@ -150,7 +152,7 @@ struct Binaries {
 
 fn find_binaries() -> Result<Binaries, ExitCode> {
     let exe = std::env::current_exe().map_err(|err| {
-        say!("strata-ctl: cannot find this executable's path: {err}");
+        note!("cannot find this executable's path: {err}");
         ExitCode::FAILURE
     })?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
@@ -159,8 +161,8 @@ fn find_binaries() -> Result<Binaries, ExitCode> {
         if path.is_file() {
             Ok(path)
         } else {
-            say!(
-                "strata-ctl: {name} not found beside {} (expected {}); build every binary \
+            note!(
+                "{name} not found beside {} (expected {}); build every binary \
                  (cargo build --bins) or install all three together",
                 exe.display(),
                 path.display()
@@ -186,20 +188,21 @@ pub async fn launch(
         Err(code) => return code,
     };
     if config.require_socket_activation {
-        say!(
-            "strata-ctl: {} sets require_socket_activation: true, but `strata-ctl daemon` \
-             lets strata-proxy bind {} itself; set it to false for development, or use the \
-             systemd units in contrib/",
+        note!(
+            "{} sets require_socket_activation: true, but `{} daemon` lets strata-proxy \
+             bind {} itself; set it to false for development, or use the systemd units in \
+             contrib/",
             config_path.display(),
+            crate::program(),
             config.listen
         );
         return ExitCode::FAILURE;
     }
     if config.listen.port() == 0 {
-        say!(
-            "strata-ctl: listen is {}; `strata-ctl daemon` needs a fixed port to check that \
-             the proxy serves",
-            config.listen
+        note!(
+            "listen is {}; `{} daemon` needs a fixed port to check that the proxy serves",
+            config.listen,
+            crate::program()
         );
         return ExitCode::FAILURE;
     }
@@ -211,14 +214,14 @@ pub async fn launch(
     // absolute one reads better in their logs and `ps`.
     let config_path = std::path::absolute(config_path).unwrap_or_else(|_| config_path.into());
     if let Ok(Ok(_)) = timeout(Duration::from_secs(1), TcpStream::connect(config.listen)).await {
-        say!(
-            "strata-ctl: {} is already in use (another strata-proxy?); stop it or change listen",
+        note!(
+            "{} is already in use (another strata-proxy?); stop it or change listen",
             config.listen
         );
         return ExitCode::FAILURE;
     }
 
-    let grace = stop_grace(&config);
+    let grace = stop_deadline(&config);
     let supervisor = match Child::spawn("strata-supervisor", &binaries.supervisor, &config_path) {
         Ok(child) => child,
         Err(code) => return code,
@@ -256,8 +259,9 @@ pub async fn launch(
         control_socket: config.control_socket.clone(),
     };
     out!(
-        "strata-ctl: serving on http://{} (supervisor pid {supervisor_pid}, proxy pid \
+        "{}: serving on http://{} (supervisor pid {supervisor_pid}, proxy pid \
          {proxy_pid}); Ctrl-C stops both",
+        crate::program(),
         config.listen
     );
     on_serving(&serving);
@@ -269,14 +273,30 @@ pub async fn launch(
 }
 
 /// How long a child may take to stop after its first signal before it is
-/// killed: the config's drain bound (a minute for "no deadline"), plus the
-/// backend's shutdown bound, plus slack.
-fn stop_grace(config: &Config) -> Duration {
-    let drain = match config.timers.drain_ms {
-        0 => UNBOUNDED_DRAIN_ALLOWANCE,
-        ms => Duration::from_millis(ms),
-    };
-    drain + Duration::from_millis(config.timers.shutdown_ms) + STOP_SLACK
+/// killed: `None` for `drain_ms: 0`, where the daemons finish every accepted
+/// request however long it takes (the operator's second signal interrupts
+/// them, a third kills); else the drain bound, plus the backend's shutdown
+/// bound, plus slack.
+fn stop_deadline(config: &Config) -> Option<Duration> {
+    match config.timers.drain_ms {
+        0 => None,
+        ms => Some(
+            Duration::from_millis(ms)
+                + Duration::from_millis(config.timers.shutdown_ms)
+                + STOP_SLACK,
+        ),
+    }
+}
+
+/// How the stop line describes `deadline`.
+fn describe_deadline(deadline: Option<Duration>) -> String {
+    match deadline {
+        None => "without a deadline (drain_ms is 0)".to_owned(),
+        Some(deadline) => format!(
+            "each killed if still running after {} s",
+            deadline.as_secs()
+        ),
+    }
 }
 
 /// One daemon child.
@@ -300,11 +320,7 @@ impl Child {
         let mut command = tokio::process::Command::from(command);
         command.kill_on_drop(false);
         let child = command.spawn().map_err(|err| {
-            say!(
-                "strata-ctl: cannot start {}: {}",
-                program.display(),
-                describe_io(&err)
-            );
+            note!("cannot start {}: {}", program.display(), describe_io(&err));
             ExitCode::FAILURE
         })?;
         let pid = child.id().unwrap_or_default();
@@ -326,11 +342,7 @@ impl Child {
             Err(err) => {
                 // Cannot happen for our own unreaped child; report it as a
                 // failure rather than waiting forever.
-                say!(
-                    "strata-ctl: cannot wait for {} (pid {}): {err}",
-                    self.name,
-                    self.pid
-                );
+                note!("cannot wait for {} (pid {}): {err}", self.name, self.pid);
                 ExitStatus::from_raw(1 << 8)
             }
         };
@@ -390,7 +402,8 @@ struct Stack<'a> {
     supervisor: Child,
     proxy: Option<Child>,
     signals: &'a mut Signals,
-    grace: Duration,
+    /// See [`stop_deadline`].
+    grace: Option<Duration>,
 }
 
 impl Stack<'_> {
@@ -417,12 +430,13 @@ impl Stack<'_> {
         let (forward, code) = match interrupt {
             Interrupt::Signal(forward, name) => {
                 if running.is_empty() {
-                    say!("strata-ctl: {name} received");
+                    note!("{name} received");
                 } else {
-                    say!(
-                        "strata-ctl: {name} received; stopping {} (repeat the signal to \
-                         interrupt active work, a third time to kill)",
-                        running.join(", then ")
+                    note!(
+                        "{name} received; stopping {}, {} (repeat the signal to interrupt \
+                         active work, a third time to kill)",
+                        running.join(", then "),
+                        describe_deadline(self.grace)
                     );
                 }
                 (forward, None)
@@ -434,7 +448,8 @@ impl Stack<'_> {
                     &self.supervisor
                 };
                 let what = format!(
-                    "strata-ctl: {} exited on its own ({})",
+                    "{}: {} exited on its own ({})",
+                    crate::program(),
                     child.label(),
                     describe_status(status)
                 );
@@ -447,10 +462,10 @@ impl Stack<'_> {
             }
             Interrupt::NotReady(message) => {
                 if !message.is_empty() {
-                    say!("strata-ctl: {message}");
+                    note!("{message}");
                 }
                 if !running.is_empty() {
-                    say!("strata-ctl: stopping {}", running.join(", then "));
+                    note!("stopping {}", running.join(", then "));
                 }
                 (Signal::SIGTERM, Some(ExitCode::FAILURE))
             }
@@ -463,7 +478,7 @@ impl Stack<'_> {
         match code {
             Some(code) => code,
             None if clean => {
-                say!("strata-ctl: stopped");
+                note!("stopped");
                 ExitCode::SUCCESS
             }
             None => ExitCode::FAILURE,
@@ -481,16 +496,32 @@ impl Stack<'_> {
 }
 
 /// Stops one child: `first`, then (on another signal) `first` again, then
-/// SIGKILL on a third signal or after `grace`. True when it exited cleanly
-/// (status 0, or ended by the signal it was sent) without SIGKILL.
-async fn stop(child: &mut Child, first: Signal, signals: &mut Signals, grace: Duration) -> bool {
+/// SIGKILL on a third signal or after `grace` (never, for `None`). True when
+/// it exited cleanly (status 0, or ended by the signal it was sent) without
+/// SIGKILL.
+async fn stop(
+    child: &mut Child,
+    first: Signal,
+    signals: &mut Signals,
+    grace: Option<Duration>,
+) -> bool {
     if child.status.is_some() {
         // It exited before we asked; that was reported already (or it is
         // reported here if nobody has seen it yet).
         return false;
     }
     child.signal(first);
-    let mut deadline = Instant::now() + grace;
+    let deadline = grace.map(|grace| (Instant::now() + grace, grace));
+    let expired = async {
+        match deadline {
+            Some((at, grace)) => {
+                sleep_until(at).await;
+                grace
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(expired);
     let mut repeats = 0u32;
     let mut killed = false;
     loop {
@@ -499,10 +530,10 @@ async fn stop(child: &mut Child, first: Signal, signals: &mut Signals, grace: Du
                 let by_our_signal = status.signal() == Some(first as i32);
                 let clean = !killed && (status.success() || by_our_signal);
                 if clean {
-                    say!("strata-ctl: {} stopped", child.label());
+                    note!("{} stopped", child.label());
                 } else {
-                    say!(
-                        "strata-ctl: {} ended with {}",
+                    note!(
+                        "{} ended with {}",
                         child.label(),
                         describe_status(status)
                     );
@@ -512,26 +543,25 @@ async fn stop(child: &mut Child, first: Signal, signals: &mut Signals, grace: Du
             (_, name) = signals.recv() => {
                 repeats += 1;
                 if repeats == 1 {
-                    say!(
-                        "strata-ctl: {name} again: asking {} to interrupt active work",
+                    note!(
+                        "{name} again: asking {} to interrupt active work",
                         child.label()
                     );
                     child.signal(first);
                 } else {
-                    say!("strata-ctl: {name} again: killing {}", child.label());
+                    note!("{name} again: killing {}", child.label());
                     child.signal(Signal::SIGKILL);
                     killed = true;
                 }
             }
-            () = sleep_until(deadline), if !killed => {
-                say!(
-                    "strata-ctl: {} did not stop within {} s; killing it",
+            grace = &mut expired, if !killed => {
+                note!(
+                    "{} did not stop within {} s; killing it",
                     child.label(),
                     grace.as_secs()
                 );
                 child.signal(Signal::SIGKILL);
                 killed = true;
-                deadline = Instant::now() + grace;
             }
         }
     }
@@ -621,7 +651,7 @@ mod tests {
     }
 
     #[test]
-    fn stop_grace_covers_drain_and_shutdown() {
+    fn the_stop_deadline_covers_drain_and_shutdown_and_is_none_for_drain_ms_0() {
         let text = |drain: u64| {
             format!(
                 r#"{{"python":"/usr/bin/python3","strata_dir":"/srv","backend_port":9,
@@ -631,8 +661,13 @@ mod tests {
             )
         };
         let config = Config::from_json_str(&text(7000)).unwrap();
-        assert_eq!(stop_grace(&config), Duration::from_secs(7 + 5 + 30));
+        assert_eq!(
+            stop_deadline(&config),
+            Some(Duration::from_secs(7 + 5 + 30))
+        );
+        // drain_ms: 0 means "no deadline" (the spec): the launcher must not
+        // put one back (it used to SIGKILL after 60 s + shutdown + slack).
         let config = Config::from_json_str(&text(0)).unwrap();
-        assert_eq!(stop_grace(&config), Duration::from_secs(60 + 5 + 30));
+        assert_eq!(stop_deadline(&config), None);
     }
 }

@@ -118,10 +118,7 @@ async fn run_in(dir: &DemoDir, python: PathBuf, signals: &mut Signals) -> ExitCo
         Err(code) => return code,
     };
     if let Err(err) = plan.write() {
-        say!(
-            "strata-ctl: cannot write the demo files in {}: {err}",
-            dir.0.display()
-        );
+        note!("cannot write the demo files in {}: {err}", dir.0.display());
         return ExitCode::FAILURE;
     }
     daemon::launch(&plan.config_path, signals, |serving| {
@@ -154,24 +151,20 @@ impl DemoDir {
                     let dir = DemoDir(path);
                     if let Err(err) = fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o700))
                     {
-                        say!("strata-ctl: cannot chmod {}: {err}", dir.0.display());
+                        note!("cannot chmod {}: {err}", dir.0.display());
                         return Err(ExitCode::FAILURE);
                     }
                     return Ok(dir);
                 }
                 Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(err) => {
-                    say!(
-                        "strata-ctl: cannot create {}: {}",
-                        path.display(),
-                        describe_io(&err)
-                    );
+                    note!("cannot create {}: {}", path.display(), describe_io(&err));
                     return Err(ExitCode::FAILURE);
                 }
             }
         }
-        say!(
-            "strata-ctl: cannot find a free directory name under {}",
+        note!(
+            "cannot find a free directory name under {}",
             std::env::temp_dir().display()
         );
         Err(ExitCode::FAILURE)
@@ -181,8 +174,8 @@ impl DemoDir {
 impl Drop for DemoDir {
     fn drop(&mut self) {
         match fs::remove_dir_all(&self.0) {
-            Ok(()) => say!("strata-ctl: removed {}", self.0.display()),
-            Err(err) => say!("strata-ctl: could not remove {}: {err}", self.0.display()),
+            Ok(()) => note!("removed {}", self.0.display()),
+            Err(err) => note!("could not remove {}: {err}", self.0.display()),
         }
     }
 }
@@ -205,8 +198,8 @@ fn find_python(given: Option<&Path>) -> Result<PathBuf, ExitCode> {
             match on_path {
                 Some(path) => path,
                 None => {
-                    say!(
-                        "strata-ctl: python3 not found on PATH; the demo's fake Strata backend \
+                    note!(
+                        "python3 not found on PATH; the demo's fake Strata backend \
                          needs Python 3.9 or newer (or pass --python PATH)"
                     );
                     return Err(ExitCode::FAILURE);
@@ -225,17 +218,13 @@ fn find_python(given: Option<&Path>) -> Result<PathBuf, ExitCode> {
     let output = match output {
         Ok(output) => output,
         Err(err) => {
-            say!(
-                "strata-ctl: cannot run {}: {}",
-                found.display(),
-                describe_io(&err)
-            );
+            note!("cannot run {}: {}", found.display(), describe_io(&err));
             return Err(ExitCode::FAILURE);
         }
     };
     if !output.status.success() {
-        say!(
-            "strata-ctl: {} is not a working Python 3.9 or newer (the demo's fake backend needs one)",
+        note!(
+            "{} is not a working Python 3.9 or newer (the demo's fake backend needs one)",
             found.display()
         );
         return Err(ExitCode::FAILURE);
@@ -245,7 +234,7 @@ fn find_python(given: Option<&Path>) -> Result<PathBuf, ExitCode> {
         return Ok(reported);
     }
     std::path::absolute(&found).map_err(|err| {
-        say!("strata-ctl: {}: {err}", found.display());
+        note!("{}: {err}", found.display());
         ExitCode::FAILURE
     })
 }
@@ -274,7 +263,7 @@ struct Plan {
 impl Plan {
     fn new(dir: &Path, python: PathBuf) -> Result<Plan, ExitCode> {
         let (listen_port, backend_port) = free_ports().map_err(|err| {
-            say!("strata-ctl: cannot find free loopback ports: {err}");
+            note!("cannot find free loopback ports: {err}");
             ExitCode::FAILURE
         })?;
         let listen = SocketAddr::from((Ipv4Addr::LOCALHOST, listen_port));
@@ -282,8 +271,8 @@ impl Plan {
         let control_socket = run_dir.join("control.sock");
         let supervisor_socket = run_dir.join("supervisor.sock");
         if supervisor_socket.as_os_str().len() > MAX_SOCKET_PATH {
-            say!(
-                "strata-ctl: the demo's socket path {} is too long for a Unix socket; \
+            note!(
+                "the demo's socket path {} is too long for a Unix socket; \
                  set TMPDIR to a shorter directory (e.g. TMPDIR=/tmp)",
                 supervisor_socket.display()
             );
@@ -423,7 +412,7 @@ impl Plan {
         );
         format!(
             "
-strata-ctl demo: strata-router in front of a fake Strata backend (no GPU, no model weights)
+{ctl_name} demo: strata-router in front of a fake Strata backend (no GPU, no model weights)
 
   directory {dir} (removed when the demo stops)
   config    {config}
@@ -441,6 +430,7 @@ Try these in another terminal (the first request loads a model, about {load:.1} 
 
 Ctrl-C stops everything and removes {dir}.
 ",
+            ctl_name = crate::program(),
             config = self.config_path.display(),
             load = LOAD_MS as f64 / 1000.0,
         )
@@ -506,18 +496,19 @@ impl Doc {
     }
 }
 
-/// How to call this executable in the printed commands: `strata-ctl` when it
-/// was started from PATH, else its absolute path (e.g. under `target/`).
+/// How to call this executable in the printed commands: its name
+/// (`strata-router` or `strata-ctl`) when it was started from PATH, else its
+/// absolute path (e.g. under `target/`).
 fn ctl_command() -> String {
     let from_path = std::env::args_os()
         .next()
         .is_some_and(|arg0| !arg0.as_encoded_bytes().contains(&b'/'));
     if from_path {
-        return "strata-ctl".to_owned();
+        return crate::program().to_owned();
     }
     match std::env::current_exe() {
         Ok(exe) => exe.display().to_string(),
-        Err(_) => "strata-ctl".to_owned(),
+        Err(_) => crate::program().to_owned(),
     }
 }
 

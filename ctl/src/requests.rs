@@ -57,10 +57,7 @@ pub fn run(args: Args) -> ExitCode {
     let base = match BaseUrl::parse(&args.url) {
         Ok(base) => base,
         Err(message) => {
-            say!(
-                "strata-ctl: requests: invalid URL {:?}: {message}",
-                args.url
-            );
+            note!("requests: invalid URL {:?}: {message}", args.url);
             return ExitCode::FAILURE;
         }
     };
@@ -74,12 +71,12 @@ pub fn run(args: Args) -> ExitCode {
         match reader.step() {
             Ok(Step::Printed) => {
                 if failing.take().is_some() {
-                    say!("strata-ctl: requests: {} answers again", reader.base.url);
+                    note!("requests: {} answers again", reader.base.url);
                 }
             }
             Ok(Step::Empty) => {
                 if failing.take().is_some() {
-                    say!("strata-ctl: requests: {} answers again", reader.base.url);
+                    note!("requests: {} answers again", reader.base.url);
                 }
                 if !args.follow {
                     return ExitCode::SUCCESS;
@@ -88,18 +85,18 @@ pub fn run(args: Args) -> ExitCode {
             }
             Ok(Step::OutputClosed) => return ExitCode::SUCCESS,
             Err(Failure::Output(err)) => {
-                say!("strata-ctl: requests: cannot write to stdout: {err}");
+                note!("requests: cannot write to stdout: {err}");
                 return ExitCode::FAILURE;
             }
             Err(Failure::Fetch(message)) => {
                 if !args.follow {
-                    say!("strata-ctl: requests: {message}");
+                    note!("requests: {message}");
                     return ExitCode::FAILURE;
                 }
                 // One note per distinct failure, not one per retry.
                 if failing.as_deref() != Some(message.as_str()) {
-                    say!(
-                        "strata-ctl: requests: {message}; retrying every {}s",
+                    note!(
+                        "requests: {message}; retrying every {}s",
                         POLL_INTERVAL.as_secs()
                     );
                     failing = Some(message);
@@ -153,8 +150,8 @@ impl Reader {
         match &self.instance {
             None => self.instance = Some(page.instance_id.clone()),
             Some(known) if *known != page.instance_id => {
-                say!(
-                    "strata-ctl: requests: the router restarted (instance {known} is now {}); \
+                note!(
+                    "requests: the router restarted (instance {known} is now {}); \
                      its sequences start again, reading from after=0",
                     page.instance_id
                 );
@@ -166,8 +163,8 @@ impl Reader {
             Some(_) => {}
         }
         if page.dropped > 0 {
-            say!(
-                "strata-ctl: requests: warning: {} record(s) after seq {} were evicted from \
+            note!(
+                "requests: warning: {} record(s) after seq {} were evicted from \
                  the ring before they could be read (oldest retained seq: {}); the JSONL \
                  files (request_log_path) may still have them",
                 page.dropped,

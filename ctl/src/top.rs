@@ -330,7 +330,7 @@ pub fn run(args: Args) -> ExitCode {
         match BaseUrl::parse(&args.target) {
             Ok(base) => Source::Proxy(base),
             Err(message) => {
-                say!("strata-ctl: top: invalid URL {:?}: {message}", args.target);
+                note!("top: invalid URL {:?}: {message}", args.target);
                 return ExitCode::FAILURE;
             }
         }
@@ -348,7 +348,7 @@ pub fn run(args: Args) -> ExitCode {
     match live(&mut snapshot, &source, args.records, interval) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            say!("strata-ctl: top: terminal error: {err}");
+            note!("top: terminal error: {err}");
             ExitCode::FAILURE
         }
     }

@@ -1,27 +1,32 @@
-//! `strata-ctl check-config` as an operator runs it: exit status, the
-//! summary on stdout, the error line on stderr.
+//! `check-config` as an operator runs it, under both names (`strata-router
+//! check-config`, `strata-ctl check-config`): exit status, the summary on
+//! stdout, the error line on stderr.
+
+mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use strata_test_support::TempDir;
+use common::*;
 
-fn check_config(path: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_strata-ctl"))
-        .arg("check-config")
-        .arg(path)
-        .output()
-        .expect("run strata-ctl")
+fn check_config(exe: Exe, path: &Path) -> Output {
+    exe.run(&["check-config", path.to_str().expect("a UTF-8 path")])
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+under_both_names!(
+    the_example_config_passes,
+    a_broken_config_exits_1_naming_the_path,
+    a_nested_error_names_the_json_path,
+    a_missing_file_exits_1,
+    profile_problems_are_shown_not_fatal_and_never_echoed,
+    a_startup_ms_below_strata_s_load_limit_warns,
+    a_body_limit_above_strata_s_default_warns,
+    limits_within_strata_s_own_give_no_warning,
+);
 
-#[test]
-fn the_example_config_passes() {
+fn the_example_config_passes(exe: Exe) {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config.example.json");
-    let output = check_config(&example);
+    let output = check_config(exe, &example);
     let stdout = text(&output.stdout);
     assert_eq!(
         output.status.code(),
@@ -43,12 +48,22 @@ fn the_example_config_passes() {
         "{stdout}"
     );
     assert_eq!(stdout.matches("not_installed").count(), 23, "{stdout}");
-    // One screen: settings, 23 models, aliases.
+    // The example keeps the spec's startup_ms of 120 s, below what Strata
+    // allows a load (900 s): check-config says so, and only that.
+    let warnings: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("warning: "))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stdout}");
+    assert!(
+        warnings[0].starts_with("warning: startup_ms 120000 is below the 900000 ms"),
+        "{stdout}"
+    );
+    // One screen: settings, 23 models, aliases, the warning.
     assert!(stdout.lines().count() <= 45, "{stdout}");
 }
 
-#[test]
-fn a_broken_config_exits_1_naming_the_path() {
+fn a_broken_config_exits_1_naming_the_path(exe: Exe) {
     let dir = TempDir::new("check-config");
     let path = dir.write(
         "config.json",
@@ -56,17 +71,16 @@ fn a_broken_config_exits_1_naming_the_path() {
             "control_socket": "/run/x/control.sock", "lsiten": "127.0.0.1:8088",
             "models": {"m": {"family": "qwen3.8-flash-next", "quantization": "q", "upstream_model": "m"}}}"#,
     );
-    let output = check_config(&path);
+    let output = check_config(exe, &path);
     assert_eq!(output.status.code(), Some(1));
     assert!(output.stdout.is_empty());
     assert_eq!(
         text(&output.stderr),
-        "strata-ctl: config error: lsiten: unknown key\n"
+        exe.says("config error: lsiten: unknown key\n")
     );
 }
 
-#[test]
-fn a_nested_error_names_the_json_path() {
+fn a_nested_error_names_the_json_path(exe: Exe) {
     let dir = TempDir::new("check-config");
     let path = dir.write(
         "config.json",
@@ -75,29 +89,27 @@ fn a_nested_error_names_the_json_path() {
             "models": {"x": {"family": "qwen3.8-flash-next", "quantization": "q", "upstream_model": "x",
                              "profile": "relative.json"}}}"#,
     );
-    let output = check_config(&path);
+    let output = check_config(exe, &path);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         text(&output.stderr),
-        "strata-ctl: config error: models[\"x\"].profile: must be an absolute path\n"
+        exe.says("config error: models[\"x\"].profile: must be an absolute path\n")
     );
 }
 
-#[test]
-fn a_missing_file_exits_1() {
+fn a_missing_file_exits_1(exe: Exe) {
     let dir = TempDir::new("check-config");
-    let output = check_config(&dir.join("absent.json"));
+    let output = check_config(exe, &dir.join("absent.json"));
     assert_eq!(output.status.code(), Some(1));
     let stderr = text(&output.stderr);
     assert!(
-        stderr.starts_with("strata-ctl: config error: $: cannot read config file "),
+        stderr.starts_with(&exe.says("config error: $: cannot read config file ")),
         "{stderr}"
     );
     assert!(stderr.ends_with("absent.json: no such file\n"), "{stderr}");
 }
 
-#[test]
-fn profile_problems_are_shown_not_fatal_and_never_echoed() {
+fn profile_problems_are_shown_not_fatal_and_never_echoed(exe: Exe) {
     let dir = TempDir::new("check-config");
     let lazy = dir.write("lazy.json", r#"{"model_name": "up", "lazy_load": true}"#);
     let keyed = dir.write(
@@ -123,7 +135,7 @@ fn profile_problems_are_shown_not_fatal_and_never_echoed() {
         "enabled_models": ["a-good", "a-lazy", "a-missing"],
         "aliases": {"qwen3.8-flash-next": {"allowed_models": ["a-keyed"]}}
     });
-    let output = check_config(&dir.write("config.json", &config.to_string()));
+    let output = check_config(exe, &dir.write("config.json", &config.to_string()));
     let stdout = text(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let row = |id: &str| {
@@ -151,4 +163,98 @@ fn profile_problems_are_shown_not_fatal_and_never_echoed() {
         "{stdout}"
     );
     assert!(!stdout.contains("SECRET"), "{stdout}");
+}
+
+/// A valid config with `extra` top-level keys; check-config's outcome.
+fn with_keys(exe: Exe, extra: serde_json::Value) -> (Option<i32>, String, String) {
+    let dir = TempDir::new("check-config");
+    let mut config = serde_json::json!({
+        "python": "/usr/bin/python3",
+        "strata_dir": "/opt/strata",
+        "backend_port": 8095,
+        "control_socket": "/run/x/control.sock",
+        "models": {"m": {"family": "qwen3.8-flash-next", "quantization": "q",
+                         "upstream_model": "m"}}
+    });
+    for (key, value) in extra.as_object().expect("an object") {
+        config[key] = value.clone();
+    }
+    let output = check_config(exe, &dir.write("config.json", &config.to_string()));
+    (
+        output.status.code(),
+        text(&output.stdout),
+        text(&output.stderr),
+    )
+}
+
+/// The summary's `warning: ` lines, without the prefix.
+fn warnings(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("warning: "))
+        .collect()
+}
+
+/// Strata allows its engine 900 s to load (`STRATA_ENGINE_READY_S`); a
+/// shorter `startup_ms` (the default 120 s among them) is a warning, not an
+/// error: exit 0, the summary as usual.
+fn a_startup_ms_below_strata_s_load_limit_warns(exe: Exe) {
+    for (extra, startup_ms, seconds) in [
+        (serde_json::json!({}), 120000, 120),
+        (serde_json::json!({"startup_ms": 899999}), 899999, 899),
+    ] {
+        let (code, stdout, stderr) = with_keys(exe, extra);
+        assert_eq!(code, Some(0), "{stderr}");
+        assert_eq!(stderr, "");
+        assert!(stdout.contains(": valid"), "{stdout}");
+        assert_eq!(
+            warnings(&stdout),
+            [format!(
+                "startup_ms {startup_ms} is below the 900000 ms Strata itself allows a model to \
+                 load (STRATA_ENGINE_READY_S, 900 s by default): a large model read from a cold \
+                 disk can take longer, and the supervisor would stop that start as failed and \
+                 cool the model down; raise startup_ms to 900000 unless every model loads well \
+                 within {seconds} s"
+            )],
+            "{stdout}"
+        );
+    }
+}
+
+/// Strata answers 413 to a body over 256 MiB unless `STRATA_MAX_BODY_MIB`
+/// says otherwise: a larger `max_request_body_bytes` is a warning naming the
+/// variable's value that would fit (whole MiB, rounded up).
+fn a_body_limit_above_strata_s_default_warns(exe: Exe) {
+    for (bytes, mib) in [(268435457u64, 257), (1073741824, 1024)] {
+        let (code, stdout, stderr) = with_keys(
+            exe,
+            serde_json::json!({"startup_ms": 900000, "max_request_body_bytes": bytes}),
+        );
+        assert_eq!(code, Some(0), "{stderr}");
+        assert_eq!(
+            warnings(&stdout),
+            [format!(
+                "max_request_body_bytes {bytes} exceeds Strata's default body limit of \
+                 268435456 bytes (256 MiB): Strata answers 413 to a larger body, after the \
+                 router has queued it and loaded its model; set STRATA_MAX_BODY_MIB={mib} in \
+                 the supervisor's environment (Strata inherits it), or lower \
+                 max_request_body_bytes"
+            )],
+            "{stdout}"
+        );
+    }
+}
+
+/// At Strata's own limits, or within them, nothing to warn about.
+fn limits_within_strata_s_own_give_no_warning(exe: Exe) {
+    for extra in [
+        serde_json::json!({"startup_ms": 900000}),
+        serde_json::json!({"startup_ms": 3600000, "max_request_body_bytes": 268435456}),
+        serde_json::json!({"startup_ms": 900000, "max_request_body_bytes": 1048576}),
+    ] {
+        let (code, stdout, stderr) = with_keys(exe, extra.clone());
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(stdout.contains(": valid"), "{stdout}");
+        assert!(warnings(&stdout).is_empty(), "{extra}: {stdout}");
+    }
 }

@@ -1,19 +1,33 @@
-//! `strata-ctl status`, `on` and `off` against a real strata-supervisor
-//! running the fake Strata backend, and against tiny stand-in daemons for
-//! the failure cases.
+//! `status`, `on` and `off` against a real strata-supervisor running the
+//! fake Strata backend, and against tiny stand-in daemons for the failure
+//! cases; every test runs under both names (`strata-router status SOCKET`,
+//! the spec's form, and `strata-ctl status SOCKET`) with the same
+//! assertions: same output, same exit status.
 
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::thread;
 
 use common::*;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use strata_protocol::control::Done;
+
+under_both_names!(
+    on_status_off_against_a_real_supervisor,
+    off_now_unloads_a_loaded_model,
+    on_for_an_uninstalled_or_unknown_model_fails,
+    interrupting_on_cancels_the_load,
+    a_missing_socket_is_a_clear_error,
+    a_daemon_that_closes_without_a_final_event_is_a_failure,
+    requests_are_the_spec_lines,
+    an_error_answer_is_a_failure_that_suggests_a_restart,
+    a_failed_done_event_exits_one,
+);
 
 const MODELS: &[TestModel] = &[
     TestModel {
@@ -71,12 +85,11 @@ fn backend_pid(message: &str) -> Option<u32> {
         .ok()
 }
 
-#[test]
-fn on_status_off_against_a_real_supervisor() {
+fn on_status_off_against_a_real_supervisor(exe: Exe) {
     let sup = start_supervisor(MODELS);
 
     // status: one JSON line with the daemon's PID.
-    let out = ctl(&["status", control_socket(&sup)]);
+    let out = exe.run(&["status", control_socket(&sup)]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stderr), "");
     let status = parse_status(&final_event(&out));
@@ -84,7 +97,7 @@ fn on_status_off_against_a_real_supervisor() {
     assert_eq!(status.loaded, None);
 
     // on: the spec's progress lines, in order, then the final message.
-    let out = ctl(&["on", control_socket(&sup), "up-a"]);
+    let out = exe.run(&["on", control_socket(&sup), "up-a"]);
     let (messages, last) = split_stderr(&out);
     assert!(out.status.success(), "{messages:#?}\n{last}");
     let pid = messages
@@ -122,7 +135,7 @@ fn on_status_off_against_a_real_supervisor() {
         vec!["on", control_socket(&sup), "up-a"],
         vec!["on", control_socket(&sup)],
     ] {
-        let out = ctl(&args);
+        let out = exe.run(&args);
         assert!(out.status.success());
         assert_eq!(text(&out.stderr), "on: already on\n");
         assert!(final_done(&out).ok);
@@ -135,7 +148,7 @@ fn on_status_off_against_a_real_supervisor() {
     assert!(!status.busy);
 
     // off: routing off, unload, stop, exited; the backend is gone.
-    let out = ctl(&["off", control_socket(&sup)]);
+    let out = exe.run(&["off", control_socket(&sup)]);
     let (messages, last) = split_stderr(&out);
     assert!(out.status.success(), "{messages:#?}\n{last}");
     assert_eq!(
@@ -157,7 +170,7 @@ fn on_status_off_against_a_real_supervisor() {
     assert!(!is_alive(pid), "backend pid {pid} still running after off");
 
     // off --now with nothing loaded.
-    let out = ctl(&["off", "--now", control_socket(&sup)]);
+    let out = exe.run(&["off", "--now", control_socket(&sup)]);
     assert!(out.status.success());
     let (messages, last) = split_stderr(&out);
     assert_eq!(
@@ -167,17 +180,16 @@ fn on_status_off_against_a_real_supervisor() {
     assert_eq!(last, "off: no model loaded, routing disabled");
 }
 
-#[test]
-fn off_now_unloads_a_loaded_model() {
+fn off_now_unloads_a_loaded_model(exe: Exe) {
     let sup = start_supervisor(MODELS);
-    let out = ctl(&["on", control_socket(&sup), "up-a"]);
+    let out = exe.run(&["on", control_socket(&sup), "up-a"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let pid = final_done(&out)
         .status
         .child_pid
         .expect("a backend after on");
 
-    let out = ctl(&["off", "--now", control_socket(&sup)]);
+    let out = exe.run(&["off", "--now", control_socket(&sup)]);
     let (messages, last) = split_stderr(&out);
     assert!(out.status.success(), "{messages:#?}\n{last}");
     assert_eq!(
@@ -194,12 +206,11 @@ fn off_now_unloads_a_loaded_model() {
     assert_eq!(sup.status().loaded, None);
 }
 
-#[test]
-fn on_for_an_uninstalled_or_unknown_model_fails() {
+fn on_for_an_uninstalled_or_unknown_model_fails(exe: Exe) {
     let sup = start_supervisor(MODELS);
     let before = sup.status();
 
-    let out = ctl(&["on", control_socket(&sup), "not-installed"]);
+    let out = exe.run(&["on", control_socket(&sup), "not-installed"]);
     assert_eq!(out.status.code(), Some(1));
     let done = final_done(&out);
     assert!(!done.ok);
@@ -212,7 +223,7 @@ fn on_for_an_uninstalled_or_unknown_model_fails() {
         "on: model not-installed is not prepared (not_installed)"
     );
 
-    let out = ctl(&["on", control_socket(&sup), "no-such-model"]);
+    let out = exe.run(&["on", control_socket(&sup), "no-such-model"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(!final_done(&out).ok);
 
@@ -221,12 +232,12 @@ fn on_for_an_uninstalled_or_unknown_model_fails() {
     assert_eq!(after.loaded, None);
 }
 
-#[test]
-fn interrupting_on_cancels_the_load() {
+fn interrupting_on_cancels_the_load(exe: Exe) {
     let sup = start_supervisor(MODELS);
     let routing_before = sup.status().routing;
 
-    let mut child = Command::new(ctl_exe())
+    let mut child = exe
+        .command()
         .args(["on", control_socket(&sup), "up-slow"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -234,7 +245,7 @@ fn interrupting_on_cancels_the_load() {
         .spawn()
         .unwrap();
     let lines = line_channel(child.stderr.take().unwrap());
-    let mut on = Running::new("strata-ctl on", child);
+    let mut on = Running::new("on", child);
     let (pid, _) = wait_line(&lines, LONG, "backend pid N started", |line| {
         progress_message(line).and_then(backend_pid)
     });
@@ -244,7 +255,7 @@ fn interrupting_on_cancels_the_load() {
     assert_eq!(
         status.signal(),
         Some(Signal::SIGINT as i32),
-        "Ctrl-C ends strata-ctl with the default SIGINT action ({status})"
+        "Ctrl-C ends the client with the default SIGINT action ({status})"
     );
 
     let status = poll_for(LONG, "the daemon to cancel the load", || {
@@ -267,8 +278,7 @@ fn interrupting_on_cancels_the_load() {
     );
 }
 
-#[test]
-fn a_missing_socket_is_a_clear_error() {
+fn a_missing_socket_is_a_clear_error(exe: Exe) {
     let dir = TempDir::new("control");
     let socket = dir.path().join("control.sock");
     let socket = socket.to_str().unwrap();
@@ -278,15 +288,14 @@ fn a_missing_socket_is_a_clear_error() {
         vec!["off", socket],
         vec!["off", "--now", socket],
     ] {
-        let out = ctl(&args);
+        let out = exe.run(&args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert_eq!(text(&out.stdout), "");
         assert_eq!(
             text(&out.stderr),
-            format!(
-                "strata-ctl: cannot connect to {socket}: No such file or directory \
-                 (is the daemon running?)\n"
-            )
+            exe.says(&format!(
+                "cannot connect to {socket}: No such file or directory (is the daemon running?)\n"
+            ))
         );
     }
 }
@@ -308,8 +317,7 @@ fn stand_in(listener: UnixListener, replies: Vec<String>) -> thread::JoinHandle<
     })
 }
 
-#[test]
-fn a_daemon_that_closes_without_a_final_event_is_a_failure() {
+fn a_daemon_that_closes_without_a_final_event_is_a_failure(exe: Exe) {
     let dir = TempDir::new("control");
     let path = dir.path().join("control.sock");
     let progress = json!({"event":"progress","op":"on","phase":"routing",
@@ -318,27 +326,28 @@ fn a_daemon_that_closes_without_a_final_event_is_a_failure() {
         UnixListener::bind(&path).unwrap(),
         vec![progress.to_string()],
     );
-    let out = ctl(&["on", path.to_str().unwrap(), "m"]);
+    let out = exe.run(&["on", path.to_str().unwrap(), "m"]);
     assert_eq!(server.join().unwrap(), "{\"cmd\":\"on\",\"model\":\"m\"}\n");
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(text(&out.stdout), "");
     assert_eq!(
         text(&out.stderr),
-        "[   0.0s] routing enabled\n\
-         strata-ctl: the daemon closed the connection without a final answer\n"
+        format!(
+            "[   0.0s] routing enabled\n{}",
+            exe.says("the daemon closed the connection without a final answer\n")
+        )
     );
 
     // The same for off, and the request line it sends.
     let path = dir.path().join("control2.sock");
     let server = stand_in(UnixListener::bind(&path).unwrap(), vec![]);
-    let out = ctl(&["off", "--now", path.to_str().unwrap()]);
+    let out = exe.run(&["off", "--now", path.to_str().unwrap()]);
     assert_eq!(server.join().unwrap(), "{\"cmd\":\"off\",\"now\":true}\n");
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("without a final answer"));
 }
 
-#[test]
-fn requests_are_the_spec_lines() {
+fn requests_are_the_spec_lines(exe: Exe) {
     let dir = TempDir::new("control");
     let cases: [(&[&str], &str); 4] = [
         (&["on"], "{\"cmd\":\"on\",\"model\":null}\n"),
@@ -354,41 +363,41 @@ fn requests_are_the_spec_lines() {
         let mut full = vec![args[0]];
         full.push(socket);
         full.extend(&args[1..]);
-        let out = ctl(&full);
+        let out = exe.run(&full);
         assert_eq!(server.join().unwrap(), expected, "{args:?}");
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
         assert_eq!(text(&out.stdout), format!("{done}\n"));
     }
 }
 
-#[test]
-fn an_error_answer_is_a_failure_that_suggests_a_restart() {
+fn an_error_answer_is_a_failure_that_suggests_a_restart(exe: Exe) {
     let dir = TempDir::new("control");
     let error = r#"{"error":"unknown control command"}"#;
     for (index, command) in ["on", "off", "status"].into_iter().enumerate() {
         let path = dir.path().join(format!("e{index}.sock"));
         let server = stand_in(UnixListener::bind(&path).unwrap(), vec![error.to_owned()]);
-        let out = ctl(&[command, path.to_str().unwrap()]);
+        let out = exe.run(&[command, path.to_str().unwrap()]);
         server.join().unwrap();
         assert_eq!(out.status.code(), Some(1), "{command}");
         assert_eq!(text(&out.stdout), format!("{error}\n"));
         let stderr = text(&out.stderr);
-        assert!(
-            stderr.starts_with(
-                "strata-ctl: the daemon answered with an error: unknown control command"
-            ) && stderr.contains("restart the daemon after upgrading"),
-            "{stderr}"
+        assert_eq!(
+            stderr,
+            exe.says(&format!(
+                "the daemon answered with an error: unknown control command (the running \
+                 daemon predates this {}; restart the daemon after upgrading)\n",
+                exe.name
+            ))
         );
     }
 }
 
-#[test]
-fn a_failed_done_event_exits_one() {
+fn a_failed_done_event_exits_one(exe: Exe) {
     let dir = TempDir::new("control");
     let path = dir.path().join("c.sock");
     let done = json!({"event":"done","ok":false,"message":"on: startup failed"});
     let server = stand_in(UnixListener::bind(&path).unwrap(), vec![done.to_string()]);
-    let out = ctl(&["on", path.to_str().unwrap()]);
+    let out = exe.run(&["on", path.to_str().unwrap()]);
     server.join().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(text(&out.stdout), format!("{done}\n"));

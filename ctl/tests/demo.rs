@@ -1,4 +1,5 @@
-//! `strata-ctl demo`: the generated config, and whole runs (with the real
+//! `demo` (under both names where its output names the program): the
+//! generated config, and whole runs (with the real
 //! strata-supervisor, the embedded fake backend and a stand-in
 //! strata-proxy) that must leave nothing behind. `TMPDIR` points into the
 //! test's own private directory, so the demo's directory is found and
@@ -74,6 +75,7 @@ fn print_config_prints_a_config_that_check_config_accepts() {
 
 /// A running demo from a private bin dir, with `TMPDIR` = `dir/tmp`.
 struct Demo {
+    exe: Exe,
     dir: TempDir,
     tmp: PathBuf,
     ctl_path: PathBuf,
@@ -86,10 +88,10 @@ struct Demo {
 }
 
 impl Demo {
-    fn start(proxy: ProxyKind) -> Demo {
+    fn start(exe: Exe, proxy: ProxyKind) -> Demo {
         let dir = TempDir::new("demo");
         let tmp = dir.subdir("tmp", 0o700);
-        let ctl_path = bin_dir(&dir, proxy);
+        let ctl_path = bin_dir(exe, &dir, proxy);
         let stderr = dir.path().join("demo.stderr");
         let mut command = Command::new(&ctl_path);
         command
@@ -97,11 +99,11 @@ impl Demo {
             .arg(python())
             .env("TMPDIR", &tmp)
             .env("STRATA_FAKE_PROXY_LOG", dir.path().join("proxy.log"));
-        let (ctl, lines) = spawn_with_lines(command, &stderr, "strata-ctl demo");
+        let (ctl, lines) = spawn_with_lines(command, &stderr, "demo");
         let (_, printed) = wait_line(&lines, LONG, "the end of the instructions", |line| {
             line.starts_with("Ctrl-C stops everything").then_some(())
         });
-        let (listen, _, _) = parse_serving(&printed[0]).expect("the serving line comes first");
+        let (listen, _, _) = parse_serving(exe, &printed[0]).expect("the serving line comes first");
         let demo_dir = printed
             .iter()
             .find_map(|line| {
@@ -113,6 +115,7 @@ impl Demo {
             .expect("a directory line");
         let socket = demo_dir.join("run/control.sock");
         Demo {
+            exe,
             dir,
             tmp,
             ctl_path,
@@ -139,8 +142,10 @@ impl Demo {
         assert_eq!(status.code(), Some(0), "{stderr}");
         assert!(
             stderr.ends_with(&format!(
-                "strata-ctl: stopped\nstrata-ctl: removed {}\n",
-                self.demo_dir.display()
+                "{}\n{}\n",
+                self.exe.says("stopped"),
+                self.exe
+                    .says(&format!("removed {}", self.demo_dir.display()))
             )),
             "{stderr}"
         );
@@ -150,9 +155,13 @@ impl Demo {
     }
 }
 
-#[test]
-fn demo_runs_the_embedded_fake_and_cleans_up() {
-    let demo = Demo::start(ProxyKind::Fake);
+under_both_names!(
+    demo_runs_the_embedded_fake_and_cleans_up,
+    a_missing_python_is_a_clear_error,
+);
+
+fn demo_runs_the_embedded_fake_and_cleans_up(exe: Exe) {
+    let demo = Demo::start(exe, ProxyKind::Fake);
     let socket = demo.socket.to_str().unwrap().to_owned();
 
     // The private directory and the embedded fake, byte for byte.
@@ -172,6 +181,10 @@ fn demo_runs_the_embedded_fake_and_cleans_up() {
     let printed = demo.printed.join("\n");
     let base = format!("http://{}", demo.listen);
     for expected in [
+        format!(
+            "{} demo: strata-router in front of a fake Strata backend",
+            exe.name
+        ),
         format!("curl -s {base}/v1/models"),
         format!("curl -sN {base}/v1/chat/completions"),
         r#""model":"qwen3.8-flash-next","stream":true"#.to_owned(),
@@ -213,7 +226,7 @@ fn demo_runs_the_embedded_fake_and_cleans_up() {
 fn a_failed_demo_removes_its_directory() {
     let dir = TempDir::new("demo");
     let tmp = dir.subdir("tmp", 0o700);
-    let ctl_path = bin_dir(&dir, ProxyKind::Fake);
+    let ctl_path = bin_dir(STRATA_CTL, &dir, ProxyKind::Fake);
     let stderr_path = dir.path().join("demo.stderr");
     let mut command = Command::new(&ctl_path);
     command
@@ -221,7 +234,7 @@ fn a_failed_demo_removes_its_directory() {
         .arg(python())
         .env("TMPDIR", &tmp)
         .env("STRATA_FAKE_PROXY_EXIT", "3");
-    let (mut ctl, _lines) = spawn_with_lines(command, &stderr_path, "strata-ctl demo");
+    let (mut ctl, _lines) = spawn_with_lines(command, &stderr_path, "demo");
     let status = ctl.wait(LONG);
     let stderr = fs::read_to_string(&stderr_path).unwrap();
     assert_eq!(status.code(), Some(1), "{stderr}");
@@ -233,12 +246,11 @@ fn a_failed_demo_removes_its_directory() {
     assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0);
 }
 
-#[test]
-fn a_missing_python_is_a_clear_error() {
+fn a_missing_python_is_a_clear_error(exe: Exe) {
     let dir = TempDir::new("demo");
     let out = run(
         {
-            let mut command = Command::new(ctl_exe());
+            let mut command = exe.command();
             command.arg("demo").env("PATH", dir.path());
             command
         },
@@ -246,7 +258,7 @@ fn a_missing_python_is_a_clear_error() {
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).starts_with("strata-ctl: python3 not found on PATH"),
+        text(&out.stderr).starts_with(&exe.says("python3 not found on PATH")),
         "{}",
         text(&out.stderr)
     );
@@ -272,7 +284,7 @@ fn http_post(addr: &str, path: &str, body: &str) -> String {
 /// The real thing, as a newcomer runs it: the printed requests work.
 #[test]
 fn demo_serves_the_printed_requests_with_the_real_proxy() {
-    let demo = Demo::start(ProxyKind::Real);
+    let demo = Demo::start(STRATA_CTL, ProxyKind::Real);
     let (status_line, body) = http_get(&demo.listen, "/v1/models");
     assert!(status_line.contains(" 200"), "{status_line}");
     let models: ModelList = read_exact_str("ModelList", &body);
@@ -294,7 +306,7 @@ fn demo_serves_the_printed_requests_with_the_real_proxy() {
 /// The printed `/requests?after=0` line.
 #[test]
 fn demo_serves_the_request_log_with_the_real_proxy() {
-    let demo = Demo::start(ProxyKind::Real);
+    let demo = Demo::start(STRATA_CTL, ProxyKind::Real);
     let response = http_post(
         &demo.listen,
         "/v1/chat/completions",

@@ -1,7 +1,9 @@
 //! `strata-ctl requests URL [--after N] [--follow]` against a real stack:
 //! `strata-supervisor` and `strata-proxy` on the fake Strata backend,
 //! started by the end-to-end harness's [`Stack`] on the ctl tests' config;
-//! the pages and the printed records are read as the typed documents.
+//! the pages and the printed records are read as the typed documents. The
+//! first and the error cases run under both names (`strata-router requests`,
+//! `strata-ctl requests`).
 
 mod common;
 
@@ -15,6 +17,11 @@ use strata_e2e::accounting::{Record, page, wait_records};
 use strata_e2e::http::{self, CHAT_PATH};
 use strata_e2e::stack::Stack;
 use strata_protocol::record::Reason;
+
+under_both_names!(
+    prints_every_record_in_seq_order_and_after_skips,
+    unreachable_or_invalid_urls_exit_1,
+);
 
 const MODELS: &[TestModel] = &[TestModel {
     id: "up-a",
@@ -59,10 +66,10 @@ fn instance(router: &Stack) -> String {
     page(router.addr(), "after=0").instance_id().to_owned()
 }
 
-fn requests(args: &[&str]) -> Output {
+fn requests(exe: Exe, args: &[&str]) -> Output {
     let mut all = vec!["requests"];
     all.extend_from_slice(args);
-    ctl(&all)
+    exe.run(&all)
 }
 
 /// The `seq` of each stdout line, each read exactly as a record.
@@ -70,13 +77,12 @@ fn seqs(stdout: &str) -> Vec<u64> {
     stdout.lines().map(|line| Record::new(line).seq).collect()
 }
 
-#[test]
-fn prints_every_record_in_seq_order_and_after_skips() {
+fn prints_every_record_in_seq_order_and_after_skips(exe: Exe) {
     let router = router(|config| config);
     let url = url(&router);
 
     // Nothing yet: no output, success.
-    let out = requests(&[&url]);
+    let out = requests(exe, &[&url]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "");
     assert_eq!(text(&out.stderr), "");
@@ -87,7 +93,7 @@ fn prints_every_record_in_seq_order_and_after_skips() {
     assert_eq!(chat(&router, r#"{"model":"nope","messages":[]}"#), 404);
     wait_records(router.addr(), 4);
 
-    let out = requests(&[&url]);
+    let out = requests(exe, &[&url]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stderr), "");
     let stdout = text(&out.stdout);
@@ -107,7 +113,7 @@ fn prints_every_record_in_seq_order_and_after_skips() {
     assert_eq!(printed[3].status, Some(404));
 
     // --after skips; a trailing slash in the URL is fine.
-    let out = requests(&[&format!("{url}/"), "--after", "2"]);
+    let out = requests(exe, &[&format!("{url}/"), "--after", "2"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(seqs(&text(&out.stdout)), [3, 4]);
     assert_eq!(
@@ -119,22 +125,22 @@ fn prints_every_record_in_seq_order_and_after_skips() {
             .collect::<String>()
     );
     for after in ["4", "1000"] {
-        let out = requests(&[&url, "--after", after]);
+        let out = requests(exe, &[&url, "--after", after]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         assert_eq!(text(&out.stdout), "", "--after {after}");
     }
 
     // Reading does not drain: a second full read prints the same.
-    let again = requests(&[&url]);
+    let again = requests(exe, &[&url]);
     assert_eq!(text(&again.stdout), stdout);
 
     // A base URL whose /requests is not the endpoint: HTTP 404, exit 1.
-    let out = requests(&[&format!("{url}/elsewhere")]);
+    let out = requests(exe, &[&format!("{url}/elsewhere")]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(text(&out.stdout), "");
     let stderr = text(&out.stderr);
     assert!(
-        stderr.starts_with("strata-ctl: requests: GET ") && stderr.contains("HTTP 404"),
+        stderr.starts_with(&exe.says("requests: GET ")) && stderr.contains("HTTP 404"),
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -143,6 +149,7 @@ fn prints_every_record_in_seq_order_and_after_skips() {
 
 #[test]
 fn pages_through_more_than_one_page_and_warns_about_evicted_records() {
+    let exe = STRATA_CTL;
     // Capacity 1003: 1005 records evict two, and reading them all takes two
     // pages of at most 1000.
     let router = router(|config| config.set("request_log_capacity", 1003));
@@ -152,7 +159,7 @@ fn pages_through_more_than_one_page_and_warns_about_evicted_records() {
     }
     wait_records(router.addr(), 1005);
 
-    let out = requests(&[&url]);
+    let out = requests(exe, &[&url]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(seqs(&text(&out.stdout)), (3..=1005).collect::<Vec<_>>());
     let stderr = text(&out.stderr);
@@ -164,11 +171,11 @@ fn pages_through_more_than_one_page_and_warns_about_evicted_records() {
     );
 
     // From a cursor inside the ring: no warning, the rest in order.
-    let out = requests(&[&url, "--after", "1001"]);
+    let out = requests(exe, &[&url, "--after", "1001"]);
     assert_eq!(seqs(&text(&out.stdout)), [1002, 1003, 1004, 1005]);
     assert_eq!(text(&out.stderr), "");
     // From a cursor with one evicted record after it.
-    let out = requests(&[&url, "--after", "1"]);
+    let out = requests(exe, &[&url, "--after", "1"]);
     assert_eq!(text(&out.stdout).lines().count(), 1003);
     assert!(
         text(&out.stderr).contains("warning: 1 record(s) after seq 1 were evicted"),
@@ -254,20 +261,19 @@ fn follow_restarts_from_zero_when_the_router_restarts() {
     router.stop();
 }
 
-#[test]
-fn unreachable_or_invalid_urls_exit_1() {
+fn unreachable_or_invalid_urls_exit_1(exe: Exe) {
     // Nothing listens on a fresh port.
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
-    let out = requests(&[&url]);
+    let out = requests(exe, &[&url]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(text(&out.stdout), "");
     let stderr = text(&out.stderr);
     assert!(
-        stderr.starts_with(&format!(
-            "strata-ctl: requests: GET {url}/requests?after=0&limit=1000: cannot connect to \
+        stderr.starts_with(&exe.says(&format!(
+            "requests: GET {url}/requests?after=0&limit=1000: cannot connect to \
              127.0.0.1:{port}: "
-        )) && stderr.lines().count() == 1,
+        ))) && stderr.lines().count() == 1,
         "{stderr}"
     );
 
@@ -276,11 +282,11 @@ fn unreachable_or_invalid_urls_exit_1() {
         ("http://127.0.0.1:notaport", "invalid port"),
         ("http://", "expected http://HOST:PORT"),
     ] {
-        let out = requests(&[bad]);
+        let out = requests(exe, &[bad]);
         assert_eq!(out.status.code(), Some(1), "{bad}");
         let stderr = text(&out.stderr);
         assert!(
-            stderr.starts_with(&format!("strata-ctl: requests: invalid URL {bad:?}: "))
+            stderr.starts_with(&exe.says(&format!("requests: invalid URL {bad:?}: ")))
                 && stderr.contains(why),
             "{stderr}"
         );
@@ -295,7 +301,7 @@ fn unreachable_or_invalid_urls_exit_1() {
         let _ = stream.read(&mut buf);
         let _ = stream.write_all(b"SSH-2.0-OpenSSH_9.6\r\n");
     });
-    let out = requests(&[&format!("http://{addr}")]);
+    let out = requests(exe, &[&format!("http://{addr}")]);
     server.join().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);

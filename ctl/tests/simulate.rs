@@ -1,23 +1,26 @@
 //! `strata-ctl simulate` as a person runs it: every built-in workload under
 //! all four policies, the `--json` shape, the drawing, a workload file, a
-//! replayed request log, and the errors.
+//! replayed request log, and the errors (under both names, which their
+//! messages start with).
+
+mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
+use common::*;
 use serde_json::{Value, json};
-use strata_test_support::TempDir;
+
+under_both_names!(bad_arguments_say_what_is_wrong);
 
 fn simulate(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_strata-ctl"))
-        .arg("simulate")
-        .args(args)
-        .output()
-        .expect("run strata-ctl")
+    simulate_as(STRATA_CTL, args)
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+fn simulate_as(exe: Exe, args: &[&str]) -> Output {
+    let mut all = vec!["simulate"];
+    all.extend_from_slice(args);
+    exe.run(&all)
 }
 
 fn ok_json(args: &[&str]) -> Value {
@@ -120,8 +123,7 @@ fn a_sweep_runs_the_router_once_per_value_and_set_changes_a_rule() {
     );
 }
 
-#[test]
-fn bad_arguments_say_what_is_wrong() {
+fn bad_arguments_say_what_is_wrong(exe: Exe) {
     let cases: [(&[&str], &str); 6] = [
         (&["--set", "model_grace_ms=-1"], "model_grace_ms"),
         (&["--set", "no_such_key=1"], "no_such_key"),
@@ -131,10 +133,13 @@ fn bad_arguments_say_what_is_wrong() {
         (&["--workload", "/nonexistent/w.jsonl"], "cannot be read"),
     ];
     for (args, message) in cases {
-        let output = simulate(args);
+        let output = simulate_as(exe, args);
         let stderr = text(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
-        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("{} simulate: ", exe.name)) && stderr.contains(message),
+            "{args:?}: {stderr}"
+        );
     }
 }
 

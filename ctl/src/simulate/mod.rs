@@ -75,7 +75,7 @@ pub fn run(args: Args) -> ExitCode {
     match simulate_all(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failed(message)) => {
-            say!("strata-ctl simulate: {message}");
+            say!("{} simulate: {message}", crate::program());
             ExitCode::from(1)
         }
     }

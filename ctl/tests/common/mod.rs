@@ -7,13 +7,15 @@
 //! interpreter, free ports, polling, processes stopped by PID, commands run
 //! with a deadline) come from strata-test-support and are re-exported here.
 //!
-//! Binaries: `strata-ctl` is `CARGO_BIN_EXE_strata-ctl`; `strata-supervisor`
+//! Binaries: the operator command under its two names, [`STRATA_CTL`] and
+//! [`STRATA_ROUTER`] (`CARGO_BIN_EXE_*`), for tests that run under both
+//! ([`under_both_names!`]); `strata-supervisor`
 //! (and `strata-proxy`) are found by [`binary`] beside the test executable
 //! (`target/<profile>/` or `target/<triple>/<profile>/`). `cargo test` on the
 //! workspace builds them; with `cargo test -p strata-ctl`, run
 //! `cargo build --bins` first.
 // Every test binary includes this module and uses a different part of it.
-#![allow(dead_code, unused_imports)]
+#![allow(dead_code, unused_imports, unused_macros)]
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
@@ -38,17 +40,77 @@ pub const LONG: Duration = Duration::from_secs(90);
 
 // ---- binaries -------------------------------------------------------------
 
+/// The operator command under one of its two names: the same program,
+/// which only calls itself by the name it was installed under.
+#[derive(Clone, Copy, Debug)]
+pub struct Exe {
+    /// The binary's name, also the `NAME: ` in front of its own messages.
+    pub name: &'static str,
+    path: &'static str,
+}
+
+pub const STRATA_CTL: Exe = Exe {
+    name: "strata-ctl",
+    path: env!("CARGO_BIN_EXE_strata-ctl"),
+};
+
+/// The spec's name for the same program.
+pub const STRATA_ROUTER: Exe = Exe {
+    name: "strata-router",
+    path: env!("CARGO_BIN_EXE_strata-router"),
+};
+
+impl Exe {
+    pub fn path(self) -> PathBuf {
+        PathBuf::from(self.path)
+    }
+
+    pub fn command(self) -> Command {
+        Command::new(self.path)
+    }
+
+    /// Runs `NAME ARGS` to completion (at most [`LONG`]), capturing its output.
+    pub fn run(self, args: &[&str]) -> Output {
+        let mut command = self.command();
+        command.args(args);
+        run(command, LONG)
+    }
+
+    /// `NAME: MESSAGE`, one of its own messages.
+    pub fn says(self, message: &str) -> String {
+        format!("{}: {message}", self.name)
+    }
+}
+
+/// `under_both_names!(test, ...)` runs each `fn test(exe: Exe)` as two
+/// tests, `test::strata_ctl` and `test::strata_router`: the same assertions
+/// hold under either name.
+macro_rules! under_both_names {
+    ($($test:ident),+ $(,)?) => {$(
+        mod $test {
+            #[test]
+            fn strata_ctl() {
+                super::$test($crate::common::STRATA_CTL)
+            }
+
+            #[test]
+            fn strata_router() {
+                super::$test($crate::common::STRATA_ROUTER)
+            }
+        }
+    )+};
+}
+pub(crate) use under_both_names;
+
 pub fn ctl_exe() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_strata-ctl"))
+    STRATA_CTL.path()
 }
 
 // ---- processes ----------------------------------------------------------
 
 /// Runs `strata-ctl ARGS` to completion (at most [`LONG`]), capturing its output.
 pub fn ctl(args: &[&str]) -> Output {
-    let mut command = Command::new(ctl_exe());
-    command.args(args);
-    run(command, LONG)
+    STRATA_CTL.run(args)
 }
 
 pub fn text(bytes: &[u8]) -> String {
@@ -136,9 +198,10 @@ pub fn write_config(dir: &TempDir, models: &[TestModel]) -> PathBuf {
     config.path.clone()
 }
 
-/// A `status` answer from `socket` with `pid` as the daemon, if any.
-pub fn daemon_answers(socket: &Path, pid: u32) -> bool {
-    let out = ctl(&["status", socket.to_str().unwrap()]);
+/// A `status` answer from `socket` with `pid` as the daemon, if any (asked
+/// with `exe status`).
+pub fn daemon_answers(exe: Exe, socket: &Path, pid: u32) -> bool {
+    let out = exe.run(&["status", socket.to_str().unwrap()]);
     out.status.success()
         && serde_json::from_slice::<Value>(&out.stdout)
             .is_ok_and(|line| parse_status(&line).daemon_pid == pid)
@@ -188,14 +251,14 @@ pub enum ProxyKind {
     Real,
 }
 
-/// `dir/bin` holding strata-ctl (hard link or copy: `current_exe` must
-/// resolve here), strata-supervisor (symlink) and a strata-proxy. Returns
-/// the strata-ctl path.
-pub fn bin_dir(dir: &TempDir, proxy: ProxyKind) -> PathBuf {
+/// `dir/bin` holding `exe` under its name (hard link or copy:
+/// `current_exe` must resolve here), strata-supervisor (symlink) and a
+/// strata-proxy. Returns the path of `exe` there.
+pub fn bin_dir(exe: Exe, dir: &TempDir, proxy: ProxyKind) -> PathBuf {
     let bin = dir.subdir("bin", 0o700);
-    let ctl = bin.join("strata-ctl");
-    if fs::hard_link(ctl_exe(), &ctl).is_err() {
-        fs::copy(ctl_exe(), &ctl).unwrap();
+    let ctl = bin.join(exe.name);
+    if fs::hard_link(exe.path(), &ctl).is_err() {
+        fs::copy(exe.path(), &ctl).unwrap();
     }
     std::os::unix::fs::symlink(binary("strata-supervisor"), bin.join("strata-supervisor")).unwrap();
     let proxy_path = bin.join("strata-proxy");
@@ -235,9 +298,11 @@ pub fn spawn_with_lines(
     (Running::new(name, child), lines)
 }
 
-/// `(listen, supervisor pid, proxy pid)` from the serving line.
-pub fn parse_serving(line: &str) -> Option<(String, u32, u32)> {
-    let rest = line.strip_prefix("strata-ctl: serving on http://")?;
+/// `(listen, supervisor pid, proxy pid)` from the serving line of `exe`.
+pub fn parse_serving(exe: Exe, line: &str) -> Option<(String, u32, u32)> {
+    let rest = line
+        .strip_prefix(exe.name)?
+        .strip_prefix(": serving on http://")?;
     let (listen, rest) = rest.split_once(" (supervisor pid ")?;
     let (supervisor, rest) = rest.split_once(", proxy pid ")?;
     let (proxy, rest) = rest.split_once(')')?;

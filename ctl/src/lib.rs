@@ -1,7 +1,13 @@
-//! `strata-ctl`: operator commands for strata-router, and a development
-//! launcher.
+//! The operator commands for strata-router, and a development launcher,
+//! installed under two names: `strata-router` (the spec's name:
+//! `strata-router daemon CONFIG`, `strata-router status SOCKET`, ...) and
+//! `strata-ctl`. Both binaries (`src/bin/`) only call [`run`] with their
+//! own name, so every subcommand, output and exit status is the same under
+//! either; the name only appears where a program names itself (usage lines,
+//! `--help`, `--version`, the `NAME: ` in front of its own messages, the
+//! commands `demo` prints).
 //!
-//! `main` only parses the command line and dispatches. Each subcommand
+//! [`run`] only parses the command line and dispatches. Each subcommand
 //! lives in its own module with its own clap `Args` and a
 //! `run(Args) -> ExitCode`, so commands can be built and changed
 //! independently; `control` is the control-socket client shared by
@@ -19,6 +25,14 @@ macro_rules! say {
         use std::io::Write as _;
         let _ = writeln!(std::io::stderr(), $($arg)*);
     }};
+}
+
+/// [`say!`] with this program's name in front (`strata-router: MESSAGE`),
+/// the form of every message about its own work.
+macro_rules! note {
+    ($($arg:tt)*) => {
+        say!("{}: {}", $crate::program(), format_args!($($arg)*))
+    };
 }
 
 /// `println!` that never panics (a closed stdout, `| head`).
@@ -41,14 +55,25 @@ mod on;
 mod requests;
 mod simulate;
 mod status;
+mod strata_limits;
 mod top;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
+use std::sync::OnceLock;
+
+/// The name [`run`] was given (its binary's name).
+static PROGRAM: OnceLock<&'static str> = OnceLock::new();
+
+/// This program's name, as its binary passed it to [`run`] (`strata-ctl`
+/// before that, e.g. in unit tests).
+pub(crate) fn program() -> &'static str {
+    PROGRAM.get().copied().unwrap_or("strata-ctl")
+}
 
 /// Operator commands for strata-router.
 #[derive(Parser)]
-#[command(name = "strata-ctl", version, about)]
+#[command(version, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -77,8 +102,16 @@ enum Command {
     Simulate(simulate::Args),
 }
 
-fn main() -> ExitCode {
-    match Cli::parse().command {
+/// The whole program under the name `program` (`strata-router` or
+/// `strata-ctl`): parses the command line and runs the subcommand. Clap
+/// prints `--help`, `--version` and usage errors itself (exit 0 or 2) under
+/// that name rather than under the file name in `argv[0]`, so a copy or
+/// link with another file name still says what it is.
+pub fn run(program: &'static str) -> ExitCode {
+    let _ = PROGRAM.set(program);
+    let matches = Cli::command().name(program).bin_name(program).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
+    match cli.command {
         Command::CheckConfig(args) => check_config::run(args),
         Command::Status(args) => status::run(args),
         Command::Off(args) => off::run(args),
