@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use strata_protocol::config::{Config, ModelStatus};
+use strata_protocol::config::{Config, ModelStatus, Readiness};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -54,6 +54,17 @@ fn summary(path: &Path, config: &Config) -> String {
         }
     ));
     lines.push(format!("backend port        {}", config.backend_port));
+    lines.push(format!(
+        "readiness           {}",
+        match config.readiness {
+            Readiness::ReadyFile => {
+                "ready_file (the backend writes a ready file: needs Strata's --ready-file extension)"
+            }
+            Readiness::Health => {
+                "health (no ready file: the port's listener must be the child's, then /health)"
+            }
+        }
+    ));
     lines.push(format!(
         "control socket      {}",
         config.control_socket.display()

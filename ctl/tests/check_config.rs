@@ -22,6 +22,7 @@ under_both_names!(
     a_startup_ms_below_strata_s_load_limit_warns,
     a_body_limit_above_strata_s_default_warns,
     limits_within_strata_s_own_give_no_warning,
+    the_readiness_mode_is_explained,
 );
 
 fn the_example_config_passes(exe: Exe) {
@@ -38,6 +39,10 @@ fn the_example_config_passes(exe: Exe) {
     assert!(stdout.contains(": valid"), "{stdout}");
     assert!(stdout.contains("23 configured, 23 enabled"), "{stdout}");
     assert!(stdout.contains("wait-first"), "{stdout}");
+    assert!(
+        stdout.contains("readiness           ready_file (the backend writes a ready file"),
+        "{stdout}"
+    );
     assert!(stdout.contains("127.0.0.1:8088"), "{stdout}");
     assert!(
         stdout.contains("  qwen3.8-flash-next  qwen3.8-flash-next-gsq-rco-iq3_xxs, "),
@@ -256,5 +261,27 @@ fn limits_within_strata_s_own_give_no_warning(exe: Exe) {
         assert_eq!(code, Some(0), "{stderr}");
         assert!(stdout.contains(": valid"), "{stdout}");
         assert!(warnings(&stdout).is_empty(), "{extra}: {stdout}");
+    }
+}
+
+/// The summary says which readiness mode the config chose and what it needs.
+fn the_readiness_mode_is_explained(exe: Exe) {
+    let cases = [
+        (
+            serde_json::json!({}),
+            "ready_file (the backend writes a ready file",
+        ),
+        (
+            serde_json::json!({"readiness": "health"}),
+            "health (no ready file: the port's listener must be the child's",
+        ),
+    ];
+    for (extra, line) in cases {
+        let (code, stdout, stderr) = with_keys(exe, extra);
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(
+            stdout.contains(&format!("readiness           {line}")),
+            "{stdout}"
+        );
     }
 }
