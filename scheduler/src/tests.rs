@@ -789,6 +789,60 @@ fn legacy_cache_order_reorders_only_the_run_at_the_head() {
     assert_eq!(world.decide().decisions, grants(&[2]));
 }
 
+/// `cache_max_active` is a dispatch limit in legacy mode too (the spec: "The limit applies in
+/// both scheduling modes"). With cache lookups usable, a ticket for the loaded model whose
+/// predecessors have their headers (the lock is free) still waits while the generations in
+/// flight fill the limit, and its round asks for a lookup only once a slot is free.
+#[test]
+fn legacy_cache_max_active_limits_dispatch_too() {
+    let lookup = |ids: &[u64]| {
+        vec![Decision::StartLookup(
+            ids.iter().map(|id| (1, *id)).collect(),
+        )]
+    };
+    // (cache_max_active, leases past their headers, queued tickets, decisions)
+    type Case = (Option<usize>, usize, &'static [u64], Vec<Decision>);
+    let cases: [Case; 7] = [
+        (None, 1, &[1], grants(&[1])),
+        (Some(1), 1, &[1], vec![]),
+        (Some(1), 1, &[1, 2], vec![]),
+        (Some(2), 1, &[1], grants(&[1])),
+        (Some(2), 2, &[1], vec![]),
+        (Some(2), 1, &[1, 2], lookup(&[1, 2])),
+        (Some(1), 0, &[1, 2], lookup(&[1, 2])),
+    ];
+    for (cache_max_active, leases, ids, expected) in cases {
+        let tickets: Vec<(u64, &str, ServiceTier)> = ids.iter().map(|id| (*id, "a", D)).collect();
+        let mut world = World::new(Mode::Legacy, 16)
+            .serving("a")
+            .leases(leases)
+            .queue(&tickets);
+        world.usable = true;
+        world.rules.cache_max_active = cache_max_active;
+        assert_eq!(
+            world.decide().decisions,
+            expected,
+            "cache_max_active {cache_max_active:?}, {leases} leases, queue {ids:?}"
+        );
+    }
+    // Played out with one slot (the round's lookup already tried): the second ticket waits past
+    // the first one's headers, where legacy mode alone would overlap them, and goes when the
+    // first generation ends.
+    let mut world = World::new(Mode::Legacy, 16)
+        .serving("a")
+        .queue(&[(1, "a", D), (2, "a", D)]);
+    world.usable = true;
+    world.tried = true;
+    world.rules.cache_max_active = Some(1);
+    let plan = world.decide();
+    assert_eq!(plan.decisions, grants(&[1]));
+    world.apply(&plan);
+    world.header_waits = 0;
+    assert_eq!(world.decide().decisions, [], "the slot is taken");
+    world.leases = 0;
+    assert_eq!(world.decide().decisions, grants(&[2]));
+}
+
 #[test]
 fn legacy_the_head_joins_an_operator_load_of_its_model() {
     let world = World::new(Mode::Legacy, 16)
@@ -863,6 +917,81 @@ async fn legacy_queue_ms_fails_a_ticket_stuck_behind_the_lock() {
             Decision::Fail((1, 1), Failure::QueueTimeout)
         )]
     );
+}
+
+/// Legacy `queue_ms` runs on through a cache lookup (the spec: "Legacy queue deadlines still
+/// apply during lookup"): competitors whose deadline passes while their lookup runs fail at the
+/// deadline, not when the lookup ends; the lookup holds nothing once its competition is gone
+/// (the one ticket left is granted at once); and its late answer, for a queue that changed
+/// meanwhile, sets no scores and changes nothing.
+#[tokio::test(start_paused = true)]
+async fn legacy_queue_ms_fails_tickets_while_their_lookup_runs() {
+    let start = Instant::now();
+    let queue_ms = Duration::from_millis(800);
+    let mut world =
+        World::new(Mode::Legacy, 16)
+            .serving("a")
+            .queue(&[(1, "a", D), (2, "a", D), (3, "a", D)]);
+    world.usable = true;
+    world.queue[0].deadline = Some(start + queue_ms);
+    world.queue[1].deadline = Some(start + queue_ms);
+    world.queue[2].deadline = Some(start + Duration::from_secs(5));
+    assert_eq!(
+        world.decide().decisions,
+        [Decision::StartLookup(vec![(1, 1), (1, 2), (1, 3)])]
+    );
+    let mut cache = CacheState::default();
+    cache.start(1, start + Duration::from_secs(3), [1].into());
+    let mut log = Vec::new();
+    // Bounded: a plan that wakes without deciding anything must not spin forever.
+    for _ in 0..16 {
+        if world.queue.is_empty() {
+            break;
+        }
+        world.now = Instant::now();
+        cache.expire(world.now);
+        let view = cache.view(true);
+        world.ranks = view.ranks.cloned();
+        world.lookup_until = view.lookup_until;
+        world.tried = view.tried;
+        let plan = world.decide();
+        if plan.decisions.is_empty() {
+            let wake = plan.wake_at.expect("a deadline or the lookup's budget");
+            assert!(wake - start <= Duration::from_secs(5), "{plan:?}");
+            tokio::time::sleep_until(wake).await;
+            continue;
+        }
+        for decision in &plan.decisions {
+            log.push((world.now - start, decision.clone()));
+        }
+        // As the engine: a ticket leaving the queue discards the scores.
+        cache.invalidate();
+        world.apply(&plan);
+    }
+    assert_eq!(
+        log,
+        [
+            (queue_ms, Decision::Fail((1, 1), Failure::QueueTimeout)),
+            (queue_ms, Decision::Fail((1, 2), Failure::QueueTimeout)),
+            (queue_ms, Decision::Grant((1, 3))),
+        ]
+    );
+    assert!(cache.lookup.is_some(), "the lookup still runs");
+    // Its answer comes late, for tickets that are gone.
+    tokio::time::sleep_until(start + Duration::from_secs(2)).await;
+    cache.answer(
+        1,
+        1,
+        Some([((1, 1), 0.9), ((1, 2), 0.5), ((1, 3), 0.1)].into()),
+    );
+    assert!(cache.ranks.is_none() && cache.lookup.is_none());
+    world.now = Instant::now();
+    world.header_waits = 0;
+    let view = cache.view(true);
+    world.ranks = view.ranks.cloned();
+    world.lookup_until = view.lookup_until;
+    world.tried = view.tried;
+    assert_eq!(world.decide().decisions, [], "nothing left to decide");
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,17 +1,19 @@
-//! The `strata-supervisor` process: parent-death of the backend, the backend's environment,
-//! socket safety, signals, config errors and the open-file limit.
+//! The `strata-supervisor` process: parent-death of the backend, the backend's environment and
+//! stdio, socket safety, signals, config errors and the open-file limit.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use nix::sys::resource::{Resource, getrlimit};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use strata_e2e::{
     ConfigBuilder, DEADLINE, FakeProxy, ModelSpec, Supervisor, TestConfig, poll_until, procs,
-    spawn_supervisor, with_ulimit,
+    spawn_supervisor, with_ulimit, wrap_command,
 };
 use strata_protocol::wire::LeaseFailure;
 
@@ -122,6 +124,47 @@ fn the_backend_environment_is_scrubbed() {
     let n = notify.recv(&mut datagram).expect("STOPPING=1 notification");
     let text = String::from_utf8_lossy(&datagram[..n]).into_owned();
     assert!(text.lines().any(|line| line == "STOPPING=1"), "{text:?}");
+}
+
+/// The backend's stdin, stdout and stderr are `/dev/null` (the backend contract: its output
+/// is discarded, which keeps whatever Strata prints, profile secrets included, out of the
+/// supervisor's log and the journal). The supervisor's own three are something else here (a
+/// file on stdin, its output files on stdout and stderr), so a backend that inherited any of
+/// them would show it.
+#[test]
+fn the_backend_stdio_is_dev_null() {
+    let config = ConfigBuilder::new("stdio").model(ModelSpec::new(A)).build();
+    let stdin = config.dir.join("supervisor.stdin");
+    std::fs::write(&stdin, "").expect("write the supervisor's stdin file");
+    let supervisor = Supervisor::start_wrapped(config, |inner| {
+        // The harness gives every daemon /dev/null on stdin; this shell replaces it in place.
+        let mut shell = Command::new("/bin/sh");
+        shell
+            .arg("-c")
+            .arg("exec \"$0\" \"$@\" < \"$STRATA_TEST_STDIN\"")
+            .env("STRATA_TEST_STDIN", &stdin);
+        wrap_command(shell, &inner)
+    });
+    let fd_target = |pid: u32, fd: u32| -> PathBuf {
+        std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+            .unwrap_or_else(|err| panic!("readlink /proc/{pid}/fd/{fd}: {err}"))
+    };
+    let dev_null = Path::new("/dev/null");
+    let own: Vec<PathBuf> = (0..3).map(|fd| fd_target(supervisor.pid(), fd)).collect();
+    let stdin = stdin.canonicalize().expect("canonical stdin path");
+    assert_eq!(own[0], stdin, "the supervisor's stdin");
+    assert!(
+        own.iter().all(|target| target != dev_null),
+        "the supervisor's own fds 0-2 must not be /dev/null for this test to see anything: {own:?}"
+    );
+
+    let pid = loaded_pid(&supervisor);
+    let backend: Vec<PathBuf> = (0..3).map(|fd| fd_target(pid, fd)).collect();
+    assert_eq!(
+        backend, [dev_null; 3],
+        "the backend's fds 0-2 (the supervisor's: {own:?})"
+    );
+    supervisor.stop();
 }
 
 fn assert_exits_refusing(config: &TestConfig, name: &str, needles: &[&str]) -> String {

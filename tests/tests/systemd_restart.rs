@@ -185,6 +185,8 @@ fn socket_activation_starts_the_proxy_on_the_first_connection() {
         (&supervisor, "Restart", "on-failure"),
         (&supervisor, "RestartPreventExitStatus", "78"),
         (&supervisor, "RuntimeDirectoryMode", "0700"),
+        (&supervisor, "StateDirectoryMode", "0700"),
+        (&supervisor, "UMask", "0077"),
         (&supervisor, "ProtectSystem", "strict"),
     ] {
         assert_eq!(stack.show(unit, property), expected, "{unit} {property}");
@@ -219,7 +221,29 @@ fn socket_activation_starts_the_proxy_on_the_first_connection() {
     let status = stack.ctl_status();
     assert_eq!(status.proxies, 1, "{status:?}");
     assert_eq!(status.loaded.as_deref(), Some(MODEL), "{status:?}");
+    assert_private_state(&stack);
     stack.stop_all_and_check();
+}
+
+/// What `StateDirectoryMode=0700` and `UMask=0077` promise, on disk: the state directory is
+/// the owner's alone, and the records file the supervisor created in it is readable by no one
+/// else (it names models, tiers and client addresses).
+fn assert_private_state(stack: &SdStack) {
+    use std::os::unix::fs::PermissionsExt;
+    let records = &stack.request_log;
+    poll_until(DEADLINE, "the records file written", || {
+        std::fs::metadata(records).is_ok_and(|meta| meta.len() > 0)
+    });
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    let state_dir = records.parent().expect("the records file's directory");
+    assert_eq!(mode(state_dir), 0o700, "{}", state_dir.display());
+    assert_eq!(mode(records) & 0o077, 0, "{}", records.display());
 }
 
 /// Check 1, strictly: the very request whose connection activates the proxy is served (200,

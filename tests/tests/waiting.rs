@@ -8,15 +8,17 @@
 
 use std::collections::BTreeMap;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use strata_e2e::accounting::{chat_request, wait_record};
 use strata_e2e::http::{self, Response, Stream, spawn_chat};
 use strata_e2e::stack::Stack;
-use strata_e2e::{ConfigBuilder, DEADLINE, FakeLog, ModelSpec, poll_until};
-use strata_protocol::api::TierCounts;
+use strata_e2e::{
+    ConfigBuilder, DEADLINE, FakeLog, ModelSpec, POLL_INTERVAL, poll_for, poll_until,
+};
+use strata_protocol::api::{Metrics, TierCounts};
 use strata_protocol::record::{Phase, Reason};
 
 const A: &str = "flash-a";
@@ -448,14 +450,21 @@ fn service_tier_fast_is_priority() {
 // ---- cache order ----------------------------------------------------------------------------
 
 /// Three waiting requests whose cached/input fractions are 10%, 90% and 50% (in arrival order),
-/// behind a generation that holds the one `cache_max_active` slot.
-fn cache_scenario(tag: &str, fake_profile: &[(&str, Value)], lookup_ms: u64) -> Vec<String> {
+/// behind a generation that holds the one `cache_max_active` slot, in wait-first mode or (with
+/// `wait_when_busy` false) legacy mode.
+fn cache_scenario(
+    tag: &str,
+    wait_when_busy: bool,
+    fake_profile: &[(&str, Value)],
+    lookup_ms: u64,
+) -> Vec<String> {
     let mut model = ModelSpec::new(A);
     for (key, value) in fake_profile {
         model = model.fake(key, value.clone());
     }
     let stack = Stack::start(
-        wait_first(tag)
+        ConfigBuilder::new(tag)
+            .wait_when_busy(wait_when_busy)
             .model(model)
             .set("cache_max_active", 1)
             .set("cache_lookup_ms", lookup_ms)
@@ -496,7 +505,18 @@ fn cache_scenario(tag: &str, fake_profile: &[(&str, Value)], lookup_ms: u64) -> 
 
 #[test]
 fn cache_matches_order_competing_requests_90_50_10() {
-    let got = cache_scenario("cache-order", &[], 1000);
+    let got = cache_scenario("cache-order", true, &[], 1000);
+    assert_eq!(got[..4], ["holder", "c90", "c50", "c10"], "{got:?}");
+    assert!(got[4].contains("200"), "lookups were answered: {got:?}");
+}
+
+/// `cache_max_active` holds in legacy mode too (the spec: "The limit applies in both scheduling
+/// modes"). With one slot, requests for the loaded model stay in the router's queue while a
+/// generation runs, where legacy mode alone would send each one as soon as the one before has
+/// its headers; so each admission finds the backend idle, and the cache order applies.
+#[test]
+fn legacy_cache_max_active_keeps_requests_queued_for_cache_order() {
+    let got = cache_scenario("legacy-cache", false, &[], 1000);
     assert_eq!(got[..4], ["holder", "c90", "c50", "c10"], "{got:?}");
     assert!(got[4].contains("200"), "lookups were answered: {got:?}");
 }
@@ -527,7 +547,7 @@ fn cache_lookup_fallbacks_keep_arrival_order() {
         ),
     ];
     for (tag, profile, lookup_ms, status) in cases {
-        let got = cache_scenario(tag, &profile, lookup_ms);
+        let got = cache_scenario(tag, true, &profile, lookup_ms);
         assert_eq!(got[..4], ["holder", "c10", "c90", "c50"], "{tag}: {got:?}");
         assert!(
             got[4].contains(status),
@@ -648,6 +668,205 @@ fn legacy_the_lock_goes_to_the_best_tier_first() {
     ok(d);
     ok(p);
     assert_eq!(order(&log), ["slow", "p", "d"]);
+    stack.stop();
+}
+
+/// A chat request sent from a thread of its own: its response, how long it took, and when it
+/// ended (wall clock, to compare with the fake's event times).
+fn spawn_timed_chat(
+    addr: std::net::SocketAddr,
+    body: Value,
+) -> JoinHandle<(Response, Duration, SystemTime)> {
+    std::thread::spawn(move || {
+        let sent = Instant::now();
+        let response = http::chat(addr, &body);
+        (response, sent.elapsed(), SystemTime::now())
+    })
+}
+
+/// A cache lookup racing legacy `queue_ms` (the spec: "Legacy queue deadlines still apply
+/// during lookup"). Two requests wait behind a holder of the one `cache_max_active` slot, t1
+/// arriving 800 ms before t2; when the holder lets go they compete, and the backend takes 4 s
+/// to answer their lookup. t1 fails with 504 `queue_timeout` at `queue_ms` (1.5 s), while the
+/// lookup still runs, not when it ends. Its leaving discards the lookup ("scores are discarded
+/// when requests leave the queue"), so t2, alone now, is served at once, well before its own
+/// deadline and before the lookup answers; the late answer changes nothing.
+#[test]
+fn legacy_queue_ms_fails_requests_while_their_cache_lookup_runs() {
+    const QUEUE_MS: u64 = 1500;
+    const LOOKUP_DELAY_MS: u64 = 4000;
+    // The workload's shape, not synchronisation: t2's deadline falls this long after t1's.
+    const ARRIVAL_GAP: Duration = Duration::from_millis(800);
+    let stack = Stack::start(
+        ConfigBuilder::new("legacy-lookup-race")
+            .model(ModelSpec::new(A).fake("cache_lookup_delay_ms", LOOKUP_DELAY_MS))
+            .wait_when_busy(false)
+            .set("queue_ms", QUEUE_MS)
+            .set("cache_max_active", 1)
+            .set("cache_lookup_ms", 6000)
+            .build(),
+    );
+    // Loaded by the operator: in legacy mode queue_ms would bound a first request's load too.
+    stack.control().on(Some(A)).assert_ok();
+    let log = stack.fake_log();
+    let holder = stack.hold(A, "holder");
+    let extra = |cached: u64| json!({"prompt_tokens": 2000, "cached_tokens": cached});
+    let first = spawn_timed_chat(stack.addr(), tagged(A, false, "t1", extra(200)));
+    poll_until(DEADLINE, "t1 queued", || stack.waiting() == 1);
+    std::thread::sleep(ARRIVAL_GAP);
+    let second = spawn_timed_chat(stack.addr(), tagged(A, false, "t2", extra(1800)));
+    poll_until(DEADLINE, "t2 queued", || stack.waiting() == 2);
+    // The slot frees: the two compete, and the engine asks for their lookup.
+    release(holder);
+
+    let (response, took, t1_failed) = first.join().expect("t1's thread");
+    assert_eq!(response.status, 504, "{response}");
+    assert_eq!(response.error().code, "queue_timeout", "{response}");
+    assert!(
+        took >= Duration::from_millis(QUEUE_MS) && took < Duration::from_millis(LOOKUP_DELAY_MS),
+        "t1 failed after {took:?}: queue_ms is {QUEUE_MS} ms, the lookup takes {LOOKUP_DELAY_MS} ms"
+    );
+    let record = wait_record(
+        stack.addr(),
+        response
+            .header("x-strata-request-id")
+            .expect("x-strata-request-id"),
+    );
+    assert_eq!(record.reason, Reason::QueueTimeout, "{}", record.raw);
+    assert_eq!(record.lease_at, None, "{}", record.raw);
+
+    let (response, took, t2_done) = second.join().expect("t2's thread");
+    assert_eq!(
+        response.status, 200,
+        "t2 is served once t1 has left: {response}"
+    );
+    assert!(
+        took < Duration::from_millis(QUEUE_MS),
+        "t2 took {took:?}, within its own queue_ms"
+    );
+
+    // The lookup ran meanwhile: the fake logs it when it answers, one batch of both, asked
+    // before t1 failed and answered after t2 was done.
+    let lookup = poll_for(DEADLINE, "the cache lookup's answer", || {
+        log.events_named("cache_lookup").into_iter().next()
+    });
+    assert_eq!(
+        (lookup["status"].as_u64(), lookup["count"].as_u64()),
+        (Some(200), Some(2)),
+        "{lookup}"
+    );
+    let answered_at =
+        SystemTime::UNIX_EPOCH + Duration::from_secs_f64(lookup["ts"].as_f64().expect("ts"));
+    let asked_at = answered_at - Duration::from_millis(LOOKUP_DELAY_MS);
+    assert!(
+        asked_at < t1_failed,
+        "the lookup started ({asked_at:?}) after t1 had failed ({t1_failed:?})"
+    );
+    assert!(
+        t2_done < answered_at,
+        "t2 ({t2_done:?}) waited for the lookup's answer ({answered_at:?})"
+    );
+
+    // Nothing waits or holds a lease, and the next request is served.
+    let status = stack.status();
+    assert_eq!(
+        (status.waiting_requests, status.active_leases),
+        (0, 0),
+        "{status:?}"
+    );
+    ok(spawn_chat(
+        stack.addr(),
+        tagged(A, false, "t3", Value::Null),
+    ));
+    stack.stop();
+    // Read once everything has stopped, so no late dispatch can come after it.
+    assert_eq!(
+        order(&log),
+        ["holder", "t2", "t3"],
+        "the timed-out request never reached the backend"
+    );
+}
+
+/// Polls `/metrics` until `pred` holds; on timeout the panic shows the last document.
+fn wait_metrics(stack: &Stack, what: &str, pred: impl Fn(&Metrics) -> bool) -> Metrics {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let metrics = stack.metrics();
+        if pred(&metrics) {
+            return metrics;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} within {DEADLINE:?}; last /metrics: {metrics:?}"
+        );
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// Legacy `/metrics` counts (README "Scheduling", "Counts"; the spec: "/metrics reports
+/// queue_depth_by_tier, including startup and upstream header waits in legacy mode"): the one
+/// request holding the lock is counted in its tier's queue depth while its model loads and
+/// while it waits for its response headers, and no longer once they have come and its stream
+/// runs (in flight all along).
+#[test]
+fn legacy_queue_depth_by_tier_counts_the_load_and_the_header_wait() {
+    let stack = Stack::start(
+        ConfigBuilder::new("legacy-counts")
+            .model(ModelSpec::new(A).load_ms(1500))
+            .wait_when_busy(false)
+            .build(),
+    );
+    let log = stack.fake_log();
+    let flex = |queued| TierCounts {
+        priority: Some(0),
+        default: Some(0),
+        flex: Some(queued),
+    };
+    let slow = json!({"header_delay_ms": 1500, "tokens": 10, "token_delay_ms": 200});
+    let mut body = tagged(A, true, "flex", slow);
+    body["service_tier"] = json!("flex");
+    let conn = http::send_chat(stack.addr(), &body);
+
+    let loading = wait_metrics(&stack, "the flex request counted while A loads", |m| {
+        m.loading_model.as_deref() == Some(A) && m.queue_depth_by_tier == flex(1)
+    });
+    assert_eq!(
+        (loading.queue_depth, loading.in_flight),
+        (Some(1), Some(1)),
+        "{loading:?}"
+    );
+
+    // Loaded, and the request is at the backend, which holds its headers back for 1.5 s.
+    poll_until(DEADLINE, "the flex request at the backend", || {
+        order(&log) == ["flex"]
+    });
+    let header_wait = wait_metrics(&stack, "the flex request counted in its header wait", |m| {
+        m.loaded_model.as_deref() == Some(A)
+            && m.loading_model.is_none()
+            && m.queue_depth_by_tier == flex(1)
+    });
+    assert_eq!(
+        (header_wait.queue_depth, header_wait.in_flight),
+        (Some(1), Some(1)),
+        "{header_wait:?}"
+    );
+
+    let mut stream = conn.into_stream(DEADLINE);
+    assert_eq!(stream.status, 200, "{:?}", stream.headers);
+    let streaming = wait_metrics(&stack, "the flex request no longer queued", |m| {
+        m.queue_depth_by_tier == flex(0)
+    });
+    assert_eq!(
+        (streaming.queue_depth, streaming.in_flight),
+        (Some(0), Some(1)),
+        "after its headers the stream still runs: {streaming:?}"
+    );
+    assert!(
+        log.events_named("response_done").is_empty(),
+        "the stream was still running when /metrics was read"
+    );
+    let frames = stream.remaining_frames(DEADLINE);
+    assert!(frames.iter().any(|frame| frame.is_done()), "{frames:?}");
     stack.stop();
 }
 
