@@ -16,6 +16,7 @@
 //! 5. `systemctl stop` leaves no process (every test).
 //! 6. A proxy that keeps failing (exits 1 at start, or SIGKILLed each time it runs) makes
 //!    systemd give up, and the socket unit fails with it and stops listening.
+//! 7. A config change converges whichever unit is restarted first (and with both at once).
 //!
 //! Plus `systemd-analyze verify` of the contrib units (not root-only).
 //!
@@ -690,6 +691,104 @@ fn sigkill_of_the_supervisor_kills_the_backend_and_the_proxy_reconnects() {
     assert_ne!(starts[1].pid, backend);
     assert_eq!(stack.status().child_pid, Some(starts[1].pid));
     wait_settled(&stack);
+    stack.stop_all_and_check();
+}
+
+/// Rewrites the config both units read, as an operator edits it.
+fn edit_config(stack: &SdStack, key: &str, value: Value) {
+    let path = stack.root().join("config.json");
+    let text = std::fs::read_to_string(&path).expect("the config");
+    let mut config: Value = serde_json::from_str(&text).expect("config json");
+    config[key] = value;
+    std::fs::write(&path, config.to_string()).expect("the config written");
+}
+
+/// While the two units run different settings: `/health` 503 naming the mismatch, a chat 503
+/// `config_mismatch`.
+fn assert_mismatch(stack: &SdStack) {
+    poll_until(DEADLINE, "GET /health: 503, config_mismatch", || {
+        http::try_request(stack.addr(), "GET", "/health", &[], b"").is_ok_and(|response| {
+            response.status == 503
+                && response.document::<Health>().supervisor == LinkStatus::ConfigMismatch
+        })
+    });
+    let response = http::try_request(
+        stack.addr(),
+        "POST",
+        http::CHAT_PATH,
+        &[("content-type", "application/json")],
+        body(ALIAS, false, json!({})).to_string().as_bytes(),
+    )
+    .unwrap_or_else(|err| panic!("a chat during the change: {err}"));
+    assert_eq!(response.status, 503, "{response}");
+    assert_eq!(response.error().code, "config_mismatch", "{response}");
+}
+
+/// Linked and serving again.
+fn assert_serving(stack: &SdStack) {
+    wait_linked(stack);
+    chat_ok(stack.addr(), ALIAS, false, json!({}))
+        .unwrap_or_else(|err| panic!("a chat after the change: {err}"));
+}
+
+/// Check 7 (README "Changing the config"): a config change converges whichever unit is
+/// restarted first. The proxy restarted first meets the old supervisor, and the old proxy
+/// meets a restarted supervisor; either way the proxy answers 503 `config_mismatch` and keeps
+/// running (same main PID, `NRestarts` 0, the socket unit not failed) until the other unit is
+/// restarted too; and the README's one command, both units at once, serves at once.
+#[test]
+fn a_config_change_converges_in_either_restart_order() {
+    if skip() {
+        return;
+    }
+    let stack = SdStack::builder().boot();
+    let (supervisor, socket, proxy) = (
+        stack.names.supervisor(),
+        stack.names.socket(),
+        stack.names.proxy(),
+    );
+    warm_up(&stack);
+    let (first_proxy, _) = stack.wait_main(&proxy);
+    let proxy_kept = |pid: u32, when: &str| {
+        assert_eq!(
+            stack.main_pid(&proxy),
+            Some(pid),
+            "{when}: the proxy was replaced"
+        );
+        assert_eq!(stack.show(&proxy, "NRestarts"), "0", "{when}");
+        assert_eq!(stack.active_state(&socket), "active", "{when}");
+    };
+
+    // Proxy first: the new proxy has the new settings, the supervisor the old ones.
+    edit_config(&stack, "model_grace_ms", json!(200));
+    stack.systemctl(&["restart", &proxy]);
+    let (second_proxy, _) = stack.wait_new_main(&proxy, first_proxy);
+    assert_mismatch(&stack);
+    proxy_kept(second_proxy, "proxy first, before the supervisor's restart");
+    stack.systemctl(&["restart", &supervisor]);
+    assert_serving(&stack);
+    proxy_kept(second_proxy, "proxy first, after the supervisor's restart");
+    eprintln!("check 7: proxy first converged (proxy pid {first_proxy} -> {second_proxy})");
+
+    // Supervisor first: the running proxy meets a supervisor with the new settings.
+    edit_config(&stack, "model_grace_ms", json!(300));
+    stack.systemctl(&["restart", &supervisor]);
+    assert_mismatch(&stack);
+    proxy_kept(second_proxy, "supervisor first, before the proxy's restart");
+    stack.systemctl(&["restart", &proxy]);
+    let (third_proxy, _) = stack.wait_new_main(&proxy, second_proxy);
+    assert_serving(&stack);
+    eprintln!("check 7: supervisor first converged (proxy pid {second_proxy} -> {third_proxy})");
+
+    // The README's one command.
+    edit_config(&stack, "model_grace_ms", json!(400));
+    stack.systemctl(&["restart", &supervisor, &proxy]);
+    stack.wait_new_main(&proxy, third_proxy);
+    assert_serving(&stack);
+    proxy_kept(
+        stack.main_pid(&proxy).expect("the proxy's main PID"),
+        "both at once",
+    );
     stack.stop_all_and_check();
 }
 
