@@ -226,9 +226,10 @@ fn socket_activation_starts_the_proxy_on_the_first_connection() {
     stack.stop_all_and_check();
 }
 
-/// What `StateDirectoryMode=0700` and `UMask=0077` promise, on disk: the state directory is
-/// the owner's alone, and the records file the supervisor created in it is readable by no one
-/// else (it names models, tiers and client addresses).
+/// What `StateDirectoryMode=0700` and `UMask=0077` promise, on disk and in the processes: the
+/// state directory is the owner's alone, the records file in it is readable by no one else,
+/// and the supervisor runs with umask 0077, which its backend inherits (the router's own
+/// files get explicit modes; what Strata writes, its caches and logs, has only the umask).
 fn assert_private_state(stack: &SdStack) {
     use std::os::unix::fs::PermissionsExt;
     let records = &stack.request_log;
@@ -245,6 +246,24 @@ fn assert_private_state(stack: &SdStack) {
     let state_dir = records.parent().expect("the records file's directory");
     assert_eq!(mode(state_dir), 0o700, "{}", state_dir.display());
     assert_eq!(mode(records) & 0o077, 0, "{}", records.display());
+
+    let umask = |what: &str, pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_else(|err| panic!("/proc/{pid}/status of the {what}: {err}"));
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("Umask:"))
+            .map(|value| value.trim().to_owned())
+            .unwrap_or_else(|| panic!("no Umask line for the {what}:\n{status}"))
+    };
+    let (_, supervisor) = stack.wait_main(&stack.names.supervisor());
+    let backend = stack
+        .status()
+        .child_pid
+        .and_then(|ns| stack.host_pid(ns))
+        .expect("the backend's host PID");
+    assert_eq!(umask("supervisor", supervisor), "0077");
+    assert_eq!(umask("backend", backend), "0077");
 }
 
 /// Check 1, strictly: the very request whose connection activates the proxy is served (200,

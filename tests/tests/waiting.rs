@@ -695,7 +695,7 @@ fn spawn_timed_chat(
 fn legacy_queue_ms_fails_requests_while_their_cache_lookup_runs() {
     const QUEUE_MS: u64 = 1500;
     const LOOKUP_DELAY_MS: u64 = 4000;
-    // The workload's shape, not synchronisation: t2's deadline falls this long after t1's.
+    // t2's deadline falls this long after t1's.
     const ARRIVAL_GAP: Duration = Duration::from_millis(800);
     let stack = Stack::start(
         ConfigBuilder::new("legacy-lookup-race")
@@ -712,8 +712,13 @@ fn legacy_queue_ms_fails_requests_while_their_cache_lookup_runs() {
     let holder = stack.hold(A, "holder");
     let extra = |cached: u64| json!({"prompt_tokens": 2000, "cached_tokens": cached});
     let first = spawn_timed_chat(stack.addr(), tagged(A, false, "t1", extra(200)));
-    poll_until(DEADLINE, "t1 queued", || stack.waiting() == 1);
-    std::thread::sleep(ARRIVAL_GAP);
+    // t2 is sent once the router says t1 has waited ARRIVAL_GAP.
+    wait_metrics(&stack, "t1 waiting for ARRIVAL_GAP", |m| {
+        m.in_flight_requests
+            .iter()
+            .flatten()
+            .any(|held| held.stage == "waiting" && held.age_ms >= ARRIVAL_GAP.as_millis() as u64)
+    });
     let second = spawn_timed_chat(stack.addr(), tagged(A, false, "t2", extra(1800)));
     poll_until(DEADLINE, "t2 queued", || stack.waiting() == 2);
     // The slot frees: the two compete, and the engine asks for their lookup.
@@ -807,7 +812,7 @@ fn wait_metrics(stack: &Stack, what: &str, pred: impl Fn(&Metrics) -> bool) -> M
 /// queue_depth_by_tier, including startup and upstream header waits in legacy mode"): the one
 /// request holding the lock is counted in its tier's queue depth while its model loads and
 /// while it waits for its response headers, and no longer once they have come and its stream
-/// runs (in flight all along).
+/// runs (in flight all along); `queue_depth_by_model` counts the same request.
 #[test]
 fn legacy_queue_depth_by_tier_counts_the_load_and_the_header_wait() {
     let stack = Stack::start(
@@ -831,6 +836,14 @@ fn legacy_queue_depth_by_tier_counts_the_load_and_the_header_wait() {
         m.loading_model.as_deref() == Some(A) && m.queue_depth_by_tier == flex(1)
     });
     assert_eq!(
+        loading
+            .queue_depth_by_model
+            .as_ref()
+            .and_then(|by_model| by_model.get(A)),
+        Some(&1),
+        "{loading:?}"
+    );
+    assert_eq!(
         (loading.queue_depth, loading.in_flight),
         (Some(1), Some(1)),
         "{loading:?}"
@@ -846,6 +859,14 @@ fn legacy_queue_depth_by_tier_counts_the_load_and_the_header_wait() {
             && m.queue_depth_by_tier == flex(1)
     });
     assert_eq!(
+        header_wait
+            .queue_depth_by_model
+            .as_ref()
+            .and_then(|by_model| by_model.get(A)),
+        Some(&1),
+        "{header_wait:?}"
+    );
+    assert_eq!(
         (header_wait.queue_depth, header_wait.in_flight),
         (Some(1), Some(1)),
         "{header_wait:?}"
@@ -856,6 +877,14 @@ fn legacy_queue_depth_by_tier_counts_the_load_and_the_header_wait() {
     let streaming = wait_metrics(&stack, "the flex request no longer queued", |m| {
         m.queue_depth_by_tier == flex(0)
     });
+    assert_eq!(
+        streaming
+            .queue_depth_by_model
+            .as_ref()
+            .and_then(|by_model| by_model.get(A)),
+        Some(&0),
+        "{streaming:?}"
+    );
     assert_eq!(
         (streaming.queue_depth, streaming.in_flight),
         (Some(0), Some(1)),

@@ -181,6 +181,14 @@ impl Parts<'_> {
                     *count += 1;
                 }
             }
+            // The same set as by tier: a legacy header wait is queued too.
+            if legacy {
+                for (_, lease) in self.leases.iter().filter(|(_, lease)| lease.header_wait) {
+                    if let Some(count) = by_model.get_mut(&lease.model) {
+                        *count += 1;
+                    }
+                }
+            }
         };
         counters.publish(
             by_tier,
