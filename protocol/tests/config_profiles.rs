@@ -290,3 +290,55 @@ fn load_reports_an_unreadable_config_at_the_root() {
     let err = Config::load(&dir.write("bad.json", "{\"python\": 1}")).unwrap_err();
     assert_eq!(err.to_string(), "python: expected a string");
 }
+
+/// Which weights a model's load reads: the config's `weights` when set
+/// (even empty), else the one path the profile's engine arguments name,
+/// else none; `describe` names the source, never a path from the profile.
+#[test]
+fn the_weights_come_from_the_config_else_from_the_profile_args() {
+    use std::path::PathBuf;
+    use strata_protocol::config::WeightsSource;
+    let dir = TempDir::new("weights");
+    let profile = dir.write(
+        "profile.json",
+        &json!({"model_name": "up", "cwd": "engine", "args": ["--ctx", "8192", "--native", "w/m.strata"]})
+            .to_string(),
+    );
+    let source = |weights: Option<Value>| {
+        let mut doc: Value = serde_json::from_str(&config_text(Some(&profile), "up")).unwrap();
+        if let Some(weights) = weights {
+            doc["models"]["m"]["weights"] = weights;
+        }
+        let mut config = Config::from_json_str(&doc.to_string()).unwrap();
+        config.check_profiles();
+        config.registry.models()[0].weights_source()
+    };
+    let derived = source(None);
+    assert_eq!(
+        derived.paths(),
+        [PathBuf::from("/opt/strata/engine/w/m.strata")]
+    );
+    assert_eq!(
+        derived.describe(),
+        "weights: from the profile's args (--native)"
+    );
+    let configured = source(Some(json!(["/srv/m", "/srv/m.extra"])));
+    assert_eq!(
+        configured,
+        WeightsSource::Configured(vec!["/srv/m".into(), "/srv/m.extra".into()])
+    );
+    assert_eq!(source(Some(json!([]))).paths(), Vec::<PathBuf>::new());
+    assert_eq!(
+        source(Some(json!([]))),
+        WeightsSource::Configured(Vec::new())
+    );
+    // A model whose profile does not pass its checks derives nothing.
+    let mut doc: Value = serde_json::from_str(&config_text(Some(&profile), "other")).unwrap();
+    doc["models"]["m"]["upstream_model"] = json!("other");
+    let mut config = Config::from_json_str(&doc.to_string()).unwrap();
+    config.check_profiles();
+    assert_eq!(
+        config.registry.models()[0].weights_source(),
+        WeightsSource::None
+    );
+}

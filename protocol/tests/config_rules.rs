@@ -62,6 +62,47 @@ struct Rule {
 
 const RULES: &[Rule] = &[
     Rule {
+        name: "weights must be an array",
+        valid: |v| model(v, "a-q4")["weights"] = json!(["/srv/models/a-q4", "/srv/extra.bin"]),
+        invalid: |v| model(v, "a-q4")["weights"] = json!("/srv/models/a-q4"),
+        path: r#"models["a-q4"].weights"#,
+        message: "expected an array",
+    },
+    Rule {
+        name: "weights paths must be absolute",
+        valid: |v| model(v, "a-q4")["weights"] = json!([]),
+        invalid: |v| model(v, "a-q4")["weights"] = json!(["/srv/a", "models/a-q4"]),
+        path: r#"models["a-q4"].weights[1]"#,
+        message: "must be an absolute path",
+    },
+    Rule {
+        name: "weights paths are unique",
+        valid: |v| model(v, "a-q4")["weights"] = json!(["/srv/a", "/srv/b"]),
+        invalid: |v| model(v, "a-q4")["weights"] = json!(["/srv/a", "/srv/b", "/srv/a/"]),
+        path: r#"models["a-q4"].weights[2]"#,
+        message: "duplicate path",
+    },
+    Rule {
+        name: "at most 64 weights entries",
+        valid: |v| {
+            let paths: Vec<String> = (0..64).map(|i| format!("/srv/w{i}")).collect();
+            model(v, "a-q4")["weights"] = json!(paths)
+        },
+        invalid: |v| {
+            let paths: Vec<String> = (0..65).map(|i| format!("/srv/w{i}")).collect();
+            model(v, "a-q4")["weights"] = json!(paths)
+        },
+        path: r#"models["a-q4"].weights"#,
+        message: "at most 64 entries, got 65",
+    },
+    Rule {
+        name: "prefetch is a boolean",
+        valid: |v| v["prefetch"] = json!(false),
+        invalid: |v| v["prefetch"] = json!("off"),
+        path: "prefetch",
+        message: "expected a boolean",
+    },
+    Rule {
         name: "unknown top-level key",
         valid: |v| v["listen"] = json!("127.0.0.1:8088"),
         invalid: |v| v["lsiten"] = json!("127.0.0.1:8088"),
@@ -805,6 +846,22 @@ const RANGES: &[Range] = &[
         default: Some(0),
         get: |c| c.scheduling.cache_max_active as u64,
     },
+    Range {
+        key: "prefetch_max_bytes",
+        wait_first: false,
+        min: 1,
+        max: 1 << 50,
+        default: Some(128 << 30),
+        get: |c| c.prefetch.max_bytes,
+    },
+    Range {
+        key: "prefetch_min_free_bytes",
+        wait_first: false,
+        min: 0,
+        max: 1 << 50,
+        default: Some(4 << 30),
+        get: |c| c.prefetch.min_free_bytes,
+    },
 ];
 
 #[test]
@@ -1367,6 +1424,15 @@ fn fingerprint_changes_with_every_setting() {
         ("listen", |v| v["listen"] = json!("127.0.0.1:9")),
         ("require_socket_activation", |v| {
             v["require_socket_activation"] = json!(true)
+        }),
+        // The supervisor's own prefetch settings: a supervisor restart alone applies them.
+        ("prefetch", |v| v["prefetch"] = json!(false)),
+        ("prefetch_max_bytes", |v| v["prefetch_max_bytes"] = json!(5)),
+        ("prefetch_min_free_bytes", |v| {
+            v["prefetch_min_free_bytes"] = json!(5)
+        }),
+        ("weights", |v| {
+            model(v, "a-q4")["weights"] = json!(["/srv/a"])
         }),
     ];
     for (name, change) in unrelated {

@@ -5,7 +5,10 @@
 //! applied (the registry part alone is [`canonical_text`]; the rest is
 //! [`settings_text`]), except the listener settings (`listen`,
 //! `require_socket_activation`), which are the proxy's alone: two proxies
-//! on different listeners may serve one supervisor. Profile contents are
+//! on different listeners may serve one supervisor, and the prefetch
+//! settings (`prefetch`, `prefetch_max_bytes`, `prefetch_min_free_bytes`,
+//! each model's `weights`), which are the supervisor's alone: changing
+//! them needs a restart of the supervisor only. Profile contents are
 //! not part of it: both daemons read the same files. Both digests live
 //! here ([`Config::fingerprint`], [`Registry::fingerprint`]), beside the
 //! texts they hash.

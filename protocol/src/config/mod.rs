@@ -47,6 +47,9 @@
 //! | `model_hold_max_ms` | integer | 0 | 0..=86400000; 0 is off; wait-first only |
 //! | `cache_lookup_ms` | integer | 1000 | 0..=10000; 0 disables lookups |
 //! | `cache_max_active` | integer | 0 | 0..=1024; 0 = no extra limit |
+//! | `prefetch` | boolean | true | read the next model's weights into the page cache while it waits |
+//! | `prefetch_max_bytes` | integer | 137438953472 (128 GiB) | 1..=2^50; larger weights are not prefetched |
+//! | `prefetch_min_free_bytes` | integer | 4294967296 (4 GiB) | 0..=2^50; `MemAvailable` a prefetch leaves |
 //! | `models` | object | required | at least one entry |
 //! | `aliases` | object | `{}` | keys `qwen3.8-flash-next`, `qwen3.6-35b-a3b` |
 //! | `enabled_models` | array of IDs | every ID, in ID order | `[]` exposes none |
@@ -69,6 +72,7 @@
 //! | `compatible` | boolean | false | |
 //! | `enabled` | boolean | | legacy spelling of `installed`; must agree with it |
 //! | `metadata` | object | none | only `meta`, `architecture`, `thinking` (any JSON) |
+//! | `weights` | array of absolute paths or null | derived from the profile | files or directories (read recursively) the load reads; at most 64, no duplicates; `[]` = none |
 //!
 //! # Aliases (`aliases.FAMILY`)
 //!
@@ -85,7 +89,10 @@
 //! `model_name` other than `upstream_model` (an absent `model_name` means
 //! Strata's default, `qwen3.8-flash-next`). `conversation_cache_min_tokens`
 //! (non-negative integer) and `router_metadata` (object) are read when
-//! present; other keys are Strata's business and ignored.
+//! present, and `args` for the weights a model without `weights` reads
+//! (the value of its one `--native` or `--pack`, see
+//! [`profile::EngineWeights`]); other keys are Strata's business and
+//! ignored.
 
 mod alias;
 mod endpoints;
@@ -94,6 +101,7 @@ mod fingerprint;
 mod json_walk;
 mod metadata;
 mod model;
+mod prefetch;
 mod profile;
 mod registry;
 mod request_log;
@@ -106,8 +114,11 @@ pub use alias::Alias;
 pub use endpoints::{DEFAULT_LISTEN, DEFAULT_SUPERVISOR_SOCKET_NAME};
 pub use error::ConfigError;
 pub use metadata::ModelMetadata;
-pub use model::{Family, MAX_MODEL_ID_LEN, ModelEntry, ModelStatus, is_valid_model_id};
-pub use profile::{MAX_PROFILE_BYTES, ProfileInfo, STRATA_DEFAULT_MODEL_NAME};
+pub use model::{
+    Family, MAX_MODEL_ID_LEN, ModelEntry, ModelStatus, WeightsSource, is_valid_model_id,
+};
+pub use prefetch::*;
+pub use profile::{EngineWeights, MAX_PROFILE_BYTES, ProfileInfo, STRATA_DEFAULT_MODEL_NAME};
 pub use registry::{Registry, Resolution};
 pub use request_log::*;
 pub use timers::*;
@@ -122,7 +133,7 @@ pub const DEFAULT_MAX_REQUEST_BODY_BYTES: u64 = 268_435_456;
 pub const MAX_MAX_REQUEST_BODY_BYTES: u64 = 1_073_741_824;
 
 /// Every key the top-level object may carry.
-pub const TOP_LEVEL_KEYS: [&str; 29] = [
+pub const TOP_LEVEL_KEYS: [&str; 32] = [
     "python",
     "strata_dir",
     "listen",
@@ -149,6 +160,9 @@ pub const TOP_LEVEL_KEYS: [&str; 29] = [
     "model_hold_max_ms",
     "cache_lookup_ms",
     "cache_max_active",
+    "prefetch",
+    "prefetch_max_bytes",
+    "prefetch_min_free_bytes",
     "models",
     "aliases",
     "enabled_models",
@@ -213,6 +227,8 @@ pub struct Config {
     pub request_log: RequestLogConfig,
     pub scheduling: Scheduling,
     pub timers: Timers,
+    /// The weights prefetch's switch and bounds (the supervisor's alone).
+    pub prefetch: PrefetchConfig,
     pub registry: Registry,
     /// Accepted but discouraged spellings, as `PATH: MESSAGE` lines for the
     /// daemons to log and `check-config` to print.
@@ -264,6 +280,7 @@ impl Config {
         let readiness = Readiness::parse(&root)?;
         let request_log = request_log::parse(&root)?;
         let (scheduling, timers) = timers::parse(&root)?;
+        let prefetch = prefetch::parse(&root)?;
         let mut warnings = Vec::new();
         let registry = Registry::parse(&root, endpoints.backend_port, &mut warnings)?;
 
@@ -280,6 +297,7 @@ impl Config {
             request_log,
             scheduling,
             timers,
+            prefetch,
             registry,
             warnings,
         })
@@ -300,7 +318,7 @@ impl Config {
             let Some(path) = &entry.profile else {
                 continue;
             };
-            match profile::check_profile(path, &entry.upstream_model) {
+            match profile::check_profile(path, &entry.upstream_model, &self.strata_dir) {
                 ProfileCheck::Missing(reason) => {
                     entry.prepared = ModelStatus::MissingProfile;
                     entry.prepared_detail = Some(reason);

@@ -8,7 +8,7 @@
 use super::ConfigError;
 use super::json_walk::{JsonPath, Obj, as_bool, quote};
 use super::metadata::{METADATA_KEYS, ModelMetadata};
-use super::profile::ProfileInfo;
+use super::profile::{EngineWeights, ProfileInfo};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
@@ -134,6 +134,10 @@ pub struct ModelEntry {
     pub prepared_detail: Option<String>,
     /// What the router read from a valid profile.
     pub profile_info: Option<ProfileInfo>,
+    /// `weights`: the files (and directories) the model's load reads, for
+    /// prefetching; `None` when the key is absent (then derived from the
+    /// profile where it names them, see [`ModelEntry::weights_source`]).
+    pub weights: Option<Vec<PathBuf>>,
 }
 
 impl ModelEntry {
@@ -151,6 +155,23 @@ impl ModelEntry {
                 from_profile.map(|m| &m.architecture),
             ),
             thinking: pick(&self.metadata.thinking, from_profile.map(|m| &m.thinking)),
+        }
+    }
+
+    /// Which files a load of this model reads: the config's `weights`, else
+    /// the path the profile's engine arguments name (`--native` or
+    /// `--pack`), else none.
+    pub fn weights_source(&self) -> WeightsSource {
+        if let Some(paths) = &self.weights {
+            return WeightsSource::Configured(paths.clone());
+        }
+        match self
+            .profile_info
+            .as_ref()
+            .and_then(|info| info.engine_weights.clone())
+        {
+            Some(derived) => WeightsSource::FromProfile(derived),
+            None => WeightsSource::None,
         }
     }
 
@@ -173,6 +194,40 @@ impl ModelEntry {
     }
 }
 
+/// Where a model's weights list comes from ([`ModelEntry::weights_source`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WeightsSource {
+    /// The config's `weights` (possibly empty: nothing to prefetch).
+    Configured(Vec<PathBuf>),
+    /// Derived from the profile's engine arguments.
+    FromProfile(EngineWeights),
+    /// Neither: the model is not prefetched.
+    None,
+}
+
+impl WeightsSource {
+    /// The paths, however they were found.
+    pub fn paths(&self) -> Vec<PathBuf> {
+        match self {
+            WeightsSource::Configured(paths) => paths.clone(),
+            WeightsSource::FromProfile(derived) => vec![derived.path.clone()],
+            WeightsSource::None => Vec::new(),
+        }
+    }
+
+    /// How the list was found, for logs and `check-config` (never a path
+    /// read from the profile: profiles may hold secrets).
+    pub fn describe(&self) -> String {
+        match self {
+            WeightsSource::Configured(paths) => format!("weights: {} configured", paths.len()),
+            WeightsSource::FromProfile(derived) => {
+                format!("weights: from the profile's args ({})", derived.flag)
+            }
+            WeightsSource::None => "weights: none".to_owned(),
+        }
+    }
+}
+
 /// Whether `id` is acceptable as a model ID: 1 to 128 ASCII letters,
 /// digits, `_`, `.` or `-`. IDs reach HTTP headers, logs and records, so
 /// nothing else is allowed.
@@ -184,7 +239,7 @@ pub fn is_valid_model_id(id: &str) -> bool {
 }
 
 /// Every key a model entry may carry.
-const MODEL_KEYS: [&str; 9] = [
+const MODEL_KEYS: [&str; 10] = [
     "family",
     "fine_tune",
     "quantization",
@@ -194,6 +249,7 @@ const MODEL_KEYS: [&str; 9] = [
     "compatible",
     "enabled",
     "metadata",
+    "weights",
 ];
 
 /// Reads the `models` object into entries sorted by ID. Legacy-spelling
@@ -268,6 +324,7 @@ fn parse_entry(
         prepared: ModelStatus::NotInstalled,
         prepared_detail: None,
         profile_info: None,
+        weights: super::prefetch::parse_weights(&obj)?,
     };
     (entry.prepared, entry.prepared_detail) = entry.static_status();
     Ok(entry)

@@ -17,7 +17,7 @@ use super::metadata::ModelMetadata;
 use serde_json::{Map, Value};
 use std::fs::File;
 use std::io::{ErrorKind, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The `model_name` Strata's server uses when a profile does not set one.
 pub const STRATA_DEFAULT_MODEL_NAME: &str = "qwen3.8-flash-next";
@@ -38,6 +38,69 @@ pub struct ProfileInfo {
     /// response's `model` when a request asks for one of them (otherwise it
     /// answers `model_name`). Entries that are not strings are ignored.
     pub aliases: Vec<String>,
+    /// The weights the engine's arguments name, if they name one
+    /// unambiguously (see [`engine_weights`]).
+    pub engine_weights: Option<EngineWeights>,
+}
+
+/// The weights path a profile's engine arguments name: the value of the one
+/// `--native` or `--pack` in `args` (Strata's `model_path`), resolved the
+/// way the engine resolves it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineWeights {
+    /// `--native` or `--pack`.
+    pub flag: &'static str,
+    /// Absolute: a relative value is taken against the profile's `cwd`,
+    /// itself relative to `strata_dir` (the server's working directory,
+    /// which the engine's is resolved against).
+    pub path: PathBuf,
+}
+
+/// The engine flags that name the weights.
+const WEIGHTS_FLAGS: [&str; 2] = ["--native", "--pack"];
+
+/// Derives [`EngineWeights`] from a profile: only when `args` is an array
+/// holding exactly one weights flag with a value (`--native PATH` or
+/// `--native=PATH`, likewise `--pack`); anything else (no flag, both, one
+/// twice, a flag without a value) derives nothing.
+fn engine_weights(profile: &Map<String, Value>, strata_dir: &Path) -> Option<EngineWeights> {
+    let args: Vec<&str> = profile
+        .get("args")?
+        .as_array()?
+        .iter()
+        .map(|arg| arg.as_str().unwrap_or(""))
+        .collect();
+    let mut found = Vec::new();
+    for (index, arg) in args.iter().enumerate() {
+        for flag in WEIGHTS_FLAGS {
+            let value = if *arg == flag {
+                Some(args.get(index + 1).copied().unwrap_or(""))
+            } else {
+                arg.strip_prefix(flag)
+                    .and_then(|rest| rest.strip_prefix('='))
+            };
+            if let Some(value) = value {
+                found.push((flag, value));
+            }
+        }
+    }
+    let [(flag, value)] = found[..] else {
+        return None;
+    };
+    if value.is_empty() {
+        return None;
+    }
+    let value = Path::new(value);
+    let path = if value.is_absolute() {
+        value.to_path_buf()
+    } else {
+        let base = match profile.get("cwd").and_then(Value::as_str) {
+            Some(cwd) => strata_dir.join(cwd),
+            None => strata_dir.to_path_buf(),
+        };
+        base.join(value)
+    };
+    Some(EngineWeights { flag, path })
 }
 
 /// The outcome of checking one profile.
@@ -53,13 +116,16 @@ pub(crate) enum ProfileCheck {
 
 /// Reads and checks the profile at `path` for a model whose backend must
 /// report `upstream_model`.
-pub(crate) fn check_profile(path: &Path, upstream_model: &str) -> ProfileCheck {
+pub(crate) fn check_profile(path: &Path, upstream_model: &str, strata_dir: &Path) -> ProfileCheck {
     let object = match read_object(path) {
         Ok(object) => object,
         Err(check) => return check,
     };
     match check_rules(&object, upstream_model) {
-        Ok(info) => ProfileCheck::Valid(Box::new(info)),
+        Ok(mut info) => {
+            info.engine_weights = engine_weights(&object, strata_dir);
+            ProfileCheck::Valid(Box::new(info))
+        }
         Err(reason) => ProfileCheck::Invalid(reason.to_owned()),
     }
 }
@@ -173,6 +239,7 @@ fn check_rules(
         conversation_cache_min_tokens,
         router_metadata,
         aliases,
+        engine_weights: None,
     })
 }
 
@@ -204,6 +271,50 @@ mod tests {
         assert_eq!(info.aliases, ["a"]);
         let info = rules(json!({"model_name": "m", "aliases": {"x": 1}}), "m").unwrap();
         assert!(info.aliases.is_empty());
+    }
+
+    #[test]
+    fn the_weights_are_derived_only_from_one_unambiguous_flag() {
+        let dir = Path::new("/opt/strata");
+        let derive = |profile: Value| engine_weights(profile.as_object().unwrap(), dir);
+        let weights = |flag, path: &str| {
+            Some(EngineWeights {
+                flag,
+                path: PathBuf::from(path),
+            })
+        };
+        let cases = [
+            (
+                json!({"args": ["--native", "/m/a.strata"]}),
+                weights("--native", "/m/a.strata"),
+            ),
+            (
+                json!({"args": ["-x", "--pack=/m/b.pack"]}),
+                weights("--pack", "/m/b.pack"),
+            ),
+            (
+                json!({"args": ["--native", "w/a.strata"], "cwd": "engine"}),
+                weights("--native", "/opt/strata/engine/w/a.strata"),
+            ),
+            (
+                json!({"args": ["--native", "a.strata"], "cwd": "/srv"}),
+                weights("--native", "/srv/a.strata"),
+            ),
+            (
+                json!({"args": ["--native", "a.strata"]}),
+                weights("--native", "/opt/strata/a.strata"),
+            ),
+            (json!({"args": ["--native", "/a", "--pack", "/b"]}), None),
+            (json!({"args": ["--native", "/a", "--native", "/a"]}), None),
+            (json!({"args": ["--native"]}), None),
+            (json!({"args": ["--native="]}), None),
+            (json!({"args": ["--natives", "/a"]}), None),
+            (json!({"args": "--native /a"}), None),
+            (json!({}), None),
+        ];
+        for (profile, expected) in cases {
+            assert_eq!(derive(profile.clone()), expected, "{profile}");
+        }
     }
 
     #[test]
