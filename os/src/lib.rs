@@ -7,14 +7,16 @@
 //! - `child.rs`: [`die_with_parent`], the parent-death hook every spawned child gets.
 //! - `memory.rs`: [`release_free_memory`], the heap handed back after a burst.
 //! - `dir_watch.rs`: [`DirWatch`], inotify made async.
+//! - `page_cache.rs`: [`page_cache`], a file's residency (`mincore`), read-ahead and eviction
+//!   hints, and the background thread priority, for the weights prefetch.
 //! - `warn_limit.rs`: [`WarnLimit`], the first warning of a kind at once, then one counted
 //!   line per interval.
 //!
 //! Nothing here knows what the processes say to each other (that is `strata-protocol`'s): this
 //! crate depends on no workspace crate.
 //!
-//! `unsafe` is denied in the crate and allowed in exactly three modules, below, each holding
-//! one audited use with its `SAFETY` comment and nothing else that needs `unsafe`. The other
+//! `unsafe` is denied in the crate and allowed in exactly four modules, below, each holding
+//! audited uses with their `SAFETY` comments and nothing else that needs `unsafe`. The other
 //! crates (`protocol`, the daemons, `strata-ctl`) forbid `unsafe` outright.
 #![deny(unsafe_code)]
 
@@ -27,6 +29,10 @@ mod dir_watch;
 // `release_free_memory`: glibc's `malloc_trim`.
 #[allow(unsafe_code)]
 mod memory;
+// The `mmap`/`mincore`/`munmap` of a residency check, `sysconf` for the page size, and the
+// `ioprio_set` and `setpriority` of a background thread.
+#[allow(unsafe_code)]
+pub mod page_cache;
 
 mod daemon;
 mod open_files;
