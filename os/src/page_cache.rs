@@ -157,11 +157,17 @@ mod tests {
         evict(&file).unwrap();
         let cold = resident_bytes(&file, 0, len).unwrap();
         if cold == len {
-            eprintln!("skipped: {} keeps every page resident (tmpfs?)", dir.display());
+            eprintln!(
+                "skipped: {} keeps every page resident (tmpfs?)",
+                dir.display()
+            );
             std::fs::remove_file(&path).unwrap();
             return;
         }
-        assert!(cold < len / 4, "after eviction {cold} of {len} bytes resident");
+        assert!(
+            cold < len / 4,
+            "after eviction {cold} of {len} bytes resident"
+        );
         let mut first_half = vec![0u8; (len / 2) as usize];
         (&file).read_exact(&mut first_half).unwrap();
         let half = resident_bytes(&file, 0, len / 2).unwrap();
@@ -178,11 +184,9 @@ mod tests {
     fn the_thread_priority_can_be_lowered() {
         std::thread::spawn(|| {
             lower_thread_priority().unwrap();
-            let status = std::fs::read_to_string(format!(
-                "/proc/self/task/{}/stat",
-                nix::unistd::gettid()
-            ))
-            .unwrap();
+            let status =
+                std::fs::read_to_string(format!("/proc/self/task/{}/stat", nix::unistd::gettid()))
+                    .unwrap();
             // Field 19 (after the parenthesised name) is the nice value.
             let after_name = &status[status.rfind(')').unwrap() + 2..];
             let nice: i64 = after_name.split(' ').nth(16).unwrap().parse().unwrap();

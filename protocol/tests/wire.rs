@@ -149,12 +149,14 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
                     status: ModelStatus::Loaded,
                     last_error: None,
                     cooldown_remaining_ms: None,
+                    typical_load_ms: Some(21_500),
                 },
                 ModelStatusEntry {
                     id: "b".into(),
                     status: ModelStatus::InvalidProfile,
                     last_error: Some("backend exited during startup (exit code 3)".into()),
                     cooldown_remaining_ms: Some(29_000),
+                    typical_load_ms: None,
                 },
             ],
         }),
@@ -215,6 +217,18 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
                 in_flight: 2,
                 proxies: 1,
                 model_loads: [(("a".to_owned(), "verified".to_owned()), 3)].into(),
+                prefetch: [
+                    (
+                        "a".to_owned(),
+                        strata_protocol::wire::PrefetchFigures {
+                            bytes: 1 << 30,
+                            seconds: 0.75,
+                            resident_at_load: Some(0.98),
+                        },
+                    ),
+                    ("b".to_owned(), Default::default()),
+                ]
+                .into(),
                 in_flight_requests: vec![strata_protocol::api::InFlightRequest {
                     request_id: "inst-4".into(),
                     model: "a".into(),
@@ -358,7 +372,7 @@ fn fnv1a_64(bytes: &[u8]) -> u64 {
 /// The wire format as of a protocol version: `PROTOCOL_VERSION` and the
 /// hash of every sample message's frame. Round trips cannot notice a change
 /// (both ends are built from the same source); this can.
-const PINNED_WIRE: (u32, u64) = (8, 0x564b_d997_ed08_1a64);
+const PINNED_WIRE: (u32, u64) = (9, 0xcc12_9619_d972_f792);
 
 /// A change to any message's shape (a field, a variant, its order or type)
 /// changes the encoded samples; the test fails until `PROTOCOL_VERSION` and

@@ -308,6 +308,46 @@ pub fn decide(view: &View) -> Plan {
     plan
 }
 
+/// The model the plan shows going next without starting it yet: the best
+/// waiting tier's earliest ticket for a model other than the serving one,
+/// while its switch waits (for the serving model's leases, its grace, a
+/// cache lookup, the run of tickets ahead of it). What the weights prefetch
+/// reads meanwhile. `None` when the plan starts a load now, while a load or
+/// stop runs, when nothing serves (a load would start at once), when no
+/// such ticket waits, or when that model's launch is cooling down (it would
+/// fail, not load).
+pub fn next_switch<'a>(view: &View<'a>, plan: &Plan) -> Option<&'a str> {
+    if plan
+        .decisions
+        .iter()
+        .any(|decision| matches!(decision, Decision::StartLoad { .. }))
+    {
+        return None;
+    }
+    let BackendView::Serving { model: serving } = view.backend else {
+        return None;
+    };
+    let failed: HashSet<TicketKey> = plan
+        .decisions
+        .iter()
+        .filter_map(|decision| match decision {
+            Decision::Fail(key, _) => Some(*key),
+            _ => None,
+        })
+        .collect();
+    let waiting = || {
+        view.queue
+            .iter()
+            .filter(|ticket| !ticket.admitted && !failed.contains(&ticket.key))
+    };
+    let top = waiting().map(|ticket| ticket.tier).min()?;
+    let next = waiting().find(|ticket| ticket.tier == top && ticket.model != serving)?;
+    if cooldown_until(view, &next.model).is_some() {
+        return None;
+    }
+    Some(next.model.as_str())
+}
+
 /// Dispatch slots still free when `used` requests are dispatched or about
 /// to be (admitted to a load).
 fn free_slots(rules: &Rules, used: usize, dispatch_limit: Option<usize>) -> usize {

@@ -1041,3 +1041,109 @@ async fn a_lookup_that_outlives_its_budget_falls_back_to_arrival_order() {
         tokio::time::sleep_until(plan.wake_at.expect("the lookup's budget")).await;
     }
 }
+
+// ---- the next switch (what the weights prefetch reads) ----------------------
+
+#[test]
+fn the_next_switch_is_the_best_tiers_first_other_model_while_it_waits() {
+    let mut cooling = World::new(Mode::WaitFirst, 16)
+        .serving("a")
+        .leases(1)
+        .queue(&[(1, "b", D)]);
+    cooling
+        .cooldowns
+        .insert("b".into(), cooling.now + Duration::from_secs(5));
+    let cases: Vec<(&str, World, Option<&str>)> = vec![
+        (
+            "b waits behind a's lease",
+            World::new(Mode::WaitFirst, 16)
+                .serving("a")
+                .leases(1)
+                .queue(&[(1, "b", D)]),
+            Some("b"),
+        ),
+        (
+            "a's own tickets come first, then b",
+            World::new(Mode::WaitFirst, 1)
+                .serving("a")
+                .leases(1)
+                .queue(&[(1, "a", D), (2, "b", D), (3, "c", D)]),
+            Some("b"),
+        ),
+        (
+            "the best tier decides: c is priority",
+            World::new(Mode::WaitFirst, 16)
+                .serving("a")
+                .leases(1)
+                .queue(&[(1, "b", F), (2, "c", P)]),
+            Some("c"),
+        ),
+        (
+            "legacy: b waits for a's responses",
+            World::new(Mode::Legacy, 16)
+                .serving("a")
+                .leases(1)
+                .queue(&[(1, "b", D)]),
+            Some("b"),
+        ),
+        (
+            "only the serving model waits",
+            World::new(Mode::WaitFirst, 16)
+                .serving("a")
+                .leases(1)
+                .queue(&[(1, "a", D)]),
+            None,
+        ),
+        (
+            "the switch starts now: b's own load is no time to prefetch",
+            World::new(Mode::WaitFirst, 16)
+                .serving("a")
+                .queue(&[(1, "b", D)]),
+            None,
+        ),
+        (
+            "a load runs",
+            World::new(Mode::WaitFirst, 16)
+                .loading("a")
+                .queue(&[(1, "a", D), (2, "b", D)]),
+            None,
+        ),
+        (
+            "nothing serves: b loads at once",
+            World::new(Mode::WaitFirst, 16).queue(&[(1, "b", D)]),
+            None,
+        ),
+        ("b's launch is cooling down", cooling, None),
+    ];
+    for (name, world, expected) in cases {
+        let view = world.view();
+        let plan = decide(&view);
+        assert_eq!(next_switch(&view, &plan), expected, "{name}: {plan:?}");
+    }
+}
+
+#[test]
+fn the_next_switch_waits_out_the_grace_and_skips_failed_tickets() {
+    let mut world = World::new(Mode::WaitFirst, 16)
+        .serving("a")
+        .queue(&[(1, "b", D)]);
+    world.quiet_since = world.now;
+    let view = world.view();
+    let plan = decide(&view);
+    assert_eq!(plan.decisions, []);
+    assert_eq!(
+        next_switch(&view, &plan),
+        Some("b"),
+        "grace holds the switch"
+    );
+
+    // Legacy: b's queue_ms has passed, so b fails instead of going next.
+    let mut world = World::new(Mode::Legacy, 16)
+        .serving("a")
+        .leases(1)
+        .queue(&[(1, "b", D)]);
+    world.queue[0].deadline = Some(world.now);
+    let view = world.view();
+    let plan = decide(&view);
+    assert_eq!(next_switch(&view, &plan), None, "{plan:?}");
+}

@@ -5,12 +5,15 @@
 //! - [`backend`]: start, verify and stop one Strata child.
 //! - [`engine`]: the single task that owns the child and decides loads,
 //!   switches, idle unloads and operator operations.
+//! - [`prefetch`]: the next model's weights read into the page cache while
+//!   it waits.
 //! - [`link`]: the private supervisor socket proxies lease through.
 //! - [`control`]: the operator control socket.
 //! - [`sockets`]: private directory checks and safe socket binding.
 //! - [`daemon`]: `run`, wiring it all together.
 //!
-//! No `unsafe`: the one `pre_exec` hook is `strata_os::die_with_parent`.
+//! No `unsafe`: the one `pre_exec` hook is `strata_os::die_with_parent`, and
+//! the page-cache calls are `strata_os::page_cache`.
 #![forbid(unsafe_code)]
 
 pub mod accounting;
@@ -19,6 +22,7 @@ pub mod control;
 pub mod daemon;
 pub mod engine;
 pub mod link;
+pub mod prefetch;
 pub mod sockets;
 
 pub use daemon::{RunError, run};

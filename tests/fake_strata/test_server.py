@@ -789,6 +789,23 @@ class LifecycleTests(unittest.TestCase):
         self.assertEqual(badkey.wait_exit(), 2)
         self.assertIn("tokenz", badkey.stderr())
 
+    def test_read_weights_reads_the_whole_file_before_ready(self):
+        weights_dir = tempfile.mkdtemp(prefix="fake-weights-")
+        self.addCleanup(shutil.rmtree, weights_dir, True)
+        path = os.path.join(weights_dir, "w.bin")
+        with open(path, "wb") as f:
+            f.write(b"w" * (9 << 20))
+        fake = Fake(self, fake={"read_weights": path})
+        fake.wait_ready()
+        read = fake.events("weights_read")
+        self.assertEqual(len(read), 1)
+        self.assertEqual(read[0]["bytes"], 9 << 20)
+        names = [e["event"] for e in fake.events()]
+        self.assertLess(names.index("weights_read"), names.index("ready"))
+        missing = Fake(self, fake={"read_weights": os.path.join(weights_dir, "none")})
+        self.assertEqual(missing.wait_exit(), 1)
+        self.assertIn("cannot read the weights", missing.stderr())
+
     def test_cache_lookup_disabled_and_min_tokens(self):
         off = Fake(self, fake={"cache_lookup": False})
         on = Fake(self, profile={"conversation_cache_min_tokens": 4096})

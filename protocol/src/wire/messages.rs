@@ -45,7 +45,7 @@ use crate::record::RequestRecord;
 use crate::stats::RequestStats;
 
 /// Bumped whenever a message or field changes shape.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// The most bytes a frame from a proxy may have, for a config whose longest
 /// `upstream_model` is `longest_upstream_model` bytes. The supervisor
@@ -278,6 +278,21 @@ pub struct RouterMetrics {
     /// The oldest requests held (waiting, loading, leased), oldest first.
     pub in_flight_requests: Vec<InFlightRequest>,
     pub request_log: RequestLogStats,
+    /// The weights prefetch, per model that has been prefetched or loaded
+    /// with a weights list.
+    pub prefetch: BTreeMap<String, PrefetchFigures>,
+}
+
+/// One model's weights prefetch figures since the supervisor started.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PrefetchFigures {
+    /// Bytes read into the page cache that were not resident before.
+    pub bytes: u64,
+    /// Time spent reading them.
+    pub seconds: f64,
+    /// The fraction of its weights in the page cache when its last load
+    /// started (0 to 1); `None` before a load with a weights list.
+    pub resident_at_load: Option<f64>,
 }
 
 /// The accounting store's counters.
@@ -421,6 +436,11 @@ pub struct ModelStatusEntry {
     /// What was left of this model's start cooldown when the state was
     /// made (the proxy counts it down from the state's arrival).
     pub cooldown_remaining_ms: Option<u64>,
+    /// How long this model's loads usually take: the median of its last
+    /// successful loads since the supervisor started (`/v1/models`
+    /// `typical_load_ms`, the waiting stream's "usually"); `None` before the
+    /// first.
+    pub typical_load_ms: Option<u64>,
 }
 
 /// What the supervisor streams to every proxy.

@@ -27,8 +27,8 @@ pub use frame::{
 };
 pub use messages::{
     ArrivalInfo, BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure,
-    ModelStatusEntry, PROTOCOL_VERSION, ProxyMessage, RequestLogStats, RevokeReason, RouterMetrics,
-    RouterState, ServiceTier, SubmittedRecord, SupervisorMessage, TicketId, TicketRequest,
-    TicketScore, proxy_frame_limit,
+    ModelStatusEntry, PROTOCOL_VERSION, PrefetchFigures, ProxyMessage, RequestLogStats,
+    RevokeReason, RouterMetrics, RouterState, ServiceTier, SubmittedRecord, SupervisorMessage,
+    TicketId, TicketRequest, TicketScore, proxy_frame_limit,
 };
 pub use refuse::RefuseReason;

@@ -64,6 +64,34 @@ pub fn render(
         }
     }
     out.family(
+        "prefetch_bytes_total",
+        "counter",
+        "Weights bytes the prefetch read into the page cache that were not resident.",
+    );
+    if let Some(metrics) = metrics {
+        for (model, figures) in &metrics.prefetch {
+            out.sample(
+                "prefetch_bytes_total",
+                &[("model", model)],
+                figures.bytes as f64,
+            );
+        }
+    }
+    out.family(
+        "prefetch_seconds_total",
+        "counter",
+        "Time the prefetch spent reading weights.",
+    );
+    if let Some(metrics) = metrics {
+        for (model, figures) in &metrics.prefetch {
+            out.sample(
+                "prefetch_seconds_total",
+                &[("model", model)],
+                figures.seconds,
+            );
+        }
+    }
+    out.family(
         "response_bytes_total",
         "counter",
         "Response bytes sent to clients, over every record.",
@@ -161,6 +189,18 @@ pub fn render(
                 .iter()
                 .any(|entry| entry.id == *model && entry.last_error.is_some());
             out.sample("last_startup_error", &[("model", model)], flag(failed));
+        }
+    }
+    out.family(
+        "load_resident_ratio",
+        "gauge",
+        "Fraction of a model's weights in the page cache when its last load started.",
+    );
+    if let Some(metrics) = metrics {
+        for (model, figures) in &metrics.prefetch {
+            if let Some(fraction) = figures.resident_at_load {
+                out.sample("load_resident_ratio", &[("model", model)], fraction);
+            }
         }
     }
     let gauge = |out: &mut Exposition, name: &str, help: &str, value: Option<f64>| {

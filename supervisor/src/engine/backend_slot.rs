@@ -17,6 +17,7 @@ use strata_scheduler::BackendView;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::load_times::LoadTimes;
 use super::backend_ops::{OpOutcome, OpProgress, OpRequest, ProgressEvent};
 use crate::backend::{
     Backend, ExitInfo, LaunchSpec, Readiness, StartError, StartProgress, StopReport,
@@ -133,12 +134,19 @@ pub struct BackendSlot {
     /// Per model: the generic cause of its last failed start, until it
     /// starts.
     start_errors: BTreeMap<String, String>,
+    /// Per model: how long its verified loads took.
+    load_times: LoadTimes,
     op: Option<RunningOp>,
     op_seq: u64,
 }
 
 impl BackendSlot {
     // ---- what runs --------------------------------------------------------
+
+    /// How long `model`'s loads usually take; `None` before its first.
+    pub fn typical_load_ms(&self, model: &str) -> Option<u64> {
+        self.load_times.typical_ms(model)
+    }
 
     /// The model a verified backend serves (no op runs then: an op owns the
     /// backend it works on).
@@ -473,6 +481,7 @@ impl BackendSlot {
         self.verified.insert(model.clone());
         self.cooldowns.remove(&model);
         self.start_errors.remove(&model);
+        self.load_times.learn(&model, load_ms);
         Finished::Verified {
             seq,
             model,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use strata_protocol::wire::ArrivalInfo;
+use strata_protocol::wire::{ArrivalInfo, PrefetchFigures};
 
 /// Router-wide counts, published by the engine after every change so the
 /// link can answer arrivals and `/metrics` without waiting for the engine.
@@ -21,6 +21,9 @@ pub struct Counters {
     proxies: AtomicU64,
     /// Finished loads by (model, outcome).
     loads: Mutex<BTreeMap<(String, String), u64>>,
+    /// The weights prefetch's figures per model (its worker thread and
+    /// the residency check at each load's start write them).
+    prefetch: Mutex<BTreeMap<String, PrefetchFigures>>,
 }
 
 impl Counters {
@@ -83,6 +86,27 @@ impl Counters {
     /// Finished loads so far.
     pub fn loads(&self) -> BTreeMap<(String, String), u64> {
         lock(&self.loads).clone()
+    }
+
+    /// The prefetch of `model` read `bytes` more in `seconds`.
+    pub fn count_prefetched(&self, model: &str, bytes: u64, seconds: f64) {
+        let mut figures = lock(&self.prefetch);
+        let entry = figures.entry(model.to_owned()).or_default();
+        entry.bytes += bytes;
+        entry.seconds += seconds;
+    }
+
+    /// The fraction of `model`'s weights resident when its load started.
+    pub fn set_resident_at_load(&self, model: &str, fraction: f64) {
+        lock(&self.prefetch)
+            .entry(model.to_owned())
+            .or_default()
+            .resident_at_load = Some(fraction);
+    }
+
+    /// The prefetch figures so far.
+    pub fn prefetch(&self) -> BTreeMap<String, PrefetchFigures> {
+        lock(&self.prefetch).clone()
     }
 }
 

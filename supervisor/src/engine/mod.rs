@@ -20,6 +20,7 @@ mod drain;
 mod handle;
 mod leases;
 mod ledger;
+mod load_times;
 mod operator;
 mod queue;
 mod report;

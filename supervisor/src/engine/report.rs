@@ -64,6 +64,7 @@ impl Parts<'_> {
                     status,
                     last_error: self.slot.start_error(&entry.id).map(str::to_owned),
                     cooldown_remaining_ms: self.slot.cooldown_remaining(&entry.id, now).map(millis),
+                    typical_load_ms: self.slot.typical_load_ms(&entry.id),
                 }
             })
             .collect();

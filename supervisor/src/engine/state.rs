@@ -39,6 +39,7 @@ use super::operator::{self, Operator, OperatorAction};
 use super::queue::{Queue, TicketInfo};
 use super::report::Parts;
 use crate::backend::StartProgress;
+use crate::prefetch::Prefetch;
 
 /// How often the engine checks child death, drain deadlines and lookup
 /// budgets (and re-decides).
@@ -91,6 +92,8 @@ pub struct Engine {
     finished: bool,
     /// When the last plan wants to look again.
     wake_at: Option<Instant>,
+    /// Reads the next model's weights while it waits.
+    prefetch: Prefetch,
 }
 
 impl Engine {
@@ -102,6 +105,7 @@ impl Engine {
         now: Instant,
     ) -> Engine {
         let rules = Rules::from_config(&config);
+        let prefetch = Prefetch::start(&config, counters.clone());
         Engine {
             operator: Operator::new(Duration::from_millis(config.timers.startup_ms)),
             config,
@@ -121,6 +125,7 @@ impl Engine {
             drain_done: None,
             finished: false,
             wake_at: None,
+            prefetch,
         }
     }
 
@@ -150,6 +155,12 @@ impl Engine {
     #[cfg(test)]
     pub fn wake_at(&self) -> Option<Instant> {
         self.wake_at
+    }
+
+    /// The model whose weights the engine wants prefetched.
+    #[cfg(test)]
+    pub fn prefetching(&self) -> Option<&str> {
+        self.prefetch.wanted()
     }
 
     pub fn handle(&mut self, command: Command, now: Now) {
@@ -521,9 +532,11 @@ impl Engine {
         }
         self.queue.expire_lookup(now.at);
         if self.drain_holds(now) {
+            self.prefetch.want(None);
             self.parts().publish_counts(&self.counters);
             return;
         }
+        let mut next = None;
         // A few rounds at most: applying a plan can make another decision
         // due (a queue timeout frees the head in legacy mode).
         for _ in 0..4 {
@@ -540,7 +553,16 @@ impl Engine {
             } else {
                 Hold::None
             };
-            let plan = scheduler::decide(&self.view(now, hold));
+            let view = self.view(now, hold);
+            let plan = scheduler::decide(&view);
+            // What goes next without starting yet: an operator `on` that
+            // waits for the leases to end, else what the plan shows.
+            next = self
+                .operator
+                .waits_to_load()
+                .filter(|model| Some(*model) != self.slot.serving_model())
+                .or_else(|| scheduler::next_switch(&view, &plan))
+                .map(str::to_owned);
             self.wake_at = plan.wake_at;
             if plan.decisions.is_empty() {
                 break;
@@ -549,6 +571,12 @@ impl Engine {
                 self.apply(decision, now);
             }
         }
+        // A load started by this round stopped the prefetch already, and
+        // the loading model is never `next`.
+        if self.slot.op_running() {
+            next = None;
+        }
+        self.prefetch.want(next.as_deref());
         self.parts().publish_counts(&self.counters);
     }
 
@@ -696,6 +724,7 @@ impl Engine {
     /// Starts loading `model`, stopping the current backend first.
     fn start_load(&mut self, model: &str, started_by_control: bool, now: Now) {
         let spec = backend_slot::launch_spec(&self.config, model);
+        self.prefetch.load_starting(model);
         let request = self.slot.start_load(spec, started_by_control, now.at);
         self.ops.run(request);
         tracing::info!(model, "loading model");

@@ -513,3 +513,46 @@ fn the_profiles_cache_threshold_decides_who_qualifies() {
         assert_eq!(order, expected, "profile threshold {profile_threshold:?}");
     }
 }
+
+/// What the engine wants prefetched: b while its ticket waits behind a's
+/// lease (and the grace after it), nothing once b's ticket has left,
+/// nothing while b's own load runs, and b again while an operator `on b`
+/// waits for a's lease.
+#[test]
+fn the_engine_wants_the_next_model_prefetched_while_it_waits() {
+    let mut h = Harness::new(|b| b.model_grace_ms(5_000));
+    h.connect(1);
+    h.enqueue(1, 1, "a");
+    let load = h.op();
+    assert_eq!(h.engine.prefetching(), None, "a loads at once");
+    h.verify(load);
+    h.enqueue(1, 2, "b");
+    assert_eq!(h.engine.prefetching(), Some("b"), "b waits for a's lease");
+    // b's client leaves.
+    h.finish(1, 2);
+    assert_eq!(h.engine.prefetching(), None, "b's ticket left");
+    h.enqueue(1, 3, "b");
+    assert_eq!(h.engine.prefetching(), Some("b"));
+    h.finish(1, 1);
+    assert_eq!(h.engine.prefetching(), Some("b"), "a's grace holds the switch");
+    h.no_op();
+    h.advance(Duration::from_millis(5_000));
+    let switch = h.op();
+    assert_eq!(h.engine.prefetching(), None, "b's own load runs");
+    h.verify(switch);
+    assert!(h.messages(1).iter().any(|m| is_grant(m, 3).is_some()));
+
+    // An operator `on a` waits for b's lease: a is next.
+    let (events, _control) = mpsc::unbounded_channel();
+    h.send(Command::On {
+        id: 9,
+        model: Some("a".into()),
+        events,
+    });
+    h.no_op();
+    assert_eq!(h.engine.prefetching(), Some("a"), "on a waits for b's lease");
+    h.finish(1, 3);
+    let load = h.op();
+    assert_eq!(h.engine.prefetching(), None, "on's own load runs");
+    h.verify(load);
+}

@@ -152,6 +152,7 @@ impl LinkShared {
             in_flight,
             proxies,
             model_loads: self.counters.loads(),
+            prefetch: self.counters.prefetch(),
             in_flight_requests: Vec::new(),
             requests: self
                 .stats

@@ -30,6 +30,7 @@ MID_STREAM = ("error", "die")
 PROFILE_KEYS = {
     "log": (None, "abspath"),
     "load_ms": (0, "ms"),
+    "read_weights": (None, "abspath"),
     "start_failure": (None, START_FAILURES),
     "exit_code": (3, "exit_code"),
     "ignore_sigterm": (False, "bool"),

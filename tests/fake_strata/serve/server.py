@@ -688,6 +688,25 @@ def main(argv=None):
             stop_now()
         time.sleep(min(0.01, max(0.0, load_deadline - time.monotonic())))
 
+    # Like a real engine, read the whole weights file before serving (what
+    # the router's prefetch can have put in the page cache).
+    if start["read_weights"]:
+        began = time.monotonic()
+        read = 0
+        try:
+            with open(start["read_weights"], "rb", buffering=0) as weights:
+                while True:
+                    if poll_signals():
+                        stop_now()
+                    chunk = weights.read(8 << 20)
+                    if not chunk:
+                        break
+                    read += len(chunk)
+        except OSError as e:
+            sys.stderr.write("error: cannot read the weights: %s\n" % e)
+            finish(log, 1, reason="read_weights failed")
+        log.event("weights_read", bytes=read, seconds=time.monotonic() - began)
+
     failure = start["start_failure"]
     if failure == "exit":
         sys.stderr.write("error: scripted start failure\n")

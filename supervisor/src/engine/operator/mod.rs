@@ -179,6 +179,19 @@ impl Operator {
         self.current.is_some()
     }
 
+    /// The model an `on` waits to load (its leases have not ended, its
+    /// own load has not started), if one does.
+    pub fn waits_to_load(&self) -> Option<&str> {
+        match &self.current.as_ref()?.kind {
+            Kind::On {
+                model,
+                loading: false,
+                ..
+            } => Some(model),
+            _ => None,
+        }
+    }
+
     /// `on` or `off`, while one runs.
     pub fn name(&self) -> Option<&'static str> {
         self.current.as_ref().map(Operation::name)

@@ -1,0 +1,179 @@
+//! The weights prefetch: while the next model cannot start yet, its
+//! weights are read into the page cache, so its load reads memory instead
+//! of the disk.
+//!
+//! The engine says after every decision which model goes next without
+//! starting yet ([`Prefetch::want`]: the scheduler's
+//! `strata_scheduler::next_switch`, or the model an operator `on` waits to
+//! load). This handle passes a change on to one thread of its own
+//! (`worker.rs`), which reads that model's files (`files.rs`) at idle I/O
+//! priority, within `prefetch_max_bytes` and `prefetch_min_free_bytes`
+//! (`memory.rs`), and stops between two chunks once the engine wants
+//! something else, in particular as soon as any load starts
+//! ([`Prefetch::load_starting`]), so it never competes with a load. When a
+//! load starts, the fraction of its weights already resident is measured
+//! on a short thread of its own, at normal priority, and kept for
+//! `/metrics`.
+//!
+//! Nothing here decides anything about scheduling, and nothing here can
+//! fail a request: every problem is a log line (once per model and cause).
+
+mod files;
+mod memory;
+mod worker;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use strata_protocol::config::{Config, WeightsSource};
+
+use crate::engine::Counters;
+use worker::{Job, Shared, Worker};
+
+/// The test hook that slows the prefetch down: a pause in milliseconds
+/// after each chunk read, so that an end-to-end test can watch a prefetch
+/// in progress and stop it. Unset in production.
+pub const TEST_PAUSE_ENV: &str = "STRATA_TEST_PREFETCH_PAUSE_MS";
+
+/// The engine's handle on the prefetch thread.
+#[derive(Debug)]
+pub struct Prefetch {
+    /// Models with something to read, by ID; empty when `prefetch` is off.
+    sources: BTreeMap<String, WeightsSource>,
+    /// What the engine last asked for (kept also for a model without
+    /// weights, so the engine's wish can be checked in tests).
+    wanted: Option<String>,
+    shared: Option<Arc<Shared>>,
+    counters: Arc<Counters>,
+}
+
+impl Prefetch {
+    /// Starts the prefetch thread, unless `prefetch` is false or no model
+    /// has a weights list.
+    pub fn start(config: &Config, counters: Arc<Counters>) -> Prefetch {
+        let sources: BTreeMap<String, WeightsSource> = if config.prefetch.enabled {
+            config
+                .registry
+                .models()
+                .iter()
+                .map(|entry| (entry.id.clone(), entry.weights_source()))
+                .filter(|(_, source)| !source.paths().is_empty())
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        for (model, source) in &sources {
+            tracing::debug!(model, source = %source.describe(), "weights to prefetch");
+        }
+        let shared = (!sources.is_empty()).then(|| {
+            let shared = Arc::new(Shared::default());
+            let worker = Worker {
+                shared: shared.clone(),
+                counters: counters.clone(),
+                bounds: config.prefetch.clone(),
+                pause: test_pause(),
+                said: HashSet::new(),
+            };
+            std::thread::Builder::new()
+                .name("weights-prefetch".into())
+                .spawn(move || worker.run())
+                .expect("the prefetch thread starts");
+            shared
+        });
+        Prefetch {
+            sources,
+            wanted: None,
+            shared,
+            counters,
+        }
+    }
+
+    /// What the engine last asked for.
+    pub fn wanted(&self) -> Option<&str> {
+        self.wanted.as_deref()
+    }
+
+    /// `model` goes next but cannot start yet (or nothing does: `None`).
+    /// Only a change does anything: the running prefetch stops, and the new
+    /// model's starts.
+    pub fn want(&mut self, model: Option<&str>) {
+        if self.wanted.as_deref() == model {
+            return;
+        }
+        self.wanted = model.map(str::to_owned);
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        let generation = shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        let job = model.and_then(|model| {
+            Some(Job {
+                model: model.to_owned(),
+                source: self.sources.get(model)?.clone(),
+                generation,
+            })
+        });
+        let mut slot = shared
+            .slot
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        slot.next = job;
+        shared.wake.notify_one();
+    }
+
+    /// A load of `model` starts: the prefetch stops, and what is resident
+    /// of `model`'s weights is measured and kept.
+    pub fn load_starting(&mut self, model: &str) {
+        self.want(None);
+        let Some(source) = self.sources.get(model).cloned() else {
+            return;
+        };
+        let counters = self.counters.clone();
+        let model = model.to_owned();
+        let _ = std::thread::Builder::new()
+            .name("weights-resident".into())
+            .spawn(move || {
+                let found = files::expand(&source.paths());
+                let total = found.total_bytes();
+                if total == 0 {
+                    return;
+                }
+                let resident: u64 = found
+                    .files
+                    .iter()
+                    .map(|file| worker::resident_of(&file.path, file.len))
+                    .sum();
+                let fraction = resident as f64 / total as f64;
+                tracing::info!(
+                    model,
+                    bytes = total,
+                    resident_percent = resident * 100 / total,
+                    "weights resident at load start"
+                );
+                counters.set_resident_at_load(&model, fraction);
+            });
+    }
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        if let Some(shared) = &self.shared {
+            shared.generation.fetch_add(1, Ordering::AcqRel);
+            shared
+                .slot
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .closed = true;
+            shared.wake.notify_one();
+        }
+    }
+}
+
+fn test_pause() -> Duration {
+    std::env::var(TEST_PAUSE_ENV)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or_default()
+}
