@@ -113,6 +113,23 @@ impl Stack {
         stack
     }
 
+    /// Like [`Stack::start`], letting `customize` change the supervisor's command first (an
+    /// environment variable, say).
+    pub fn start_with_supervisor(
+        config: TestConfig,
+        customize: impl FnOnce(&mut Command),
+    ) -> Stack {
+        let mut stack = Stack {
+            proxy: None,
+            extra: Vec::new(),
+            retired: Vec::new(),
+            spawned: 0,
+            supervisor: Some(Supervisor::start_with(config, customize)),
+        };
+        stack.start_proxy();
+        stack
+    }
+
     /// Like [`Stack::start`], with both daemons logging at `level` (`STRATA_LOG`).
     pub fn start_logging(config: TestConfig, level: &str) -> Stack {
         let mut stack = Stack {

@@ -17,8 +17,8 @@ use strata_scheduler::BackendView;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::load_times::LoadTimes;
 use super::backend_ops::{OpOutcome, OpProgress, OpRequest, ProgressEvent};
+use super::load_times::LoadTimes;
 use crate::backend::{
     Backend, ExitInfo, LaunchSpec, Readiness, StartError, StartProgress, StopReport,
 };

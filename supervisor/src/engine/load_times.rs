@@ -58,7 +58,11 @@ mod tests {
         for _ in 0..WINDOW {
             times.learn("a", 4_000);
         }
-        assert_eq!(times.typical_ms("a"), Some(4_000), "the old loads are forgotten");
+        assert_eq!(
+            times.typical_ms("a"),
+            Some(4_000),
+            "the old loads are forgotten"
+        );
         assert_eq!(times.typical_ms("b"), None, "per model");
     }
 }

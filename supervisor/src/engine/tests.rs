@@ -534,7 +534,11 @@ fn the_engine_wants_the_next_model_prefetched_while_it_waits() {
     h.enqueue(1, 3, "b");
     assert_eq!(h.engine.prefetching(), Some("b"));
     h.finish(1, 1);
-    assert_eq!(h.engine.prefetching(), Some("b"), "a's grace holds the switch");
+    assert_eq!(
+        h.engine.prefetching(),
+        Some("b"),
+        "a's grace holds the switch"
+    );
     h.no_op();
     h.advance(Duration::from_millis(5_000));
     let switch = h.op();
@@ -550,7 +554,11 @@ fn the_engine_wants_the_next_model_prefetched_while_it_waits() {
         events,
     });
     h.no_op();
-    assert_eq!(h.engine.prefetching(), Some("a"), "on a waits for b's lease");
+    assert_eq!(
+        h.engine.prefetching(),
+        Some("a"),
+        "on a waits for b's lease"
+    );
     h.finish(1, 3);
     let load = h.op();
     assert_eq!(h.engine.prefetching(), None, "on's own load runs");

@@ -22,7 +22,8 @@ mod tests {
 
     #[test]
     fn mem_available_is_read_in_bytes() {
-        let meminfo = "MemTotal:       24576000 kB\nMemFree:         1000 kB\nMemAvailable:   20480000 kB\n";
+        let meminfo =
+            "MemTotal:       24576000 kB\nMemFree:         1000 kB\nMemAvailable:   20480000 kB\n";
         assert_eq!(parse_available(meminfo), Some(20_480_000 * 1024));
         assert_eq!(parse_available("MemTotal: 1 kB\n"), None);
         assert_eq!(parse_available("MemAvailable: many kB\n"), None);

@@ -40,7 +40,8 @@ pub const TEST_PAUSE_ENV: &str = "STRATA_TEST_PREFETCH_PAUSE_MS";
 /// The engine's handle on the prefetch thread.
 #[derive(Debug)]
 pub struct Prefetch {
-    /// Models with something to read, by ID; empty when `prefetch` is off.
+    /// Models with a weights list, by ID (their residency at load start is
+    /// measured even with `prefetch` off).
     sources: BTreeMap<String, WeightsSource>,
     /// What the engine last asked for (kept also for a model without
     /// weights, so the engine's wish can be checked in tests).
@@ -51,23 +52,19 @@ pub struct Prefetch {
 
 impl Prefetch {
     /// Starts the prefetch thread, unless `prefetch` is false or no model
-    /// has a weights list.
+    /// has a weights list (then nothing is ever read ahead).
     pub fn start(config: &Config, counters: Arc<Counters>) -> Prefetch {
-        let sources: BTreeMap<String, WeightsSource> = if config.prefetch.enabled {
-            config
-                .registry
-                .models()
-                .iter()
-                .map(|entry| (entry.id.clone(), entry.weights_source()))
-                .filter(|(_, source)| !source.paths().is_empty())
-                .collect()
-        } else {
-            BTreeMap::new()
-        };
+        let sources: BTreeMap<String, WeightsSource> = config
+            .registry
+            .models()
+            .iter()
+            .map(|entry| (entry.id.clone(), entry.weights_source()))
+            .filter(|(_, source)| !source.paths().is_empty())
+            .collect();
         for (model, source) in &sources {
             tracing::debug!(model, source = %source.describe(), "weights to prefetch");
         }
-        let shared = (!sources.is_empty()).then(|| {
+        let shared = (config.prefetch.enabled && !sources.is_empty()).then(|| {
             let shared = Arc::new(Shared::default());
             let worker = Worker {
                 shared: shared.clone(),

@@ -118,15 +118,17 @@ impl Worker {
             return;
         }
         let max = self.bounds.max_bytes;
-        if total > max && self.first_time(model, "max_bytes") {
-            tracing::info!(
-                model,
-                bytes = total,
-                prefetch_max_bytes = max,
-                "weights prefetch skipped: the weights are larger than prefetch_max_bytes"
-            );
-        }
         if total > max {
+            if self.first_time(model, "max_bytes") {
+                tracing::info!(
+                    model,
+                    bytes = total,
+                    prefetch_max_bytes = max,
+                    "weights prefetch skipped: the weights are larger than prefetch_max_bytes"
+                );
+            } else {
+                tracing::debug!(model, "weights prefetch skipped again (max_bytes)");
+            }
             return;
         }
         let resident: u64 = found
@@ -157,7 +159,17 @@ impl Worker {
             let Ok(handle) = File::open(&file.path) else {
                 continue;
             };
+            let resident_in = |offset: u64| {
+                let len = CHUNK.min(file.len - offset);
+                (
+                    len,
+                    page_cache::resident_bytes(&handle, offset, len).unwrap_or(0),
+                )
+            };
             let mut offset = 0;
+            // What was resident of the chunk before this thread's own hint
+            // for it: only the rest counts as prefetched.
+            let (mut len, mut before) = resident_in(0);
             while offset < file.len {
                 if !self.current(job.generation) {
                     tracing::info!(
@@ -167,12 +179,15 @@ impl Worker {
                     );
                     return;
                 }
-                let len = CHUNK.min(file.len - offset);
-                let before = page_cache::resident_bytes(&handle, offset, len).unwrap_or(0);
+                let next = offset + len;
+                let (next_len, next_before) = if next < file.len {
+                    resident_in(next)
+                } else {
+                    (0, 0)
+                };
                 if before < len {
-                    let next = offset + len;
-                    if next < file.len {
-                        let _ = page_cache::will_need(&handle, next, CHUNK.min(file.len - next));
+                    if next_before < next_len {
+                        let _ = page_cache::will_need(&handle, next, next_len);
                     }
                     let chunk_started = Instant::now();
                     if let Err(err) = handle.read_exact_at(&mut buffer[..len as usize], offset) {
@@ -199,7 +214,8 @@ impl Worker {
                         std::thread::sleep(self.pause);
                     }
                 }
-                offset += len;
+                offset = next;
+                (len, before) = (next_len, next_before);
             }
         }
         tracing::info!(
@@ -218,7 +234,10 @@ impl Worker {
         let allowed = available
             .and_then(|bytes| bytes.checked_sub(left))
             .is_some_and(|rest| rest >= min_free);
-        if !allowed && self.first_time(model, what) {
+        if allowed {
+            return true;
+        }
+        if self.first_time(model, what) {
             tracing::info!(
                 model,
                 mem_available = ?available,
@@ -226,8 +245,10 @@ impl Worker {
                 prefetch_min_free_bytes = min_free,
                 "weights prefetch skipped: MemAvailable minus what is left to read would fall below prefetch_min_free_bytes"
             );
+        } else {
+            tracing::debug!(model, "weights prefetch skipped again (min_free_bytes)");
         }
-        allowed
+        false
     }
 
     /// Says once per path why a listed path is not read. A path from the

@@ -1,0 +1,312 @@
+//! The weights prefetch end to end (README "Faster swaps"): while A streams and a ticket for B
+//! waits, B's weights become resident before B starts; the prefetch stops when B's ticket
+//! leaves; `prefetch: false`, `prefetch_min_free_bytes` and `prefetch_max_bytes` are honoured;
+//! and what was resident when B's load started is in `/metrics`.
+//!
+//! B's weights are a real file in the target directory (`CARGO_TARGET_TMPDIR`, on disk), made
+//! cold with `posix_fadvise(DONTNEED)` before each wait; residency is read with `mincore`. On
+//! a file system that keeps every page resident (tmpfs) a cold file cannot be made, and each
+//! test says so and stops.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use strata_e2e::accounting::chat_request;
+use strata_e2e::http::{self, spawn_chat};
+use strata_e2e::stack::Stack;
+use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_until};
+use strata_os::page_cache;
+
+const A: &str = "flash-a";
+const B: &str = "flash-b";
+
+/// A weights file of `len` bytes (not sparse: every block written), synced so that eviction
+/// can drop all of it.
+struct Weights {
+    path: PathBuf,
+    len: u64,
+}
+
+impl Weights {
+    fn create(tag: &str, len: u64) -> Weights {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("prefetch");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{tag}-{}.weights", std::process::id()));
+        let mut file = File::create(&path).unwrap();
+        let block = vec![0x5au8; 1 << 20];
+        for _ in 0..len >> 20 {
+            file.write_all(&block).unwrap();
+        }
+        file.sync_all().unwrap();
+        Weights { path, len }
+    }
+
+    fn resident(&self) -> u64 {
+        let file = File::open(&self.path).unwrap();
+        page_cache::resident_bytes(&file, 0, self.len).unwrap()
+    }
+
+    /// Makes the file cold; false where the file system cannot (it keeps every page).
+    fn evict(&self) -> bool {
+        page_cache::evict(&File::open(&self.path).unwrap()).unwrap();
+        let resident = self.resident();
+        if resident > self.len / 10 {
+            eprintln!(
+                "skipped: {} stays resident after DONTNEED ({resident} of {} bytes; tmpfs?)",
+                self.path.display(),
+                self.len
+            );
+            return false;
+        }
+        true
+    }
+}
+
+impl Drop for Weights {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Models A and B, wait-first without grace; B lists `weights` and its fake reads them whole
+/// before it reports ready, as an engine does.
+fn config(
+    tag: &str,
+    weights: &Weights,
+    edit: impl FnOnce(ConfigBuilder) -> ConfigBuilder,
+) -> ConfigBuilder {
+    let b = ModelSpec::new(B)
+        .entry_key("weights", json!([weights.path]))
+        .fake("read_weights", json!(weights.path));
+    edit(
+        ConfigBuilder::new(tag)
+            .wait_when_busy(true)
+            .model_grace_ms(0)
+            .model(ModelSpec::new(A))
+            .model(b),
+    )
+}
+
+/// The samples of the Prometheus text, by series.
+fn prometheus(stack: &Stack) -> BTreeMap<String, f64> {
+    let response = stack.get("/metrics?format=prometheus");
+    assert_eq!(response.status, 200, "{response}");
+    String::from_utf8_lossy(&response.body)
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+fn series(name: &str, model: &str) -> String {
+    format!("strata_router_{name}{{model=\"{model}\"}}")
+}
+
+/// The body of a chat for B that waits behind A.
+fn b_request(tag: &str) -> Value {
+    chat_request(B, false, tag, Value::Null)
+}
+
+/// Waits until the router says the waiting request for `model` has waited `at_least`: long
+/// enough that a prefetch, had it run, would have read every byte.
+fn wait_until_waited(stack: &Stack, model: &str, at_least: Duration) {
+    poll_until(
+        DEADLINE,
+        format!("a request for {model} waiting {at_least:?}"),
+        || {
+            stack
+                .metrics()
+                .in_flight_requests
+                .iter()
+                .flatten()
+                .any(|held| {
+                    held.model == model
+                        && held.stage == "waiting"
+                        && held.age_ms >= at_least.as_millis() as u64
+                })
+        },
+    );
+}
+
+#[test]
+fn the_next_models_weights_become_resident_while_it_waits() {
+    let weights = Weights::create("resident", 256 << 20);
+    let mut stack = Stack::start(config("prefetch-resident", &weights, |b| b).build());
+    let holder = stack.hold(A, "holder");
+    if !weights.evict() {
+        return;
+    }
+    let waiting = spawn_chat(stack.addr(), b_request("b"));
+    poll_until(DEADLINE, "B's weights resident while A streams", || {
+        weights.resident() == weights.len
+    });
+    let status = stack.status();
+    assert_eq!(
+        (status.loaded.as_deref(), status.waiting_requests),
+        (Some(A), 1),
+        "A still serves and B still waits: {status:?}"
+    );
+    let metrics = prometheus(&stack);
+    assert!(
+        metrics[&series("prefetch_bytes_total", B)] >= weights.len as f64 * 0.9,
+        "{metrics:?}"
+    );
+    assert!(
+        metrics[&series("prefetch_seconds_total", B)] > 0.0,
+        "{metrics:?}"
+    );
+
+    // A lets go: B loads, and its load found its weights in memory.
+    holder.disconnect();
+    let response = waiting.join().expect("B's client");
+    assert_eq!(response.status, 200, "{response}");
+    poll_until(DEADLINE, "B's resident fraction at load start", || {
+        prometheus(&stack).contains_key(&series("load_resident_ratio", B))
+    });
+    let ratio = prometheus(&stack)[&series("load_resident_ratio", B)];
+    assert!(ratio >= 0.99, "resident at load start: {ratio}");
+    let log = stack.supervisor_stderr();
+    assert!(log.contains("prefetching weights"), "{log}");
+    stack.stop();
+}
+
+#[test]
+fn the_prefetch_stops_when_the_waiting_ticket_leaves() {
+    let weights = Weights::create("stops", 256 << 20);
+    // 32 chunks at 200 ms each: a whole prefetch would take over 6 s.
+    let mut stack = Stack::start_with_supervisor(
+        config("prefetch-stops", &weights, |b| b).build(),
+        |command| {
+            command.env(strata_supervisor::prefetch::TEST_PAUSE_ENV, "200");
+        },
+    );
+    let holder = stack.hold(A, "holder");
+    if !weights.evict() {
+        return;
+    }
+    let client = http::send_chat(stack.addr(), &b_request("leaves"));
+    poll_until(DEADLINE, "the prefetch of B under way", || {
+        prometheus(&stack)
+            .get(&series("prefetch_bytes_total", B))
+            .is_some_and(|bytes| *bytes > 0.0)
+    });
+    drop(client);
+    poll_until(DEADLINE, "the prefetch of B stopped", || {
+        stack
+            .supervisor_stderr()
+            .contains("weights prefetch stopped: the model is no longer next")
+    });
+    let read = prometheus(&stack)[&series("prefetch_bytes_total", B)];
+    assert!(
+        read < weights.len as f64 / 2.0,
+        "read {read} bytes before the stop"
+    );
+    assert!(
+        weights.resident() < weights.len / 2,
+        "{} of {} bytes resident",
+        weights.resident(),
+        weights.len
+    );
+    let log = stack.supervisor_stderr();
+    assert!(
+        !log.contains("weights prefetched"),
+        "it ran to the end:\n{log}"
+    );
+    holder.disconnect();
+    stack.stop();
+}
+
+#[test]
+fn prefetch_false_reads_nothing_ahead() {
+    let weights = Weights::create("off", 64 << 20);
+    let mut stack =
+        Stack::start(config("prefetch-off", &weights, |b| b.set("prefetch", false)).build());
+    let holder = stack.hold(A, "holder");
+    if !weights.evict() {
+        return;
+    }
+    let waiting = spawn_chat(stack.addr(), b_request("b"));
+    wait_until_waited(&stack, B, Duration::from_millis(1500));
+    assert!(
+        weights.resident() < weights.len / 10,
+        "read ahead with prefetch off"
+    );
+    holder.disconnect();
+    assert_eq!(waiting.join().expect("B's client").status, 200);
+    poll_until(DEADLINE, "B's resident fraction at load start", || {
+        prometheus(&stack).contains_key(&series("load_resident_ratio", B))
+    });
+    let metrics = prometheus(&stack);
+    assert!(
+        metrics[&series("load_resident_ratio", B)] < 0.1,
+        "{metrics:?}"
+    );
+    assert_eq!(
+        metrics.get(&series("prefetch_bytes_total", B)).copied(),
+        Some(0.0),
+        "{metrics:?}"
+    );
+    let log = stack.supervisor_stderr();
+    assert!(!log.contains("prefetching weights"), "{log}");
+    stack.stop();
+}
+
+/// `prefetch_min_free_bytes` above what the machine has, and `prefetch_max_bytes` below the
+/// weights' size: each skips the prefetch and says so once, however often B waits again.
+#[test]
+fn the_memory_and_size_bounds_skip_the_prefetch_and_say_so_once() {
+    let weights = Weights::create("bounds", 64 << 20);
+    for (tag, key, value, said) in [
+        (
+            "prefetch-min-free",
+            "prefetch_min_free_bytes",
+            1u64 << 50,
+            "MemAvailable minus what is left to read would fall below prefetch_min_free_bytes",
+        ),
+        (
+            "prefetch-max",
+            "prefetch_max_bytes",
+            1 << 20,
+            "the weights are larger than prefetch_max_bytes",
+        ),
+    ] {
+        // At debug level the worker also says when it skips again, silently at info level.
+        let mut stack = Stack::start_logging(
+            config(tag, &weights, |b| b.set(key, value)).build(),
+            "debug",
+        );
+        let holder = stack.hold(A, "holder");
+        if !weights.evict() {
+            return;
+        }
+        for round in 1..=2 {
+            let client = http::send_chat(stack.addr(), &b_request("b"));
+            poll_until(DEADLINE, format!("{tag}: skip {round} seen"), || {
+                let log = stack.supervisor_stderr();
+                log.matches(said).count() + log.matches("weights prefetch skipped again").count()
+                    == round
+            });
+            poll_until(DEADLINE, format!("{tag}: B waits"), || stack.waiting() == 1);
+            drop(client);
+            poll_until(DEADLINE, format!("{tag}: B's ticket left"), || {
+                stack.waiting() == 0
+            });
+            let log = stack.supervisor_stderr();
+            assert_eq!(log.matches(said).count(), 1, "{tag} round {round}:\n{log}");
+        }
+        assert!(weights.resident() < weights.len / 10, "{tag}: read ahead");
+        assert!(
+            !prometheus(&stack).contains_key(&series("prefetch_bytes_total", B)),
+            "{tag}"
+        );
+        holder.disconnect();
+        stack.stop();
+    }
+}
