@@ -190,6 +190,10 @@ pub struct ConcreteModel {
     pub last_error: Option<String>,
     /// What is left of the model's start cooldown, or null when none runs.
     pub cooldown_remaining_ms: Option<u64>,
+    /// How long the model's loads usually take: the median of its last
+    /// successful loads (at most five) since the supervisor started; null
+    /// before the first, or while the supervisor is unreachable.
+    pub typical_load_ms: Option<u64>,
     /// Operator metadata from the config, passed through as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,

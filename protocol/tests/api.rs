@@ -157,6 +157,7 @@ fn the_model_list_has_concrete_models_and_aliases_by_kind() {
                 status: ModelStatus::Verified,
                 last_error: Some("backend exited during startup (exit code 3)".into()),
                 cooldown_remaining_ms: None,
+                typical_load_ms: Some(20_500),
                 meta: Some(json!({"k": 1})),
                 architecture: None,
                 thinking: None,
@@ -177,7 +178,7 @@ fn the_model_list_has_concrete_models_and_aliases_by_kind() {
             {"id": "m-q4", "object": "model", "owned_by": "strata-router", "kind": "concrete",
              "family": "fam", "fine_tune": null, "quantization": "q4", "status": "verified",
              "last_error": "backend exited during startup (exit code 3)",
-             "cooldown_remaining_ms": null, "meta": {"k": 1}},
+             "cooldown_remaining_ms": null, "typical_load_ms": 20500, "meta": {"k": 1}},
             {"id": "fam", "object": "model", "owned_by": "strata-router", "kind": "alias",
              "family": "fam", "allowed_models": ["m-q4"], "preferred": "m-q4"}
         ]}),

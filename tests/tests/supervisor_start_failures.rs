@@ -105,11 +105,13 @@ async fn failure_case(
         model_switch,
         load_ms,
         cooldown_ms,
+        typical_load_ms,
     } = &failure
     else {
         panic!("expected LoadFailed, got {failure:?}");
     };
     assert_eq!(got, &message);
+    assert_eq!(*typical_load_ms, None, "no load of it was verified");
     // The cooldown this failure started (none here), for the client's Retry-After.
     assert_eq!(*cooldown_ms, 0);
     assert!(model_switch, "a cold start is a switch");
@@ -288,6 +290,7 @@ async fn cooldown_fails_leases_without_relaunch_but_on_ignores_it() {
         LeaseFailure::Cooldown {
             message: cooldown_message,
             remaining_ms,
+            ..
         } => {
             assert_eq!(cooldown_message, message);
             assert!(remaining_ms > 0 && remaining_ms <= 60_000, "{remaining_ms}");

@@ -211,6 +211,10 @@ pub enum SupervisorMessage {
         phase: LoadPhase,
         /// Milliseconds since the load started.
         elapsed_ms: u64,
+        /// How long this model's loads usually take (the waiting stream's
+        /// "usually"); `None` before its first, when the waiting stream
+        /// shows the `startup_ms` limit instead.
+        typical_load_ms: Option<u64>,
     },
     /// The ticket is a lease now: dispatch it.
     Granted(Grant),
@@ -380,9 +384,17 @@ pub enum LeaseFailure {
         model_switch: bool,
         load_ms: Option<u64>,
         cooldown_ms: u64,
+        /// The model's usual load time, if one was learned: `Retry-After`
+        /// adds it to the cooldown.
+        typical_load_ms: Option<u64>,
     },
     /// A recent start failed; no new launch until the cooldown ends.
-    Cooldown { message: String, remaining_ms: u64 },
+    Cooldown {
+        message: String,
+        remaining_ms: u64,
+        /// As for `LoadFailed`.
+        typical_load_ms: Option<u64>,
+    },
     /// Legacy mode: `max_pending` requests are already active or waiting.
     QueueFull,
     /// Legacy mode: the ticket waited longer than `queue_ms` for its lease.
@@ -441,6 +453,13 @@ pub struct ModelStatusEntry {
     /// `typical_load_ms`, the waiting stream's "usually"); `None` before the
     /// first.
     pub typical_load_ms: Option<u64>,
+}
+
+/// A learned load time (`typical_load_ms`) in whole seconds, rounded to the
+/// nearest and at least 1: how every "usually Ns" says it (the waiting
+/// stream's comment, `strata-ctl on` and `top`).
+pub fn typical_load_seconds(ms: u64) -> u64 {
+    ms.saturating_add(500).div_euclid(1000).max(1)
 }
 
 /// What the supervisor streams to every proxy.

@@ -29,6 +29,6 @@ pub use messages::{
     ArrivalInfo, BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure,
     ModelStatusEntry, PROTOCOL_VERSION, PrefetchFigures, ProxyMessage, RequestLogStats,
     RevokeReason, RouterMetrics, RouterState, ServiceTier, SubmittedRecord, SupervisorMessage,
-    TicketId, TicketRequest, TicketScore, proxy_frame_limit,
+    TicketId, TicketRequest, TicketScore, proxy_frame_limit, typical_load_seconds,
 };
 pub use refuse::RefuseReason;

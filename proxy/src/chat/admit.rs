@@ -208,10 +208,10 @@ async fn wait_for_grant(
                     progress.admitted(Instant::now());
                 }
             }
-            TicketEvent::Progress(phase, elapsed_ms) => {
+            TicketEvent::Progress(phase, elapsed_ms, typical_load_ms) => {
                 trace.admitted();
                 if let Some(progress) = progress {
-                    progress.load_progress(phase, elapsed_ms, Instant::now());
+                    progress.load_progress(phase, elapsed_ms, typical_load_ms, Instant::now());
                 }
             }
             TicketEvent::Granted(grant) => return Ok(*grant),
@@ -235,6 +235,7 @@ fn failed(trace: &mut Trace, failure: LeaseFailure) -> ChatError {
             model_switch,
             load_ms,
             cooldown_ms,
+            ..
         } => {
             trace.model_switch = *model_switch;
             trace.model_load_ms = *load_ms;
@@ -251,6 +252,7 @@ fn failed(trace: &mut Trace, failure: LeaseFailure) -> ChatError {
         LeaseFailure::Cooldown {
             message,
             remaining_ms,
+            ..
         } => {
             trace.start_failure = Some(StartFailure {
                 last_error: message.clone(),

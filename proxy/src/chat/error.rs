@@ -352,17 +352,35 @@ impl From<&LeaseFailure> for ChatError {
             LeaseFailure::RoutingOff => ChatError::RoutingOff,
             LeaseFailure::UnknownModel => ChatError::ModelNotFound,
             LeaseFailure::NotPrepared { .. } => ChatError::NotPrepared,
-            LeaseFailure::LoadFailed { cooldown_ms, .. } => ChatError::LoadFailed {
-                retry_after_s: cooldown_ms.div_ceil(1000).max(1),
+            LeaseFailure::LoadFailed {
+                cooldown_ms,
+                typical_load_ms,
+                ..
+            } => ChatError::LoadFailed {
+                retry_after_s: retry_after_s(*cooldown_ms, *typical_load_ms),
             },
-            LeaseFailure::Cooldown { remaining_ms, .. } => ChatError::Cooldown {
-                retry_after_s: remaining_ms.div_ceil(1000).max(1),
+            LeaseFailure::Cooldown {
+                remaining_ms,
+                typical_load_ms,
+                ..
+            } => ChatError::Cooldown {
+                retry_after_s: retry_after_s(*remaining_ms, *typical_load_ms),
             },
             LeaseFailure::QueueFull => ChatError::QueueFull,
             LeaseFailure::QueueTimeout => ChatError::QueueTimeout,
             LeaseFailure::ShuttingDown => ChatError::ShuttingDown,
         }
     }
+}
+
+/// `Retry-After` of a failed start or its cooldown, in whole seconds (at
+/// least 1): the rest of the cooldown, before which a retry is refused, plus
+/// the model's usual load time once one was learned, since a retry after the
+/// cooldown waits for a load of about that length before it is answered.
+fn retry_after_s(cooldown_left_ms: u64, typical_load_ms: Option<u64>) -> u64 {
+    (cooldown_left_ms + typical_load_ms.unwrap_or(0))
+        .div_ceil(1000)
+        .max(1)
 }
 
 /// A lease (or a waiting ticket) that ended before its response did.
@@ -640,6 +658,7 @@ mod tests {
         let failure = LeaseFailure::Cooldown {
             message: String::from("backend exited during startup (exit code 3)"),
             remaining_ms: 4001,
+            typical_load_ms: None,
         };
         let error = ChatError::from(&failure);
         assert_eq!(error, ChatError::Cooldown { retry_after_s: 5 });
@@ -651,8 +670,33 @@ mod tests {
         let soon = LeaseFailure::Cooldown {
             message: String::new(),
             remaining_ms: 0,
+            typical_load_ms: None,
         };
         assert_eq!(ChatError::from(&soon).reply().retry_after, Some(1));
+    }
+
+    /// Once the model's usual load time is known, a retry hint counts it
+    /// too: the cooldown, then a load of about that length.
+    #[test]
+    fn retry_after_adds_the_learned_load_time_to_the_cooldown() {
+        let failed = LeaseFailure::LoadFailed {
+            message: String::new(),
+            model_switch: true,
+            load_ms: Some(21_000),
+            cooldown_ms: 30_000,
+            typical_load_ms: Some(19_400),
+        };
+        assert_eq!(
+            ChatError::from(&failed),
+            ChatError::LoadFailed { retry_after_s: 50 }
+        );
+        let cooling = LeaseFailure::Cooldown {
+            message: String::new(),
+            remaining_ms: 0,
+            typical_load_ms: Some(2_100),
+        };
+        let response = ChatError::from(&cooling).into_response();
+        assert_eq!(response.headers()["retry-after"], "3");
     }
 
     #[test]
@@ -662,10 +706,12 @@ mod tests {
             model_switch: false,
             load_ms: Some(1600),
             cooldown_ms: 30_000,
+            typical_load_ms: None,
         };
         let cooldown = LeaseFailure::Cooldown {
             message: String::new(),
             remaining_ms: 12_500,
+            typical_load_ms: None,
         };
         for (failure, seconds) in [(failed, "30"), (cooldown, "13")] {
             let response = ChatError::from(&failure).into_response();
@@ -679,6 +725,7 @@ mod tests {
             model_switch: false,
             load_ms: None,
             cooldown_ms: 0,
+            typical_load_ms: None,
         };
         assert_eq!(ChatError::from(&no_cooldown).reply().retry_after, Some(1));
         // Other errors leave the SDK's own retry rules alone.

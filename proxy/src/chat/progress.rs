@@ -1,7 +1,9 @@
 //! What a waiting streaming client is told: the SSE comments sent while a
 //! wait-first stream waits for its lease say why, one line each, e.g.
 //! `: queued for qwen3.6-35b-a3b-q4_k_s (priority), 2 ahead at arrival, 12s`
-//! or `: loading qwen3.8-flash-next-q4_k_m, 23s of 120s`.
+//! or `: loading qwen3.8-flash-next-q4_k_m, 12s, usually 20s` (the median
+//! of the model's last loads; before the first, the limit:
+//! `23s of 120s`).
 //!
 //! They hold only the configured model ID, the tier, counts and seconds:
 //! never a prompt, a profile's contents or backend text. They are still
@@ -12,7 +14,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use bytes::Bytes;
-use strata_protocol::wire::{LoadPhase, ServiceTier};
+use strata_protocol::wire::{LoadPhase, ServiceTier, typical_load_seconds};
 
 /// Where a waiting request is; shared between the admission (which learns
 /// it from the ticket's events) and the keepalive clock (which says it).
@@ -35,6 +37,8 @@ enum Stage {
     Loading {
         phase: Option<LoadPhase>,
         elapsed_ms: u64,
+        /// How long the model's loads usually take, once learned.
+        typical_ms: Option<u64>,
         at: Instant,
     },
     /// Granted: the request went to the backend, which has not answered.
@@ -81,16 +85,24 @@ impl WaitProgress {
             self.set(Stage::Loading {
                 phase: None,
                 elapsed_ms: 0,
+                typical_ms: None,
                 at: now,
             });
         }
     }
 
     /// The load moved on.
-    pub fn load_progress(&self, phase: LoadPhase, elapsed_ms: u64, now: Instant) {
+    pub fn load_progress(
+        &self,
+        phase: LoadPhase,
+        elapsed_ms: u64,
+        typical_ms: Option<u64>,
+        now: Instant,
+    ) {
         self.set(Stage::Loading {
             phase: Some(phase),
             elapsed_ms,
+            typical_ms,
             at: now,
         });
     }
@@ -122,15 +134,23 @@ impl WaitProgress {
             Stage::Loading {
                 phase,
                 elapsed_ms,
+                typical_ms,
                 at,
             } => {
                 let elapsed = (elapsed_ms / 1000) + secs(at);
-                match phase {
-                    Some(LoadPhase::StoppingOldBackend) => format!(
+                match (phase, typical_ms) {
+                    (Some(LoadPhase::StoppingOldBackend), _) => format!(
                         "stopping the previous model to load {}, {elapsed}s",
                         self.model
                     ),
-                    _ => format!("loading {}, {elapsed}s of {}s", self.model, self.startup_s),
+                    (_, Some(typical)) => format!(
+                        "loading {}, {elapsed}s, usually {}s",
+                        self.model,
+                        typical_load_seconds(typical)
+                    ),
+                    (_, None) => {
+                        format!("loading {}, {elapsed}s of {}s", self.model, self.startup_s)
+                    }
                 }
             }
             Stage::Sent { at } => format!("waiting for {} to answer, {}s", self.model, secs(at)),
@@ -160,12 +180,12 @@ mod tests {
         );
         progress.admitted(at(13));
         assert_eq!(progress.comment(at(15)), ": loading m-q4, 2s of 120s\n\n");
-        progress.load_progress(LoadPhase::StoppingOldBackend, 1500, at(15));
+        progress.load_progress(LoadPhase::StoppingOldBackend, 1500, None, at(15));
         assert_eq!(
             progress.comment(at(16)),
             ": stopping the previous model to load m-q4, 2s\n\n"
         );
-        progress.load_progress(LoadPhase::WaitingForReadiness, 23_400, at(20));
+        progress.load_progress(LoadPhase::WaitingForReadiness, 23_400, None, at(20));
         assert_eq!(progress.comment(at(20)), ": loading m-q4, 23s of 120s\n\n");
         // A late Admitted does not undo the progress.
         progress.admitted(at(21));
@@ -174,6 +194,19 @@ mod tests {
         assert_eq!(
             progress.comment(at(34)),
             ": waiting for m-q4 to answer, 4s\n\n"
+        );
+        // A model whose loads were learned: the usual time, not the limit.
+        let learned = WaitProgress::new("m-q4", ServiceTier::Default, 0, start, 120_000);
+        learned.admitted(at(1));
+        learned.load_progress(LoadPhase::WaitingForReadiness, 11_800, Some(19_600), at(12));
+        assert_eq!(
+            learned.comment(at(12)),
+            ": loading m-q4, 11s, usually 20s\n\n"
+        );
+        learned.load_progress(LoadPhase::StoppingOldBackend, 200, Some(19_600), at(1));
+        assert_eq!(
+            learned.comment(at(2)),
+            ": stopping the previous model to load m-q4, 1s\n\n"
         );
         let alone = WaitProgress::new("m", ServiceTier::Default, 0, start, 1);
         assert_eq!(alone.comment(at(5)), ": queued for m (default), 5s\n\n");

@@ -218,6 +218,7 @@ mod tests {
             model_switch: true,
             load_ms: Some(1600),
             cooldown_ms: 30_000,
+            typical_load_ms: None,
         })
         .await;
         assert_eq!(head.status(), 503);
@@ -246,6 +247,7 @@ mod tests {
         let (head, body, record) = refused(LeaseFailure::Cooldown {
             message: String::from(CAUSE),
             remaining_ms: 9000,
+            typical_load_ms: None,
         })
         .await;
         assert_eq!(head.status(), 503);

@@ -18,6 +18,7 @@ struct Live {
     status: ModelStatus,
     last_error: Option<String>,
     cooldown_remaining_ms: Option<u64>,
+    typical_load_ms: Option<u64>,
 }
 
 fn concrete(entry: &ModelEntry, live: Live) -> ModelItem {
@@ -32,6 +33,7 @@ fn concrete(entry: &ModelEntry, live: Live) -> ModelItem {
         status: live.status,
         last_error: live.last_error,
         cooldown_remaining_ms: live.cooldown_remaining_ms,
+        typical_load_ms: live.typical_load_ms,
         meta: metadata.meta,
         architecture: metadata.architecture,
         thinking: metadata.thinking,
@@ -59,11 +61,13 @@ pub fn listing(app: &App) -> ModelList {
                     .cooldown_remaining_ms
                     .map(|left| left.saturating_sub(since_state))
                     .filter(|left| *left > 0),
+                typical_load_ms: reported.typical_load_ms,
             },
             None => Live {
                 status: entry.prepared,
                 last_error: None,
                 cooldown_remaining_ms: None,
+                typical_load_ms: None,
             },
         }
     };

@@ -412,8 +412,12 @@ impl Session {
                 ticket,
                 phase,
                 elapsed_ms,
+                typical_load_ms,
             } => {
-                self.to_ticket(ticket, TicketEvent::Progress(phase, elapsed_ms));
+                self.to_ticket(
+                    ticket,
+                    TicketEvent::Progress(phase, elapsed_ms, typical_load_ms),
+                );
             }
             SupervisorMessage::Granted(grant) => {
                 let ticket = grant.ticket;

@@ -90,8 +90,9 @@ pub enum TicketEvent {
     Queued(ArrivalInfo),
     /// It left the queue for a load it now waits for.
     Admitted,
-    /// That load moved on; milliseconds since it started.
-    Progress(LoadPhase, u64),
+    /// That load moved on: milliseconds since it started, and how long
+    /// this model's loads usually take (if learned).
+    Progress(LoadPhase, u64, Option<u64>),
     /// It is a lease now. Boxed: every ticket's event channel allocates
     /// a block of 32 events up front, so the event's size is paid per
     /// waiting request (128 bytes with the grant inline, 72 boxed).

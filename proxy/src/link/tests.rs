@@ -454,6 +454,7 @@ async fn ticket_events_reach_their_own_ticket_in_order() {
             ticket: one,
             phase: LoadPhase::WaitingForReadiness,
             elapsed_ms: 10,
+            typical_load_ms: Some(9_000),
         },
         SupervisorMessage::Granted(grant(one, backend)),
         SupervisorMessage::Failed {
@@ -468,7 +469,7 @@ async fn ticket_events_reach_their_own_ticket_in_order() {
     assert_eq!(event(&mut first).await, TicketEvent::Admitted);
     assert_eq!(
         event(&mut first).await,
-        TicketEvent::Progress(LoadPhase::WaitingForReadiness, 10)
+        TicketEvent::Progress(LoadPhase::WaitingForReadiness, 10, Some(9_000))
     );
     assert_eq!(
         event(&mut first).await,

@@ -298,6 +298,7 @@ impl BackendSlot {
             remaining_ms: self
                 .cooldown_remaining(model, now)
                 .map_or(0, |left| left.as_millis() as u64),
+            typical_load_ms: self.typical_load_ms(model),
         }
     }
 

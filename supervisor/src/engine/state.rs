@@ -753,6 +753,7 @@ impl Engine {
             ProgressEvent::Start(StartProgress::HealthCheckPassed) => &[LoadPhase::Verified],
             ProgressEvent::OldStopped { .. } | ProgressEvent::Start(_) => &[],
         };
+        let typical_load_ms = self.slot.typical_load_ms(&load.model);
         if !phases.is_empty() {
             for (conn, ticket) in self.queue.admitted_to(load.seq) {
                 for phase in phases {
@@ -762,13 +763,14 @@ impl Engine {
                             ticket,
                             phase: *phase,
                             elapsed_ms: load.elapsed_ms,
+                            typical_load_ms,
                         },
                     );
                 }
             }
         }
         let actions = self.operate(|operator, facts, _| {
-            operator.load_progress(&load.model, &progress.event, facts, now.at)
+            operator.load_progress(&load.model, &progress.event, typical_load_ms, facts, now.at)
         });
         self.apply_operator(actions, now);
     }
@@ -824,6 +826,7 @@ impl Engine {
                         model_switch: switch,
                         load_ms: Some(load_ms),
                         cooldown_ms: self.config.timers.cooldown_ms,
+                        typical_load_ms: self.slot.typical_load_ms(&model),
                     };
                     self.fail(key, failure);
                 }

@@ -387,6 +387,7 @@ fn a_failed_load_cools_only_its_model_down() {
         Some(LeaseFailure::Cooldown {
             message,
             remaining_ms,
+            ..
         }) => {
             assert_eq!(remaining_ms, 4_000);
             assert_eq!(

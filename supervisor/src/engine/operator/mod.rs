@@ -20,6 +20,7 @@
 use std::time::Duration;
 
 use strata_protocol::config::{Registry, Resolution};
+use strata_protocol::wire::typical_load_seconds;
 use tokio::time::Instant;
 
 use super::backend_ops::ProgressEvent;
@@ -446,6 +447,7 @@ impl Operator {
         &self,
         model: &str,
         event: &ProgressEvent,
+        typical_load_ms: Option<u64>,
         facts: &Facts,
         now: Instant,
     ) -> Vec<OperatorAction> {
@@ -471,15 +473,32 @@ impl Operator {
             )],
             ProgressEvent::Start(StartProgress::Spawned { pid }) => vec![line(
                 "waiting_for_readiness",
-                format!("backend pid {pid} started, waiting for readiness (loading model {model})"),
+                match typical_load_ms {
+                    Some(typical) => format!(
+                        "backend pid {pid} started, waiting for readiness (loading model {model}, usually {}s)",
+                        typical_load_seconds(typical)
+                    ),
+                    None => format!(
+                        "backend pid {pid} started, waiting for readiness (loading model {model})"
+                    ),
+                },
             )],
             ProgressEvent::Start(StartProgress::StillWaiting { elapsed }) => vec![line(
                 "waiting_for_readiness",
-                format!(
-                    "still waiting for readiness ({}s of {}s allowed)",
-                    elapsed.as_secs(),
-                    self.startup_s
-                ),
+                match typical_load_ms {
+                    // The first load of a model shows the limit, as before.
+                    None => format!(
+                        "still waiting for readiness ({}s of {}s allowed)",
+                        elapsed.as_secs(),
+                        self.startup_s
+                    ),
+                    Some(typical) => format!(
+                        "still waiting for readiness ({}s, usually {}s; {}s allowed)",
+                        elapsed.as_secs(),
+                        typical_load_seconds(typical),
+                        self.startup_s
+                    ),
+                },
             )],
             ProgressEvent::Start(StartProgress::ReadyFileSeen) => vec![line(
                 "health_check",

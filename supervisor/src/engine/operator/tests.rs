@@ -197,7 +197,7 @@ fn on_waits_for_leases_on_another_model_then_loads_its_own() {
         ..serving("a")
     };
     let event = ProgressEvent::StoppingOld { pid: 42 };
-    let lines = operator.load_progress("b", &event, &loading_b, now);
+    let lines = operator.load_progress("b", &event, None, &loading_b, now);
     assert_eq!(phases(&lines), ["unloading", "stopping"]);
     assert!(matches!(
         &lines[0],
@@ -205,16 +205,22 @@ fn on_waits_for_leases_on_another_model_then_loads_its_own() {
     ));
     assert!(
         operator
-            .load_progress("a", &event, &loading_b, now)
+            .load_progress("a", &event, None, &loading_b, now)
             .is_empty()
     );
     let still = ProgressEvent::Start(StartProgress::StillWaiting {
         elapsed: Duration::from_secs(2),
     });
     assert!(matches!(
-        &operator.load_progress("b", &still, &loading_b, now)[0],
+        &operator.load_progress("b", &still, None, &loading_b, now)[0],
         OperatorAction::Progress { message, .. }
             if message == "still waiting for readiness (2s of 120s allowed)"
+    ));
+    // Once b's loads were learned, the usual time is said as well.
+    assert!(matches!(
+        &operator.load_progress("b", &still, Some(19_600), &loading_b, now)[0],
+        OperatorAction::Progress { message, .. }
+            if message == "still waiting for readiness (2s, usually 20s; 120s allowed)"
     ));
     let actions = operator.load_finished("b", Ok(()), &serving("b"));
     assert_eq!(
@@ -472,6 +478,7 @@ fn progress_lines_count_from_the_operations_start_and_abort_ends_it() {
     let lines = operator.load_progress(
         "a",
         &ProgressEvent::Start(StartProgress::Spawned { pid: 9 }),
+        None,
         &IDLE,
         later,
     );
@@ -484,6 +491,18 @@ fn progress_lines_count_from_the_operations_start_and_abort_ends_it() {
             message: "backend pid 9 started, waiting for readiness (loading model a)".into(),
             elapsed_ms: 1500,
         }]
+    );
+    let learned = operator.load_progress(
+        "a",
+        &ProgressEvent::Start(StartProgress::Spawned { pid: 9 }),
+        Some(2_400),
+        &IDLE,
+        later,
+    );
+    assert!(
+        matches!(&learned[0], OperatorAction::Progress { message, .. }
+            if message == "backend pid 9 started, waiting for readiness (loading model a, usually 2s)"),
+        "{learned:?}"
     );
     assert_eq!(
         done(&operator.abort("the daemon is shutting down")),
