@@ -2,14 +2,15 @@
 //!
 //! With a proxy URL it polls, every `--interval` seconds, `GET /metrics`
 //! (JSON), `GET /health` (the drain state) and `GET /requests` from a
-//! cursor, and shows the loaded or loading model (with how long the load
-//! has run), routing and drain state, the queue by tier and by model, the
+//! cursor, and `GET /v1/models` (each model's learned load time), and shows
+//! the loaded or loading model (with how long the load has run and how
+//! long its loads usually take), routing and drain state, the queue by tier and by model, the
 //! requests it holds with their stage and age, and the last records with
 //! their TTFT, decode rate and reason. Every document is read as its
 //! `strata_protocol` type ([`Metrics`], [`Health`], [`RecordsPage`] of
 //! [`RequestRecord`]s, [`Status`]), so a renamed field fails here instead
 //! of showing nothing. With the control socket's path it shows what
-//! `status` says (records live behind the proxy). No endpoint of its own.
+//! `status` and `{"cmd":"models"}` say (records live behind the proxy). No endpoint of its own.
 //!
 //! On a terminal it draws in place (ratatui on crossterm: alternate screen,
 //! redrawn on every poll and resize) and quits on `q`, Esc or Ctrl-C; when
@@ -17,17 +18,18 @@
 //! snapshot per poll (`--once`: one, then exit). The screen's text is
 //! built once ([`Snapshot::lines`]) for both.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use strata_protocol::api::{Health, InFlightRequest, Metrics};
-use strata_protocol::control::{ControlRequest, Status};
+use strata_protocol::api::{Health, InFlightRequest, Metrics, ModelItem, ModelList};
+use strata_protocol::control::{ControlRequest, ModelsAnswer, Status};
 use strata_protocol::page::RecordsPage;
 use strata_protocol::record::RequestRecord;
+use strata_protocol::wire::typical_load_seconds;
 
 use crate::requests::{BaseUrl, get};
 
@@ -72,6 +74,8 @@ pub struct Snapshot {
     loading: Option<String>,
     /// When the current load was first seen.
     loading_since: Option<(String, Instant)>,
+    /// Each model's learned load time (`typical_load_ms`), where known.
+    typical_load_ms: HashMap<String, u64>,
     routing: Option<bool>,
     draining: Option<bool>,
     in_flight: Option<u64>,
@@ -101,7 +105,13 @@ impl Snapshot {
                     .as_ref()
                     .filter(|(model, _)| model == loading)
                     .map_or(0, |(_, since)| now.duration_since(*since).as_secs());
-                format!("loading {loading} ({secs}s)")
+                match self.typical_load_ms.get(loading) {
+                    Some(&ms) => format!(
+                        "loading {loading} ({secs}s, usually {}s)",
+                        typical_load_seconds(ms)
+                    ),
+                    None => format!("loading {loading} ({secs}s)"),
+                }
             }
             (Some(loaded), None) => format!("loaded {loaded}"),
             (None, None) => "no model loaded".to_owned(),
@@ -228,6 +238,21 @@ impl Snapshot {
             .unwrap_or_default()
             .into_iter()
             .collect();
+        // The load times are an addition: an older proxy's list (or none)
+        // leaves them unknown rather than failing the view.
+        if let Some(models) = get(base, &format!("{}/v1/models", base.path))
+            .ok()
+            .and_then(|body| serde_json::from_slice::<ModelList>(&body).ok())
+        {
+            self.typical_load_ms = models
+                .data
+                .iter()
+                .filter_map(|item| match item {
+                    ModelItem::Concrete(model) => Some((model.id.clone(), model.typical_load_ms?)),
+                    ModelItem::Alias(_) => None,
+                })
+                .collect();
+        }
         // /health answers 503 while the supervisor is away; that is no error here.
         self.draining = get(base, &format!("{}/health", base.path))
             .ok()
@@ -272,7 +297,21 @@ impl Snapshot {
     }
 
     fn poll_socket(&mut self, path: &Path, now: Instant) -> Result<(), String> {
-        let status = control_status(path)?;
+        let status: Status = control_request(path, &ControlRequest::Status).and_then(|line| {
+            serde_json::from_str(&line).map_err(|err| format!("unexpected status answer: {err}"))
+        })?;
+        // An older supervisor answers `models` with "unknown control
+        // command": the load times stay unknown.
+        if let Some(models) = control_request(path, &ControlRequest::Models)
+            .ok()
+            .and_then(|line| serde_json::from_str::<ModelsAnswer>(&line).ok())
+        {
+            self.typical_load_ms = models
+                .models
+                .into_iter()
+                .filter_map(|model| Some((model.id, model.typical_load_ms?)))
+                .collect();
+        }
         self.loaded = status.loaded;
         self.set_loading(status.loading, now);
         self.routing = Some(status.routing);
@@ -309,17 +348,18 @@ fn record_line(record: &RequestRecord) -> RecordLine {
 }
 
 /// `status` over the control socket.
-fn control_status(path: &Path) -> Result<Status, String> {
+/// One request on its own connection, and the first answer line.
+fn control_request(path: &Path, request: &ControlRequest) -> Result<String, String> {
     let mut stream =
         UnixStream::connect(path).map_err(|err| format!("{}: {err}", path.display()))?;
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    writeln!(stream, "{}", ControlRequest::Status.to_line())
+    writeln!(stream, "{}", request.to_line())
         .map_err(|err| format!("{}: {err}", path.display()))?;
     let mut line = String::new();
     BufReader::new(&stream)
         .read_line(&mut line)
         .map_err(|err| format!("{}: {err}", path.display()))?;
-    serde_json::from_str(&line).map_err(|err| format!("unexpected status answer: {err}"))
+    Ok(line)
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -485,6 +525,14 @@ mod tests {
         );
 
         snapshot.set_loading(Some("n-q8".into()), now - Duration::from_secs(5));
-        assert!(snapshot.lines(now)[1].starts_with("model: loading n-q8 (5s)"));
+        assert!(snapshot.lines(now)[1].starts_with("model: loading n-q8 (5s)   "));
+        // Once a load of it was seen, with how long its loads usually take.
+        snapshot.typical_load_ms.insert("n-q8".into(), 19_600);
+        snapshot.typical_load_ms.insert("m-q4".into(), 3_000);
+        assert!(
+            snapshot.lines(now)[1].starts_with("model: loading n-q8 (5s, usually 20s)   "),
+            "{:?}",
+            snapshot.lines(now)
+        );
     }
 }

@@ -4,8 +4,9 @@
 //! A client sends one line ([`ControlRequest`]): a bare word (`status`, or
 //! the legacy `on` / `off` that only flip the routing flag) or a JSON
 //! object (`{"cmd":"status"}`, `{"cmd":"on","model":...}`,
-//! `{"cmd":"off","now":...}`). The daemon answers `status` with one
-//! [`Status`] line, a bare `on`/`off` with one [`RoutingAnswer`], and an
+//! `{"cmd":"off","now":...}`, and `{"cmd":"models"}`, an addition beyond
+//! the spec for `strata-ctl top`). The daemon answers `status` with one
+//! [`Status`] line, `models` with one [`ModelsAnswer`] line, a bare `on`/`off` with one [`RoutingAnswer`], and an
 //! `on`/`off` object with [`ControlEvent`]s: progress lines, then exactly
 //! one `done` carrying the status fields. Anything it cannot read gets an
 //! [`ErrorAnswer`]. [`ControlReply`] reads any of these lines.
@@ -16,6 +17,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlRequest {
     Status,
+    /// Every configured model's status and learned load time.
+    Models,
     /// Legacy bare `on`/`off`: the routing flag only, no load or unload.
     LegacyRouting(bool),
     /// Enable routing and load `model` (or the default choice).
@@ -33,6 +36,7 @@ pub enum ControlRequest {
 #[serde(tag = "cmd", rename_all = "lowercase", deny_unknown_fields)]
 enum CommandObject {
     Status {},
+    Models {},
     On {
         #[serde(default)]
         model: Option<String>,
@@ -55,6 +59,7 @@ impl ControlRequest {
         }
         match serde_json::from_str::<CommandObject>(line).ok()? {
             CommandObject::Status {} => Some(ControlRequest::Status),
+            CommandObject::Models {} => Some(ControlRequest::Models),
             CommandObject::On { model } => Some(ControlRequest::On { model }),
             CommandObject::Off { now } => Some(ControlRequest::Off {
                 now: now.unwrap_or(false),
@@ -69,6 +74,7 @@ impl ControlRequest {
             ControlRequest::Status => return "status".to_owned(),
             ControlRequest::LegacyRouting(true) => return "on".to_owned(),
             ControlRequest::LegacyRouting(false) => return "off".to_owned(),
+            ControlRequest::Models => CommandObject::Models {},
             ControlRequest::On { model } => CommandObject::On {
                 model: model.clone(),
             },
@@ -150,6 +156,27 @@ pub struct Done {
     pub status: Status,
 }
 
+/// The answer to `{"cmd":"models"}`: one entry per configured model, in
+/// config order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelsAnswer {
+    pub models: Vec<ModelFacts>,
+}
+
+/// One model in a [`ModelsAnswer`]. Every key is always present.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelFacts {
+    pub id: String,
+    /// As `/v1/models` says it (`loaded`, `verified`, `available`, ...).
+    pub status: crate::config::ModelStatus,
+    /// The median of this model's last successful loads; null before the
+    /// first one.
+    pub typical_load_ms: Option<u64>,
+    pub cooldown_remaining_ms: Option<u64>,
+}
+
 /// The answer to a legacy bare `on`/`off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoutingAnswer {
@@ -181,6 +208,7 @@ pub enum ControlReply {
     Event(ControlEvent),
     // Before `Routing`: a status line has a `routing` key too.
     Status(Status),
+    Models(ModelsAnswer),
     Routing(RoutingAnswer),
 }
 
@@ -275,6 +303,8 @@ mod tests {
             (r#"{"cmd":"on","model":3}"#, None),
             (r#"{"cmd":"on","extra":1}"#, None),
             (r#"{"cmd":"status","x":1}"#, None),
+            (r#"{"cmd":"models"}"#, Some(ControlRequest::Models)),
+            (r#"{"cmd":"models","id":"m"}"#, None),
             (r#"{"cmd":"reboot"}"#, None),
             ("ON", None),
             ("", None),
@@ -290,6 +320,7 @@ mod tests {
     fn requests_round_trip_through_their_lines() {
         for request in [
             ControlRequest::Status,
+            ControlRequest::Models,
             ControlRequest::LegacyRouting(true),
             ControlRequest::LegacyRouting(false),
             ControlRequest::On { model: None },
@@ -420,6 +451,23 @@ mod tests {
             ControlReply::parse(&error),
             Some(ControlReply::Error(_))
         ));
+        let models = ModelsAnswer {
+            models: vec![ModelFacts {
+                id: "m".into(),
+                status: crate::config::ModelStatus::Loaded,
+                typical_load_ms: Some(20_000),
+                cooldown_remaining_ms: None,
+            }],
+        };
+        let line = to_line(&models);
+        assert_eq!(
+            line,
+            r#"{"models":[{"id":"m","status":"loaded","typical_load_ms":20000,"cooldown_remaining_ms":null}]}"#
+        );
+        assert_eq!(
+            ControlReply::parse(&line),
+            Some(ControlReply::Models(models))
+        );
         assert_eq!(ControlReply::parse("[]"), None);
     }
 

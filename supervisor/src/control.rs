@@ -104,6 +104,10 @@ async fn handle_connection(
             Some(status) => write_line(&mut writer, &status).await,
             None => write_line(&mut writer, &error("daemon is shutting down")).await,
         },
+        ControlRequest::Models => match engine.models().await {
+            Some(models) => write_line(&mut writer, &models).await,
+            None => write_line(&mut writer, &error("daemon is shutting down")).await,
+        },
         ControlRequest::LegacyRouting(routing) => {
             let (reply, rx) = oneshot::channel();
             engine.send(Command::SetRouting { routing, reply });

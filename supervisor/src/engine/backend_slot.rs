@@ -393,6 +393,19 @@ impl BackendSlot {
         })
     }
 
+    /// How long the running load has run, once its backend is spawned
+    /// (waiting for readiness): what a ticket that joins it late is told.
+    pub fn spawned_load_elapsed(&self, now: Instant) -> Option<u64> {
+        match &self.op {
+            Some(RunningOp::Load {
+                pid: Some(_),
+                started,
+                ..
+            }) => Some(now.saturating_duration_since(*started).as_millis() as u64),
+            _ => None,
+        }
+    }
+
     /// Takes the outcome of the running op; a failed start cools its model
     /// down for `cooldown` from `now`.
     pub fn finished(&mut self, outcome: OpOutcome, now: Instant, cooldown: Duration) -> Finished {

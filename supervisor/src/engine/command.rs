@@ -2,7 +2,7 @@
 //! identifiers they carry.
 
 use strata_protocol::api::InFlightRequest;
-use strata_protocol::control::{ControlEvent, Status};
+use strata_protocol::control::{ControlEvent, ModelsAnswer, Status};
 use strata_protocol::wire::{
     CacheScores, LookupFailure, ServiceTier, SupervisorMessage, TicketId, TicketRequest,
 };
@@ -60,6 +60,10 @@ pub enum Command {
     },
     Status {
         reply: oneshot::Sender<Status>,
+    },
+    /// Every configured model's status and learned load time (`models`).
+    Models {
+        reply: oneshot::Sender<ModelsAnswer>,
     },
     /// The oldest open tickets (for `/metrics`), at most `limit`.
     InFlight {

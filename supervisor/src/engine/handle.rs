@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_protocol::config::Config;
-use strata_protocol::control::Status;
+use strata_protocol::control::{ModelsAnswer, Status};
 use tokio::sync::{mpsc, oneshot};
 
 use super::backend_ops::{OpReport, OpRunner};
@@ -28,6 +28,15 @@ impl EngineHandle {
     pub async fn status(&self) -> Option<Status> {
         let (reply, rx) = oneshot::channel();
         if !self.send(Command::Status { reply }) {
+            return None;
+        }
+        rx.await.ok()
+    }
+
+    /// Every model's status and learned load time.
+    pub async fn models(&self) -> Option<ModelsAnswer> {
+        let (reply, rx) = oneshot::channel();
+        if !self.send(Command::Models { reply }) {
             return None;
         }
         rx.await.ok()

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use strata_protocol::api::InFlightRequest;
 use strata_protocol::config::{Config, ModelStatus};
-use strata_protocol::control::Status;
+use strata_protocol::control::{ModelFacts, ModelsAnswer, Status};
 use strata_protocol::ids;
 use strata_protocol::wire::{ModelStatusEntry, RouterState};
 use strata_scheduler::{Mode, TicketKey};
@@ -77,6 +77,23 @@ impl Parts<'_> {
             last_startup_error: self.slot.last_startup_error().map(str::to_owned),
             statuses,
         }
+    }
+
+    /// The `models` control answer: the proxy's per-model view, for
+    /// `strata-ctl top` on the socket.
+    pub fn models(&self, now: Instant) -> ModelsAnswer {
+        let models = self
+            .router_state(now)
+            .statuses
+            .into_iter()
+            .map(|entry| ModelFacts {
+                id: entry.id,
+                status: entry.status,
+                typical_load_ms: entry.typical_load_ms,
+                cooldown_remaining_ms: entry.cooldown_remaining_ms,
+            })
+            .collect();
+        ModelsAnswer { models }
     }
 
     /// The status document.

@@ -209,6 +209,9 @@ impl Engine {
             Command::Status { reply } => {
                 let _ = reply.send(self.parts().status(now.at));
             }
+            Command::Models { reply } => {
+                let _ = reply.send(self.parts().models(now.at));
+            }
             Command::InFlight { limit, reply } => {
                 let _ = reply.send(self.parts().in_flight_requests(limit, now.unix_ms));
             }
@@ -614,6 +617,23 @@ impl Engine {
                     self.announce(key);
                     self.ledger.admitted(key, now.unix_ms);
                     self.send(key.0, SupervisorMessage::Admitted { ticket: key.1 });
+                    // A ticket that joins a load already waiting for readiness
+                    // learns where it stands, as the load's first tickets did.
+                    if let Some(elapsed_ms) = self.slot.spawned_load_elapsed(now.at) {
+                        let typical_load_ms = self
+                            .queue
+                            .get(key)
+                            .and_then(|ticket| self.slot.typical_load_ms(&ticket.model));
+                        self.send(
+                            key.0,
+                            SupervisorMessage::Progress {
+                                ticket: key.1,
+                                phase: LoadPhase::WaitingForReadiness,
+                                elapsed_ms,
+                                typical_load_ms,
+                            },
+                        );
+                    }
                 }
             }
             Decision::StartLoad { model } => self.start_load(&model, false, now),

@@ -565,3 +565,70 @@ fn the_engine_wants_the_next_model_prefetched_while_it_waits() {
     assert_eq!(h.engine.prefetching(), None, "on's own load runs");
     h.verify(load);
 }
+
+/// A ticket that joins a load already waiting for readiness is told where
+/// that load stands (its elapsed time and the model's learned load time),
+/// as the tickets there from the start were, instead of starting its own
+/// count from zero with no expectation.
+#[test]
+fn a_ticket_joining_a_spawned_load_is_told_its_progress() {
+    use super::backend_ops::{OpProgress, ProgressEvent};
+    use crate::backend::StartProgress;
+    use strata_protocol::wire::LoadPhase;
+
+    let mut h = Harness::new(|b| b);
+    h.connect(1);
+    h.connect(2);
+    // a loads once (700 ms learned), then b, then a again.
+    h.enqueue(1, 1, "a");
+    let first = h.op();
+    h.verify(first);
+    h.finish(1, 1);
+    h.enqueue(1, 2, "b");
+    let to_b = h.op();
+    h.verify(to_b);
+    h.finish(1, 2);
+    h.enqueue(1, 3, "a");
+    let OpRequest::Load { op_seq, .. } = h.op() else {
+        panic!("a loads again");
+    };
+    h.send(Command::OpProgress(OpProgress {
+        op_seq,
+        event: ProgressEvent::Start(StartProgress::Spawned { pid: 4242 }),
+    }));
+    let early = h.messages(1);
+    assert!(
+        early.iter().any(|m| matches!(
+            m,
+            SupervisorMessage::Progress {
+                ticket: 3,
+                phase: LoadPhase::WaitingForReadiness,
+                typical_load_ms: Some(700),
+                ..
+            }
+        )),
+        "{early:?}"
+    );
+    h.advance(Duration::from_secs(3));
+    h.enqueue(2, 4, "a");
+    let late = h.messages(2);
+    let admitted = late
+        .iter()
+        .position(|m| matches!(m, SupervisorMessage::Admitted { ticket: 4 }))
+        .unwrap_or_else(|| panic!("the late ticket joins the load: {late:?}"));
+    let progress = late
+        .iter()
+        .position(|m| {
+            matches!(
+                m,
+                SupervisorMessage::Progress {
+                    ticket: 4,
+                    phase: LoadPhase::WaitingForReadiness,
+                    elapsed_ms: 3_000..,
+                    typical_load_ms: Some(700),
+                }
+            )
+        })
+        .unwrap_or_else(|| panic!("the late ticket is told the load's progress: {late:?}"));
+    assert!(admitted < progress, "{late:?}");
+}
