@@ -65,6 +65,16 @@ fn summary(path: &Path, config: &Config) -> String {
             }
         }
     ));
+    let prefetch = &config.prefetch;
+    lines.push(if prefetch.enabled {
+        format!(
+            "prefetch            on (up to {} GiB of weights, leaving {} GiB available)",
+            prefetch.max_bytes as f64 / (1u64 << 30) as f64,
+            prefetch.min_free_bytes as f64 / (1u64 << 30) as f64
+        )
+    } else {
+        "prefetch            off".to_owned()
+    });
     lines.push(format!(
         "control socket      {}",
         config.control_socket.display()
@@ -157,6 +167,7 @@ fn summary(path: &Path, config: &Config) -> String {
         if let Some(detail) = &model.prepared_detail {
             let _ = write!(row, "  ({detail})");
         }
+        let _ = write!(row, "  {}", model.weights_source().describe());
         if let Some(path) = model
             .profile
             .as_ref()

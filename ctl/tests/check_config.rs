@@ -23,6 +23,7 @@ under_both_names!(
     a_body_limit_above_strata_s_default_warns,
     limits_within_strata_s_own_give_no_warning,
     the_readiness_mode_is_explained,
+    the_weights_source_and_prefetch_are_shown,
 );
 
 fn the_example_config_passes(exe: Exe) {
@@ -284,4 +285,47 @@ fn the_readiness_mode_is_explained(exe: Exe) {
             "{stdout}"
         );
     }
+}
+
+fn the_weights_source_and_prefetch_are_shown(exe: Exe) {
+    let dir = TempDir::new("check-config");
+    let native = dir.write(
+        "native.json",
+        r#"{"model_name": "up", "args": ["--native", "weights/m.strata"]}"#,
+    );
+    let plain = dir.write("plain.json", r#"{"model_name": "up"}"#);
+    let entry = |profile: &Path| {
+        serde_json::json!({"family": "qwen3.8-flash-next", "quantization": "q",
+            "upstream_model": "up", "installed": true, "compatible": true, "profile": profile})
+    };
+    let mut listed = entry(&plain);
+    listed["weights"] = serde_json::json!(["/srv/w/a.bin", "/srv/w/tokenizer"]);
+    let config = serde_json::json!({
+        "python": "/usr/bin/python3",
+        "strata_dir": "/opt/strata",
+        "backend_port": 8095,
+        "control_socket": "/run/x/control.sock",
+        "prefetch": false,
+        "models": {"m-native": entry(&native), "m-plain": entry(&plain), "m-listed": listed}
+    });
+    let output = check_config(exe, &dir.write("config.json", &config.to_string()));
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let row = |id: &str| {
+        stdout
+            .lines()
+            .find(|line| line.trim_start().starts_with(&format!("{id} ")))
+            .unwrap_or_else(|| panic!("no row for {id}:\n{stdout}"))
+            .to_owned()
+    };
+    assert!(
+        row("m-native").ends_with("weights: from the profile's args (--native)"),
+        "{stdout}"
+    );
+    assert!(row("m-plain").ends_with("weights: none"), "{stdout}");
+    assert!(
+        row("m-listed").ends_with("weights: 2 configured"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("prefetch            off"), "{stdout}");
 }

@@ -94,13 +94,20 @@ impl Fixture {
         self.events().into_iter().find(|e| e["event"] == name)
     }
 
-    /// The per-start ready directories must all be gone.
+    /// The per-start ready directories must all be gone (a verified start removes its own
+    /// on a blocking-pool thread, so within a bounded deadline).
     fn assert_ready_dirs_removed(&self) {
-        let left: Vec<_> = fs::read_dir(&self.ready_parent)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert!(left.is_empty(), "ready directories left behind: {left:?}");
+        let left = || -> Vec<_> {
+            fs::read_dir(&self.ready_parent)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect()
+        };
+        strata_test_support::poll_until(
+            Duration::from_secs(10),
+            "the ready directories removed",
+            || left().is_empty(),
+        );
     }
 }
 

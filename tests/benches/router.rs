@@ -754,6 +754,91 @@ struct Switch {
     overhead_ms: f64,
     /// Request sent → first body byte (stopping the old backend, starting and loading the new).
     total_ms: f64,
+    /// The overhead step by step ([`SWITCH_STEPS`]), when every mark was found.
+    steps: Option<Vec<f64>>,
+    /// The old backend's stop: first signal → group reaped and confirmed gone.
+    stop_ms: Option<f64>,
+}
+
+/// The steps of a switch's overhead, each from the mark before it (the first from the new
+/// backend's ready file) to the one it names; the last ends at the first byte at the client.
+const SWITCH_STEPS: [&str; 7] = [
+    "supervisor notices the ready file",
+    "its /health request reaches the backend",
+    "health check passed (answer read)",
+    "grant sent (state broadcast, ticket granted)",
+    "grant read by the proxy",
+    "chat request reaches the backend (proxy connect + write)",
+    "first byte at the client (backend answer + relay)",
+];
+
+/// The switch router's log level: `strata::switch` debug lines mark each step.
+const SWITCH_LOG: &str = "info,strata::switch=debug";
+
+/// CLOCK_REALTIME nanoseconds of an RFC 3339 UTC timestamp as tracing writes it
+/// (`2026-12-01T23:45:27.123456Z`).
+fn rfc3339_ns(text: &str) -> Option<u128> {
+    let text = text.strip_suffix('Z')?;
+    let (date, clock) = text.split_once('T')?;
+    let mut ymd = date.split('-').map(|part| part.parse::<i64>());
+    let (year, month, day) = (ymd.next()?.ok()?, ymd.next()?.ok()?, ymd.next()?.ok()?);
+    let (hms, fraction) = clock.split_once('.').unwrap_or((clock, "0"));
+    let mut parts = hms.split(':').map(|part| part.parse::<i64>());
+    let (hour, minute, second) = (
+        parts.next()?.ok()?,
+        parts.next()?.ok()?,
+        parts.next()?.ok()?,
+    );
+    // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second;
+    let digits = fraction.len().min(9);
+    let nanos: i64 = fraction[..digits].parse().ok()?;
+    let nanos = nanos * 10_i64.pow(9 - digits as u32);
+    u128::try_from(seconds * 1_000_000_000 + nanos).ok()
+}
+
+/// The time of the last `strata::switch` line containing `message` in `log`, after `after_ns`.
+fn log_mark(log: &str, message: &str, after_ns: u128) -> Option<u128> {
+    log.lines()
+        .filter(|line| line.contains("strata::switch") && line.contains(message))
+        .filter_map(|line| rfc3339_ns(line.split_whitespace().next()?))
+        .filter(|ns| *ns > after_ns)
+        .max()
+}
+
+/// The `stop_us` of the last "backend group stopped" line after `after_ns`.
+fn stop_ms_after(log: &str, after_ns: u128) -> Option<f64> {
+    log.lines()
+        .filter(|line| line.contains("strata::switch") && line.contains("backend group stopped"))
+        .filter(|line| {
+            line.split_whitespace()
+                .next()
+                .and_then(rfc3339_ns)
+                .is_some_and(|ns| ns > after_ns)
+        })
+        .filter_map(|line| {
+            let rest = line.split("stop_us=").nth(1)?;
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<f64>().ok()
+        })
+        .next_back()
+        .map(|us| us / 1000.0)
+}
+
+/// The latest `arrived_ns` of a `health` or `request` event the bench upstream logged.
+fn last_arrival_ns(log: &Path, event: &str, model_name: &str) -> Option<u128> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e["event"] == event && e["model_name"] == model_name)
+        .filter_map(|e| e["arrived_ns"].as_u64().map(u128::from))
+        .max()
 }
 
 /// The latest `ready_ns` the bench upstream logged for `model_name`.
@@ -767,7 +852,9 @@ fn last_ready_ns(log: &Path, model_name: &str) -> Option<u128> {
 }
 
 /// Alternates requests between `sw-b` and `sw-a`: each one waits for a model switch.
-async fn switches(addr: SocketAddr, log: &Path, n: usize) -> Result<Vec<Switch>, Error> {
+async fn switches(stack: &Stack, n: usize) -> Result<Vec<Switch>, Error> {
+    let addr = stack.addr();
+    let log = stack.config().fake_log.as_path();
     let mut conn = Conn::new(addr);
     let mut out = Vec::new();
     for i in 0..n {
@@ -788,68 +875,41 @@ async fn switches(addr: SocketAddr, log: &Path, n: usize) -> Result<Vec<Switch>,
         let ready_ns = last_ready_ns(log, &up)
             .filter(|ready| *ready > sent_ns)
             .ok_or_else(|| format!("no new ready file for {up}: the model did not switch"))?;
+        // Each mark is written (synchronously, to the daemons' stderr files) before the step
+        // after it begins, so all of them are in the files once the first byte is here.
+        let supervisor_log = stack.supervisor_stderr();
+        let proxy_log = stack.proxy_stderr();
+        let marks = [
+            Some(ready_ns),
+            log_mark(&supervisor_log, "ready file seen", sent_ns),
+            last_arrival_ns(log, "health", &up).filter(|ns| *ns > sent_ns),
+            log_mark(&supervisor_log, "health check passed", sent_ns),
+            log_mark(&supervisor_log, "switch grant sent", sent_ns),
+            log_mark(&proxy_log, "switch grant received", sent_ns),
+            last_arrival_ns(log, "request", &up).filter(|ns| *ns > sent_ns),
+            Some(first_ns),
+        ];
+        let steps = marks
+            .iter()
+            .copied()
+            .collect::<Option<Vec<u128>>>()
+            .map(|marks| {
+                marks
+                    .windows(2)
+                    .map(|pair| pair[1].saturating_sub(pair[0]) as f64 / 1e6)
+                    .collect()
+            });
         out.push(Switch {
             overhead_ms: (first_ns.saturating_sub(ready_ns)) as f64 / 1e6,
             total_ms: (first_ns.saturating_sub(sent_ns)) as f64 / 1e6,
+            steps,
+            stop_ms: stop_ms_after(&supervisor_log, sent_ns),
         });
     }
     Ok(out)
 }
 
 // ---- setup ----------------------------------------------------------------------------------
-
-/// Builds the daemons in this bench's profile (a no-op when up to date), so the benchmark
-/// never measures stale binaries.
-fn build_daemons() -> Result<(), String> {
-    if std::env::var_os("STRATA_TEST_BIN_DIR").is_some_and(|d| !d.is_empty()) {
-        return Ok(());
-    }
-    let Some(cargo) = std::env::var_os("CARGO") else {
-        eprintln!("CARGO is not set: using the daemons already built beside this binary");
-        return Ok(());
-    };
-    let exe = std::env::current_exe().map_err(|err| format!("current_exe: {err}"))?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("unexpected bench executable path")?;
-    let target_dir = profile_dir
-        .parent()
-        .ok_or("unexpected bench executable path")?;
-    let profile = profile_dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or("unexpected bench executable path")?;
-    let mut command = Command::new(cargo);
-    command
-        .args([
-            "build",
-            "--bins",
-            "-p",
-            "strata-supervisor",
-            "-p",
-            "strata-proxy",
-        ])
-        .arg("--target-dir")
-        .arg(target_dir);
-    match profile {
-        "debug" => {}
-        "release" => {
-            command.arg("--release");
-        }
-        other => {
-            command.args(["--profile", other]);
-        }
-    }
-    eprintln!("building the daemons: {command:?}");
-    let status = command
-        .status()
-        .map_err(|err| format!("run cargo build: {err}"))?;
-    if !status.success() {
-        return Err(format!("cargo build of the daemons failed: {status}"));
-    }
-    Ok(())
-}
 
 /// Raises the soft open-file limit to the hard one (the waiting clients need thousands) and
 /// returns it.
@@ -937,7 +997,9 @@ fn start_switch_router() -> Stack {
         .model(spec("sw-a"))
         .model(spec("sw-b"))
         .build();
-    Stack::start(config)
+    // STRATA_BENCH_SWITCH_LOG=info: the same run without the marks (what they cost).
+    let level = std::env::var("STRATA_BENCH_SWITCH_LOG").unwrap_or_else(|_| SWITCH_LOG.into());
+    Stack::start_logging(config, &level)
 }
 
 fn router_probe(stack: &Stack) -> Probe {
@@ -1147,6 +1209,41 @@ struct RouterExtras {
     waiting: Waiting,
     switches: Vec<Switch>,
     switch_idle_proxy_kib: u64,
+    /// Round trip between two threads over a Unix socket pair, p50 µs: back to back, and
+    /// each after 200 ms idle (what every hop of a switch pays after the load's wait).
+    wakeup_busy_us: f64,
+    wakeup_idle_us: f64,
+}
+
+/// The p50 round trip, in µs, of one byte between two threads over a Unix socket pair, each
+/// round trip after `idle` without any.
+fn wakeup_round_trip_us(idle: Duration, n: usize) -> f64 {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let (mut here, mut there) = UnixStream::pair().expect("a socket pair");
+    let echo = std::thread::spawn(move || {
+        let mut byte = [0u8; 1];
+        while there.read_exact(&mut byte).is_ok() {
+            if there.write_all(&byte).is_err() {
+                break;
+            }
+        }
+    });
+    let mut samples = Vec::with_capacity(n);
+    let mut byte = [0u8; 1];
+    for _ in 0..n {
+        if !idle.is_zero() {
+            std::thread::sleep(idle);
+        }
+        let started = Instant::now();
+        here.write_all(b"x").expect("write to the echo thread");
+        here.read_exact(&mut byte)
+            .expect("read from the echo thread");
+        samples.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    drop(here);
+    let _ = echo.join();
+    median(&samples).unwrap_or(f64::NAN)
 }
 
 fn run(
@@ -1205,7 +1302,6 @@ fn run(
     let sw = &world.switch;
     let proxy = sw.proxy_pid();
     let supervisor = sw.supervisor_pid();
-    let log = sw.config().fake_log.clone();
     eprintln!("waiting clients: {}", opts.waiting);
     let extras = runtime.block_on(async {
         // Load sw-a first.
@@ -1219,11 +1315,14 @@ fn run(
         let switch_idle_proxy_kib = procstat::rss_kib(proxy).unwrap_or(0);
         let waiting = waiting(sw.addr(), proxy, supervisor, opts.waiting).await?;
         eprintln!("model switches: {}", opts.switches);
-        let switches = switches(sw.addr(), &log, opts.switches).await?;
+        let switches = switches(sw, opts.switches).await?;
+        let idle_samples = if opts.switches > 2 { 20 } else { 5 };
         Ok::<_, Error>(RouterExtras {
             waiting,
             switches,
             switch_idle_proxy_kib,
+            wakeup_busy_us: wakeup_round_trip_us(Duration::ZERO, 200),
+            wakeup_idle_us: wakeup_round_trip_us(Duration::from_millis(200), idle_samples),
         })
     })?;
     Ok((res, extras))
@@ -1467,6 +1566,43 @@ fn report(opts: &Options, world: &World, res: &Results, extras: &RouterExtras) -
         "model switch, request → first byte p50 (stop, spawn, 100–200 ms load)".into(),
         median(&totals).map_or("—".into(), |v| format_value(v, Unit::Millis)),
     ]);
+    let broken_down: Vec<&Vec<f64>> = extras
+        .switches
+        .iter()
+        .filter_map(|s| s.steps.as_ref())
+        .collect();
+    for (i, step) in SWITCH_STEPS.iter().enumerate() {
+        let values: Vec<f64> = broken_down.iter().map(|steps| steps[i]).collect();
+        router.row(vec![
+            format!(
+                "switch step {}: {step}, p50 ({} switches)",
+                i + 1,
+                values.len()
+            ),
+            median(&values).map_or("—".into(), |v| format_value(v, Unit::Millis)),
+        ]);
+    }
+    router.row(vec![
+        "the machine: thread-to-thread Unix-socket round trip p50, back to back / after 200 ms idle"
+            .into(),
+        format!(
+            "{} / {}",
+            format_value(extras.wakeup_busy_us / 1000.0, Unit::Millis),
+            format_value(extras.wakeup_idle_us / 1000.0, Unit::Millis)
+        ),
+    ]);
+    let stops: Vec<f64> = extras.switches.iter().filter_map(|s| s.stop_ms).collect();
+    router.row(vec![
+        format!(
+            "old backend stop, SIGTERM → group reaped p50 / max ({} stops)",
+            stops.len()
+        ),
+        format!(
+            "{} / {}",
+            median(&stops).map_or("—".into(), |v| format_value(v, Unit::Millis)),
+            format_value(stops.iter().copied().fold(f64::NAN, f64::max), Unit::Millis)
+        ),
+    ]);
 
     let mut notes = machine_notes();
     notes.push(match &world.nginx {
@@ -1527,7 +1663,7 @@ fn main() -> ExitCode {
         );
         opts.waiting = budget.max(1);
     }
-    if let Err(err) = build_daemons() {
+    if let Err(err) = strata_e2e::bench::build_daemons() {
         eprintln!("router bench: {err}");
         return ExitCode::FAILURE;
     }

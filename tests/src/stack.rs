@@ -149,8 +149,8 @@ impl Stack {
     }
 
     /// Everything the supervisor wrote to stderr so far.
-    pub fn supervisor_stderr(&mut self) -> String {
-        self.supervisor().daemon().stderr()
+    pub fn supervisor_stderr(&self) -> String {
+        self.sup().stderr()
     }
 
     /// Starts only the supervisor (start a proxy with [`Stack::start_proxy`] or

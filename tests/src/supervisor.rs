@@ -161,6 +161,11 @@ impl Supervisor {
     }
 
     /// The process guard.
+    /// Everything this process wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.daemon.stderr()
+    }
+
     pub fn daemon(&mut self) -> &mut Daemon {
         &mut self.daemon
     }

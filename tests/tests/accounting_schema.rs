@@ -203,7 +203,7 @@ fn records_never_contain_content() {
         .build();
     let log = with_request_log(&mut config, json!({}));
     // Debug logging: the most the daemons ever say.
-    let mut stack = Stack::start_logging(config, "debug");
+    let stack = Stack::start_logging(config, "debug");
     let addr = stack.addr();
 
     const PROMPT: &str = "zebra-quartz-prompt-7731";

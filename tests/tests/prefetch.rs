@@ -138,7 +138,7 @@ fn wait_until_waited(stack: &Stack, model: &str, at_least: Duration) {
 #[test]
 fn the_next_models_weights_become_resident_while_it_waits() {
     let weights = Weights::create("resident", 256 << 20);
-    let mut stack = Stack::start(config("prefetch-resident", &weights, |b| b).build());
+    let stack = Stack::start(config("prefetch-resident", &weights, |b| b).build());
     let holder = stack.hold(A, "holder");
     if !weights.evict() {
         return;
@@ -181,7 +181,7 @@ fn the_next_models_weights_become_resident_while_it_waits() {
 fn the_prefetch_stops_when_the_waiting_ticket_leaves() {
     let weights = Weights::create("stops", 256 << 20);
     // 32 chunks at 200 ms each: a whole prefetch would take over 6 s.
-    let mut stack = Stack::start_with_supervisor(
+    let stack = Stack::start_with_supervisor(
         config("prefetch-stops", &weights, |b| b).build(),
         |command| {
             command.env(strata_supervisor::prefetch::TEST_PAUSE_ENV, "200");
@@ -226,7 +226,7 @@ fn the_prefetch_stops_when_the_waiting_ticket_leaves() {
 #[test]
 fn prefetch_false_reads_nothing_ahead() {
     let weights = Weights::create("off", 64 << 20);
-    let mut stack =
+    let stack =
         Stack::start(config("prefetch-off", &weights, |b| b.set("prefetch", false)).build());
     let holder = stack.hold(A, "holder");
     if !weights.evict() {
@@ -278,7 +278,7 @@ fn the_memory_and_size_bounds_skip_the_prefetch_and_say_so_once() {
         ),
     ] {
         // At debug level the worker also says when it skips again, silently at info level.
-        let mut stack = Stack::start_logging(
+        let stack = Stack::start_logging(
             config(tag, &weights, |b| b.set(key, value)).build(),
             "debug",
         );

@@ -36,7 +36,7 @@ fn a_strata_without_the_ready_file_flag_is_named_and_the_health_mode_serves_it()
         stock.display()
     );
 
-    let mut stack = Stack::start(
+    let stack = Stack::start(
         ConfigBuilder::new("stock-ready-file")
             .model(ModelSpec::new(A))
             .set("python", stock.to_str().unwrap())

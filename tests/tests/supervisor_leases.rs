@@ -250,6 +250,7 @@ async fn a_switch_waits_for_the_other_models_leases() {
             TicketPhase::Load(LoadPhase::StoppingOldBackend),
             TicketPhase::Load(LoadPhase::Starting),
             TicketPhase::Load(LoadPhase::WaitingForReadiness),
+            TicketPhase::Load(LoadPhase::CheckingHealth),
             TicketPhase::Load(LoadPhase::Verified),
         ]
     );

@@ -421,6 +421,10 @@ impl Session {
             }
             SupervisorMessage::Granted(grant) => {
                 let ticket = grant.ticket;
+                if grant.model_switch {
+                    // The benchmark's switch breakdown reads these `strata::switch` lines.
+                    tracing::debug!(target: "strata::switch", ticket, "switch grant received");
+                }
                 if let Some(entry) = self.tickets.get_mut(&ticket) {
                     entry.body = None;
                 }

@@ -206,6 +206,7 @@ impl Waiter<'_> {
         match ready {
             Some(ready) => {
                 verify_ready_file(&ready, pid, self.spec)?;
+                tracing::debug!(target: "strata::switch", pid, "ready file seen");
                 (self.progress)(StartProgress::ReadyFileSeen);
             }
             None => (self.progress)(StartProgress::Listening),
@@ -244,6 +245,7 @@ impl Waiter<'_> {
         if let Some(exit) = self.group.observe_exit() {
             return Err(StartError::Exited { exit });
         }
+        tracing::debug!(target: "strata::switch", "health check passed");
         (self.progress)(StartProgress::HealthCheckPassed);
         Ok(())
     }

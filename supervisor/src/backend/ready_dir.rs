@@ -3,7 +3,8 @@
 //! Each start gets a fresh 0700 directory under the daemon's private directory, so a ready file
 //! left by an earlier start (or written by anyone else) can never be mistaken for this one. The
 //! directory is removed when the [`ReadyDir`] is dropped, which happens when the start finishes,
-//! whether it succeeded, failed, or its future was dropped.
+//! whether it succeeded (then on a blocking-pool thread, off the grant's path), failed, or its
+//! future was dropped.
 
 use std::fs::{self, DirBuilder, Permissions};
 use std::io;
@@ -57,6 +58,15 @@ impl ReadyDir {
 
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Removes the directory, then drops `watch` (its inotify watch), on a blocking-pool
+    /// thread, so that a verified start's grant does not wait for the file system.
+    pub(crate) fn remove_in_background<W: Send + 'static>(self, watch: W) {
+        tokio::task::spawn_blocking(move || {
+            drop(self);
+            drop(watch);
+        });
     }
 
     /// Where the backend writes its ready file.

@@ -460,6 +460,10 @@ impl Engine {
             load_ms,
         };
         self.ledger.granted((conn, id), &grant, now.unix_ms);
+        if switch {
+            // The benchmark's switch breakdown reads these `strata::switch` lines.
+            tracing::debug!(target: "strata::switch", conn, ticket = id, "switch grant sent");
+        }
         self.send(conn, SupervisorMessage::Granted(grant));
     }
 
@@ -769,6 +773,9 @@ impl Engine {
             ProgressEvent::StoppingOld { .. } => &[LoadPhase::StoppingOldBackend],
             ProgressEvent::Start(StartProgress::Spawned { .. }) => {
                 &[LoadPhase::Starting, LoadPhase::WaitingForReadiness]
+            }
+            ProgressEvent::Start(StartProgress::ReadyFileSeen | StartProgress::Listening) => {
+                &[LoadPhase::CheckingHealth]
             }
             ProgressEvent::Start(StartProgress::HealthCheckPassed) => &[LoadPhase::Verified],
             ProgressEvent::OldStopped { .. } | ProgressEvent::Start(_) => &[],

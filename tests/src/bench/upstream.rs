@@ -11,7 +11,10 @@
 //! write the ready file `{pid, model_name, port}` atomically (temp file, fsync, rename), then
 //! append a `ready` event with `ready_ns` (CLOCK_REALTIME right after the rename) to the
 //! profile's `fake.log`, the same JSON-lines log the Python fake writes (`start` and `ready`
-//! events, so [`crate::FakeLog`] finds these processes too).
+//! events, so [`crate::FakeLog`] finds these processes too). The process's first `/health`
+//! request and first chat request are logged too (`health` and `request` events with
+//! `arrived_ns`, when the request was read whole; written after the answer), for the
+//! benchmark's switch breakdown; no later request is, so the timed phases write nothing.
 //!
 //! HTTP: `GET /health` (`loaded: true`, `model`), `GET /v1/models`, `POST
 //! /v1/chat/completions` answering JSON or SSE in the [`Shape`] the body's `bench` object asks
@@ -144,6 +147,22 @@ struct State {
     shape: Shape,
     health: Vec<u8>,
     models: Vec<u8>,
+    log: Option<PathBuf>,
+    /// Whether the first `/health` and the first chat request were logged.
+    health_logged: std::sync::atomic::AtomicBool,
+    request_logged: std::sync::atomic::AtomicBool,
+}
+
+impl State {
+    /// Logs `event` (with `arrived_ns`) the first time only.
+    fn log_first(&self, logged: &std::sync::atomic::AtomicBool, event: &str, arrived_ns: u128) {
+        if self.log.is_some() && !logged.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            log_event(
+                self.log.as_deref(),
+                json!({"event": event, "pid": std::process::id(), "model_name": self.name, "arrived_ns": arrived_ns}),
+            );
+        }
+    }
 }
 
 /// Runs the upstream until it is killed. Errors are start failures (bad profile, port taken).
@@ -183,6 +202,9 @@ pub fn run(args: Args) -> Result<(), String> {
         name,
         mode: bench.http,
         shape,
+        log: log.clone(),
+        health_logged: Default::default(),
+        request_logged: Default::default(),
     });
     let load = Duration::from_millis(bench.load_ms + jitter(bench.load_jitter_ms));
 
@@ -364,8 +386,18 @@ async fn serve(mut stream: TcpStream, state: Arc<State>) {
             Ok(Some(request)) => request,
             Ok(None) | Err(_) => return,
         };
+        let arrived_ns = realtime_ns();
         let keep = state.mode == HttpMode::KeepAlive && request.keep_alive;
-        if respond(&mut stream, &state, &request, keep).await.is_err() {
+        let answered = respond(&mut stream, &state, &request, keep).await;
+        // Logged after the answer, so the log write is not part of what is measured.
+        match (request.post, request.path.split('?').next().unwrap_or("")) {
+            (false, "/health") => state.log_first(&state.health_logged, "health", arrived_ns),
+            (true, wire::CHAT_PATH) => {
+                state.log_first(&state.request_logged, "request", arrived_ns)
+            }
+            _ => {}
+        }
+        if answered.is_err() {
             return;
         }
         if !keep {

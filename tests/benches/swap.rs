@@ -1,0 +1,374 @@
+//! The swap benchmark: a model switch whose new backend reads its whole weights file before it
+//! reports ready, with the file cold (evicted from the page cache) against after the weights
+//! prefetch (README "Faster swaps"), in one interleaved run.
+//!
+//! ```sh
+//! cargo bench -p strata-e2e --bench swap                 # 1.5 GiB of weights, 5 rounds
+//! cargo bench -p strata-e2e --bench swap -- --quick      # 64 MiB, 1 round (seconds)
+//! ```
+//!
+//! It makes a weights file (`--weights-mib N`, 1536 [64]) on disk in the target directory,
+//! then measures the machine: the file read whole right after `posix_fadvise(DONTNEED)`
+//! (disk) and again (page cache). Two routers (the real daemons, the Python fake Strata) run
+//! side by side with the same two models: A, and B whose fake reads the file whole (8 MiB
+//! reads) before it opens its port, as an engine reads its weights; `model_grace_ms` 0. One
+//! router has `prefetch` on (the default), the other `prefetch: false`. Each round, for each
+//! router in turn: load A, evict the file, start a request for A that takes `--hold-ms`
+//! (default: three times the cold read, at least 1 s), queue a streaming request for B behind
+//! it, and take the time from A's response (read whole at the client) to B's first data frame:
+//! the swap (stop A, spawn B, B reads its weights, readiness, the grant, the first token). The
+//! file's residency when A ends (`mincore`), what B's fake logged for its own read and the
+//! router's `strata_router_load_resident_ratio` are shown beside it. No thresholds; a request
+//! that fails fails the run (exit 1). On a file system that keeps every page resident (tmpfs)
+//! a cold file cannot be made: the run says so and exits 0.
+//!
+//! Flags: `--quick`, `--weights-mib N`, `--rounds N` (5 [1]), `--hold-ms N`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use strata_e2e::accounting::chat_request;
+use strata_e2e::http::{self, Frame};
+use strata_e2e::stack::Stack;
+use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_until};
+use strata_os::page_cache;
+
+const A: &str = "flash-a";
+const B: &str = "flash-b";
+
+struct Options {
+    weights_mib: u64,
+    rounds: usize,
+    hold_ms: Option<u64>,
+}
+
+impl Options {
+    fn parse() -> Result<Options, String> {
+        let mut quick = false;
+        let mut weights_mib = None;
+        let mut rounds = None;
+        let mut hold_ms = None;
+        let mut args = std::env::args().skip(1);
+        let number = |name: &str, value: Option<String>| -> Result<u64, String> {
+            value
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| format!("{name} takes a number"))
+        };
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--quick" => quick = true,
+                "--weights-mib" => weights_mib = Some(number("--weights-mib", args.next())?),
+                "--rounds" => rounds = Some(number("--rounds", args.next())? as usize),
+                "--hold-ms" => hold_ms = Some(number("--hold-ms", args.next())?),
+                // cargo bench passes --bench.
+                "--bench" => {}
+                other => {
+                    return Err(format!(
+                        "unknown argument {other:?}; usage: swap [--quick] [--weights-mib N] \
+                         [--rounds N] [--hold-ms N]"
+                    ));
+                }
+            }
+        }
+        Ok(Options {
+            weights_mib: weights_mib.unwrap_or(if quick { 64 } else { 1536 }).max(1),
+            rounds: rounds.unwrap_or(if quick { 1 } else { 5 }).max(1),
+            hold_ms,
+        })
+    }
+}
+
+/// The weights file, removed at the end.
+struct Weights {
+    path: PathBuf,
+    len: u64,
+}
+
+impl Weights {
+    fn create(mib: u64) -> Weights {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("swap-bench");
+        std::fs::create_dir_all(&dir).expect("the bench's directory");
+        let path = dir.join(format!("weights-{}.bin", std::process::id()));
+        let mut file = File::create(&path).expect("create the weights file");
+        // Not zeros only, and every block written (no sparse file).
+        let block: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
+        for _ in 0..mib {
+            file.write_all(&block).expect("write the weights file");
+        }
+        file.sync_all().expect("sync the weights file");
+        Weights {
+            path,
+            len: mib << 20,
+        }
+    }
+
+    fn resident_fraction(&self) -> f64 {
+        let file = File::open(&self.path).expect("open the weights file");
+        page_cache::resident_bytes(&file, 0, self.len).expect("mincore") as f64 / self.len as f64
+    }
+
+    /// Makes the file cold; false where the file system keeps every page (tmpfs).
+    fn evict(&self) -> bool {
+        page_cache::evict(&File::open(&self.path).expect("open the weights file"))
+            .expect("posix_fadvise(DONTNEED)");
+        self.resident_fraction() < 0.1
+    }
+
+    /// Reads the whole file (8 MiB reads, like the fake) and returns the seconds it took.
+    fn read_all(&self) -> f64 {
+        let started = Instant::now();
+        let mut file = File::open(&self.path).expect("open the weights file");
+        let mut buf = vec![0u8; 8 << 20];
+        let mut total = 0u64;
+        loop {
+            let n = file.read(&mut buf).expect("read the weights file");
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+        }
+        assert_eq!(total, self.len);
+        started.elapsed().as_secs_f64()
+    }
+}
+
+impl Drop for Weights {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn start_router(tag: &str, weights: &Weights, prefetch: bool) -> Stack {
+    let b = ModelSpec::new(B)
+        .entry_key("weights", json!([weights.path]))
+        .fake("read_weights", json!(weights.path));
+    let config = ConfigBuilder::new(tag)
+        .wait_when_busy(true)
+        .model_grace_ms(0)
+        .set("prefetch", prefetch)
+        .model(ModelSpec::new(A))
+        .model(b)
+        .build();
+    Stack::start(config)
+}
+
+/// One swap of one router.
+struct Swap {
+    /// A's response read whole → B's first data frame.
+    swap_s: f64,
+    /// The weights' resident fraction when A's response ended.
+    resident_at_end: f64,
+    /// What B's fake logged for reading its weights.
+    backend_read_s: f64,
+    /// `strata_router_load_resident_ratio{model="flash-b"}` after B's load.
+    ratio_at_load: f64,
+}
+
+fn prometheus(stack: &Stack) -> BTreeMap<String, f64> {
+    let response = stack.get("/metrics?format=prometheus");
+    String::from_utf8_lossy(&response.body)
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+fn held(stack: &Stack, model: &str, stage: &str) -> bool {
+    stack
+        .metrics()
+        .in_flight_requests
+        .iter()
+        .flatten()
+        .any(|request| request.model == model && request.stage == stage)
+}
+
+fn swap(stack: &Stack, weights: &Weights, hold: Duration, round: usize) -> Result<Swap, String> {
+    let addr = stack.addr();
+    // A loaded (from B, after the round before), then the weights made cold.
+    let warm = http::chat(addr, &chat_request(A, false, "warm", Value::Null));
+    if warm.status != 200 {
+        return Err(format!("loading A: {warm}"));
+    }
+    if !weights.evict() {
+        return Err("the weights stay resident after DONTNEED".into());
+    }
+    let reads_before = stack.fake_log().events_named("weights_read").len();
+    let delay_ms = 50;
+    let tokens = (hold.as_millis() as u64).div_ceil(delay_ms).max(1);
+    let a_body = chat_request(
+        A,
+        false,
+        &format!("hold-{round}"),
+        json!({"tokens": tokens, "token_delay_ms": delay_ms}),
+    );
+    let a = std::thread::spawn(move || {
+        let response = http::chat(addr, &a_body);
+        (response, Instant::now())
+    });
+    poll_until(DEADLINE, "A's request leased", || held(stack, A, "leased"));
+    let b_body = chat_request(B, true, &format!("swap-{round}"), Value::Null);
+    let b = std::thread::spawn(move || {
+        let mut stream = http::open_chat(addr, &b_body);
+        stream.frames_until(Duration::from_secs(300), "B's first data", Frame::is_data);
+        let first = Instant::now();
+        let rest = stream.remaining_frames(Duration::from_secs(60));
+        (first, rest.last().is_some_and(Frame::is_done))
+    });
+    let (a_response, a_end) = a.join().map_err(|_| "A's client panicked")?;
+    let resident_at_end = weights.resident_fraction();
+    if a_response.status != 200 {
+        return Err(format!("A: {a_response}"));
+    }
+    let (b_first, b_done) = b.join().map_err(|_| "B's client panicked")?;
+    if !b_done {
+        return Err("B's stream did not end with [DONE]".into());
+    }
+    let reads = stack.fake_log().events_named("weights_read");
+    let backend_read_s = reads
+        .get(reads_before)
+        .and_then(|event| event["seconds"].as_f64())
+        .ok_or("B's fake logged no weights_read")?;
+    let ratio_at_load = prometheus(stack)
+        .get(&format!(
+            "strata_router_load_resident_ratio{{model=\"{B}\"}}"
+        ))
+        .copied()
+        .ok_or("no strata_router_load_resident_ratio for B")?;
+    Ok(Swap {
+        swap_s: b_first.saturating_duration_since(a_end).as_secs_f64(),
+        resident_at_end,
+        backend_read_s,
+        ratio_at_load,
+    })
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+fn run(opts: &Options) -> Result<(), String> {
+    let weights = Weights::create(opts.weights_mib);
+    if !weights.evict() {
+        println!(
+            "skipped: {} stays resident after posix_fadvise(DONTNEED) (tmpfs?): no cold file",
+            weights.path.display()
+        );
+        return Ok(());
+    }
+    let mib = opts.weights_mib as f64;
+    let disk_s = weights.read_all();
+    let memory_s = weights.read_all();
+    let hold = Duration::from_millis(
+        opts.hold_ms
+            .unwrap_or(((disk_s * 3.0 * 1000.0) as u64).max(1000)),
+    );
+    eprintln!(
+        "weights {mib} MiB: disk {:.0} MiB/s, page cache {:.0} MiB/s; A holds {hold:?}",
+        mib / disk_s,
+        mib / memory_s
+    );
+
+    let prefetched = start_router("swap-prefetch", &weights, true);
+    let cold = start_router("swap-cold", &weights, false);
+    let mut results: [Vec<Swap>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..opts.rounds {
+        for (i, stack) in [&cold, &prefetched].into_iter().enumerate() {
+            let swap = swap(stack, &weights, hold, round)?;
+            eprintln!(
+                "round {round} {}: swap {:.3} s, resident at A's end {:.2}, B's read {:.3} s, ratio at load {:.2}",
+                ["cold", "prefetched"][i],
+                swap.swap_s,
+                swap.resident_at_end,
+                swap.backend_read_s,
+                swap.ratio_at_load
+            );
+            results[i].push(swap);
+        }
+    }
+    prefetched.stop();
+    cold.stop();
+
+    let summary = |swaps: &[Swap], pick: fn(&Swap) -> f64| {
+        let mut values: Vec<f64> = swaps.iter().map(pick).collect();
+        median(&mut values)
+    };
+    let [cold_swaps, prefetched_swaps] = &results;
+    let cold_swap = summary(cold_swaps, |s| s.swap_s);
+    let prefetched_swap = summary(prefetched_swaps, |s| s.swap_s);
+    println!(
+        "\n### swap with the weights cold vs prefetched ({} MiB, {} rounds, medians)\n",
+        opts.weights_mib, opts.rounds
+    );
+    println!("| metric | cold (`prefetch: false`) | prefetched | ratio cold / prefetched |");
+    println!("| --- | ---: | ---: | ---: |");
+    println!(
+        "| swap: A's response ends → B's first data frame | {cold_swap:.3} s | {prefetched_swap:.3} s | {:.2}x |",
+        cold_swap / prefetched_swap
+    );
+    let cold_read = summary(cold_swaps, |s| s.backend_read_s);
+    let prefetched_read = summary(prefetched_swaps, |s| s.backend_read_s);
+    println!(
+        "| B's backend reading its weights | {cold_read:.3} s | {prefetched_read:.3} s | {:.2}x |",
+        cold_read / prefetched_read
+    );
+    println!(
+        "| weights resident when A ends (mincore) | {:.2} | {:.2} | |",
+        summary(cold_swaps, |s| s.resident_at_end),
+        summary(prefetched_swaps, |s| s.resident_at_end)
+    );
+    println!(
+        "| `strata_router_load_resident_ratio` at B's load | {:.2} | {:.2} | |",
+        summary(cold_swaps, |s| s.ratio_at_load),
+        summary(prefetched_swaps, |s| s.ratio_at_load)
+    );
+    println!("\n| the machine, same file | value |");
+    println!("| --- | ---: |");
+    println!(
+        "| read after DONTNEED (disk) | {:.0} MiB/s ({disk_s:.3} s) |",
+        mib / disk_s
+    );
+    println!(
+        "| read again (page cache) | {:.0} MiB/s ({memory_s:.3} s) |",
+        mib / memory_s
+    );
+    println!("| page cache / disk | {:.1}x |", disk_s / memory_s);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let opts = match Options::parse() {
+        Ok(opts) => opts,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(err) = strata_e2e::bench::build_daemons() {
+        eprintln!("{err}");
+        return ExitCode::FAILURE;
+    }
+    let started = Instant::now();
+    let result = run(&opts);
+    eprintln!("swap bench: {:.1} s", started.elapsed().as_secs_f64());
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("swap bench failed: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
