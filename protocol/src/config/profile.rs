@@ -39,7 +39,7 @@ pub struct ProfileInfo {
     /// answers `model_name`). Entries that are not strings are ignored.
     pub aliases: Vec<String>,
     /// The weights the engine's arguments name, if they name one
-    /// unambiguously (see [`engine_weights`]).
+    /// unambiguously (the one `--native` or `--pack` in `args`).
     pub engine_weights: Option<EngineWeights>,
 }
 
