@@ -823,6 +823,14 @@ const RANGES: &[Range] = &[
         get: |c| c.timers.model_hold_max_ms,
     },
     Range {
+        key: "stream_idle_ms",
+        wait_first: false,
+        min: 0,
+        max: DAY,
+        default: Some(0),
+        get: |c| c.timers.stream_idle_ms,
+    },
+    Range {
         key: "cache_lookup_ms",
         wait_first: false,
         min: 0,
@@ -1434,6 +1442,8 @@ fn fingerprint_changes_with_every_setting() {
         ("weights", |v| {
             model(v, "a-q4")["weights"] = json!(["/srv/a"])
         }),
+        // The proxy's own bound on silent streams.
+        ("stream_idle_ms", |v| v["stream_idle_ms"] = json!(30_000)),
     ];
     for (name, change) in unrelated {
         assert_eq!(ok(*change).fingerprint(), base_print, "{name}");

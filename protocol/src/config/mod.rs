@@ -38,6 +38,7 @@
 //! | `max_pending` | integer | 16 | 1..=100000 |
 //! | `queue_ms` | integer | 300000 | legacy 1..=86400000; wait-first any non-negative, ignored |
 //! | `response_ms` | integer | 600000 | legacy 1..=86400000; wait-first 0..=86400000, 0 disables |
+//! | `stream_idle_ms` | integer | 0 | 0..=86400000; a streaming response silent this long ends (0: off) |
 //! | `startup_ms` | integer | 120000 | 1..=86400000 |
 //! | `cooldown_ms` | integer | 30000 | 0..=86400000 |
 //! | `idle_ms` | integer | 900000 | 1..=86400000 |
@@ -133,7 +134,7 @@ pub const DEFAULT_MAX_REQUEST_BODY_BYTES: u64 = 268_435_456;
 pub const MAX_MAX_REQUEST_BODY_BYTES: u64 = 1_073_741_824;
 
 /// Every key the top-level object may carry.
-pub const TOP_LEVEL_KEYS: [&str; 32] = [
+pub const TOP_LEVEL_KEYS: [&str; 33] = [
     "python",
     "strata_dir",
     "listen",
@@ -160,6 +161,7 @@ pub const TOP_LEVEL_KEYS: [&str; 32] = [
     "model_hold_max_ms",
     "cache_lookup_ms",
     "cache_max_active",
+    "stream_idle_ms",
     "prefetch",
     "prefetch_max_bytes",
     "prefetch_min_free_bytes",
@@ -355,6 +357,12 @@ impl Config {
     /// is 0 (wait-first mode only).
     pub fn response_timeout(&self) -> Option<Duration> {
         (self.timers.response_ms > 0).then(|| Duration::from_millis(self.timers.response_ms))
+    }
+
+    /// How long a leased streaming response may receive nothing from the
+    /// backend; `None` when `stream_idle_ms` is 0 (off).
+    pub fn stream_idle_timeout(&self) -> Option<Duration> {
+        (self.timers.stream_idle_ms > 0).then(|| Duration::from_millis(self.timers.stream_idle_ms))
     }
 
     /// The bound on draining accepted work at shutdown; `None` means wait

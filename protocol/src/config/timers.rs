@@ -76,6 +76,10 @@ pub struct Timers {
     /// `cache_lookup_ms`: bound on one complete cache lookup; 0 disables
     /// lookups.
     pub cache_lookup_ms: u64,
+    /// `stream_idle_ms`: a leased streaming response that receives no byte
+    /// from the backend for this long ends with `reason: "timeout"`; 0 (the
+    /// default) is off.
+    pub stream_idle_ms: u64,
 }
 
 /// Reads the scheduling and timer keys from the top-level object.
@@ -112,6 +116,7 @@ pub(crate) fn parse(root: &Obj<'_>) -> Result<(Scheduling, Timers), ConfigError>
             0..=MAX_CACHE_LOOKUP_MS,
             DEFAULT_CACHE_LOOKUP_MS,
         )?,
+        stream_idle_ms: duration("stream_idle_ms", 0, 0)?,
     };
     let count = |key: &str, range, default| -> Result<usize, ConfigError> {
         // The ranges are far below usize::MAX on every supported target.

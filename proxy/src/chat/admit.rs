@@ -151,14 +151,31 @@ impl Job {
             self.body,
             self.accept,
         ));
+        // A stream's headers are its first bytes: `stream_idle_ms` bounds
+        // their wait too, whichever limit comes first naming the error.
+        let silent_until = if trace.stream {
+            config
+                .stream_idle_timeout()
+                .map(|limit| Instant::now() + limit)
+        } else {
+            None
+        };
+        let head_limit = match (deadline, silent_until) {
+            (Some(deadline), Some(silent)) if silent < deadline => {
+                Some((silent, ChatError::StreamIdle))
+            }
+            (Some(deadline), _) => Some((deadline, ChatError::Timeout)),
+            (None, Some(silent)) => Some((silent, ChatError::StreamIdle)),
+            (None, None) => None,
+        };
         let send = async {
-            match deadline {
-                Some(deadline) => tokio::time::timeout_at(deadline.into(), send).await.ok(),
+            match &head_limit {
+                Some((at, _)) => tokio::time::timeout_at((*at).into(), send).await.ok(),
                 None => Some(send.await),
             }
         };
         let Some(sent) = while_leased(&mut self.events, send).await? else {
-            return Err(ChatError::Timeout);
+            return Err(head_limit.map_or(ChatError::Timeout, |(_, error)| error));
         };
         let upstream = sent.map_err(|err| {
             tracing::warn!(error = %err, "backend request failed");

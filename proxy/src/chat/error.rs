@@ -102,6 +102,9 @@ pub enum ChatError {
     Timeout,
     /// `response_ms` passed during the response body.
     StreamTimeout,
+    /// `stream_idle_ms` passed without a byte from the backend (before or
+    /// during a streaming response's body).
+    StreamIdle,
     /// The backend could not be connected to, or failed before headers.
     BackendUnreachable,
     /// The lease's backend instance is no longer the serving one.
@@ -279,6 +282,9 @@ impl ChatError {
             StreamTimeout => row(
                 S::GATEWAY_TIMEOUT, server, "timeout", R::Timeout,
                 "the response exceeded response_ms"),
+            StreamIdle => row(
+                S::GATEWAY_TIMEOUT, server, "timeout", R::Timeout,
+                "the backend sent nothing for stream_idle_ms"),
             BackendUnreachable => row(
                 S::BAD_GATEWAY, server, "upstream_error", R::UpstreamError,
                 "the backend could not be reached"),
@@ -429,6 +435,7 @@ mod tests {
             RevokedShutdown,
             Timeout,
             StreamTimeout,
+            StreamIdle,
             BackendUnreachable,
             BackendGone,
             WrongModel,
@@ -464,6 +471,7 @@ mod tests {
                 | RevokedShutdown
                 | Timeout
                 | StreamTimeout
+                | StreamIdle
                 | BackendUnreachable
                 | BackendGone
                 | WrongModel

@@ -95,6 +95,13 @@ pub fn respond_passthrough<B: BackendBody>(
     }
     headers.apply(response.headers_mut());
     trace.status = Some(response.status().as_u16());
+    // A non-streaming answer is silent until it is whole: `stream_idle_ms`
+    // bounds streams only.
+    let idle = if trace.stream {
+        app.config.stream_idle_timeout()
+    } else {
+        None
+    };
     app.tasks.spawn(async move {
         let mut observer = ResponseObserver::new(kind);
         let end = forward::forward(
@@ -108,6 +115,7 @@ pub fn respond_passthrough<B: BackendBody>(
                 deadline: dispatched.deadline,
                 keepalive: false,
                 first_keepalive: None,
+                idle,
             },
         )
         .await;

@@ -7,7 +7,8 @@
 //! buffer (at most two chunks wait between them). Waiting for the client is
 //! one branch of the loop, never an await inside another branch: while a
 //! client does not read, the loop still watches the lease (operator
-//! `off --now` revokes it), the response deadline, how long the client has
+//! `off --now` revokes it), the response deadline, how long the backend has
+//! sent nothing (`stream_idle_ms`, streams only), how long the client has
 //! taken nothing (see [`CLIENT_STALL_LIMIT`]) and, for waiting SSE clients,
 //! the keepalive clock.
 //!
@@ -215,6 +216,12 @@ pub struct Watch<'a> {
     /// When the first keepalive is due, if not [`KEEPALIVE_INTERVAL`] after
     /// the loop starts: a held stream counts from the request's arrival.
     pub first_keepalive: Option<Instant>,
+    /// `stream_idle_ms`: the response ends (`timeout`) once the backend has
+    /// sent no byte for this long, counted from the loop's start (the
+    /// headers just arrived) and then from each chunk, its own keep-alive
+    /// comments included. A client that does not read pauses the backend
+    /// body, so the clock only runs while the loop is reading it.
+    pub idle: Option<Duration>,
 }
 
 /// A backend response body as the loop reads it: the proxy's
@@ -244,6 +251,7 @@ pub async fn forward<B: BackendBody>(
         deadline,
         keepalive,
         first_keepalive,
+        idle,
     } = watch;
     let first_keepalive = first_keepalive
         .map(TokioInstant::from_std)
@@ -279,6 +287,13 @@ pub async fn forward<B: BackendBody>(
             .into(),
     );
     tokio::pin!(deadline_sleep);
+    // When a byte last came from the backend (or the loop started, or the
+    // client last made room: a full channel stops the reading, not the
+    // backend's silence).
+    let mut backend_active = TokioInstant::now();
+    let far = Duration::from_secs(86400 * 365);
+    let idle_sleep = tokio::time::sleep(idle.unwrap_or(far));
+    tokio::pin!(idle_sleep);
     loop {
         if out.pending.is_none() && backend_error_frame {
             return out.fail(mode, ChatError::BackendErrorFrame, observer).await;
@@ -304,12 +319,16 @@ pub async fn forward<B: BackendBody>(
             end = lease.ended(), if lease_watched => Step::LeaseEnded(end),
             _ = &mut deadline_sleep, if deadline.is_some() => Step::Deadline,
             _ = &mut stall_sleep, if out.pending.is_some() => Step::StallCheck,
+            _ = &mut idle_sleep, if idle.is_some() && out.pending.is_none() && upstream_ended.is_none() => {
+                Step::IdleCheck
+            }
             _ = &mut keepalive_sleep, if keepalive && out.pending.is_none() && out.at_frame_boundary => {
                 Step::KeepaliveCheck
             }
         };
         match step {
             Step::Frame(frame) => {
+                backend_active = TokioInstant::now();
                 let released = match frame {
                     Some(Ok(frame)) => match frame.into_data() {
                         Ok(data) if !data.is_empty() => gate.push(data),
@@ -365,6 +384,7 @@ pub async fn forward<B: BackendBody>(
             }
             Step::Room(false) | Step::ClientGone => return ForwardEnd::ClientGone,
             Step::Room(true) => {
+                backend_active = TokioInstant::now();
                 let data = out.pending.take().expect("checked by the branch condition");
                 if !out.offer(data, observer) {
                     return ForwardEnd::ClientGone;
@@ -379,6 +399,18 @@ pub async fn forward<B: BackendBody>(
             }
             Step::Deadline => {
                 return out.fail(mode, ChatError::StreamTimeout, observer).await;
+            }
+            Step::IdleCheck => {
+                let limit = idle.expect("checked by the branch condition");
+                let due = backend_active + limit;
+                if TokioInstant::now() >= due {
+                    tracing::info!(
+                        "the backend sent nothing for stream_idle_ms ({} ms); ending the response",
+                        limit.as_millis()
+                    );
+                    return out.fail(mode, ChatError::StreamIdle, observer).await;
+                }
+                idle_sleep.as_mut().reset(due);
             }
             Step::StallCheck => {
                 let due = out.last_progress + CLIENT_STALL_LIMIT;
@@ -416,6 +448,7 @@ enum Step<E> {
     ClientGone,
     LeaseEnded(LeaseEnd),
     Deadline,
+    IdleCheck,
     StallCheck,
     KeepaliveCheck,
 }

@@ -34,6 +34,7 @@ struct Setup {
     gate: ModelGate,
     deadline: Option<Duration>,
     keepalive: bool,
+    idle: Option<Duration>,
 }
 
 impl Setup {
@@ -46,6 +47,7 @@ impl Setup {
             gate: ModelGate::open(),
             deadline: None,
             keepalive: true,
+            idle: None,
         }
     }
 
@@ -58,6 +60,7 @@ impl Setup {
             gate: ModelGate::open(),
             deadline: None,
             keepalive: false,
+            idle: None,
         }
     }
 }
@@ -91,6 +94,7 @@ fn start(setup: Setup) -> Run {
                 deadline,
                 keepalive: setup.keepalive,
                 first_keepalive: None,
+                idle: setup.idle,
             },
         )
         .await;
@@ -388,6 +392,50 @@ async fn the_response_deadline_ends_the_stream() {
     assert_eq!(
         run.end().await.0,
         ForwardEnd::Failed(ChatError::StreamTimeout)
+    );
+}
+
+/// `stream_idle_ms`: a backend that sends nothing for that long ends the
+/// stream with the timeout frame; every backend byte (its own comments too)
+/// restarts the count, the router's keepalives do not.
+#[tokio::test(start_paused = true)]
+async fn the_backend_s_silence_ends_the_stream_at_stream_idle_ms() {
+    let mut run = start(Setup {
+        idle: Some(Duration::from_secs(10)),
+        ..Setup::sse()
+    });
+    run.send(FIRST);
+    assert_eq!(run.read_bytes().await, FIRST);
+    // The router's own keepalives (at 5 s, and 5 s after the backend's
+    // comment) do not count as the backend's bytes.
+    assert_eq!(run.read_bytes().await, KEEPALIVE_COMMENT);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    run.send(": strata keep-alive\n\n");
+    assert_eq!(run.read_bytes().await, ": strata keep-alive\n\n");
+    assert_eq!(run.elapsed(), Duration::from_secs(8));
+    assert_eq!(run.read_bytes().await, KEEPALIVE_COMMENT);
+    assert_eq!(run.elapsed(), Duration::from_secs(13));
+    assert_eq!(run.read_bytes().await, ChatError::StreamIdle.sse_frame());
+    assert_eq!(run.elapsed(), Duration::from_secs(18));
+    assert!(run.read().await.is_none());
+    assert_eq!(run.end().await.0, ForwardEnd::Failed(ChatError::StreamIdle));
+}
+
+/// Before anything went out on a held stream, the silence is a real status:
+/// nothing is written and the error is returned to be answered with 504.
+#[tokio::test(start_paused = true)]
+async fn a_silent_backend_before_the_first_byte_is_a_real_504() {
+    let mut run = start(Setup {
+        mode: AfterHeaders::Held,
+        keepalive: false,
+        idle: Some(Duration::from_secs(10)),
+        ..Setup::sse()
+    });
+    assert_eq!(run.end().await.0, ForwardEnd::Failed(ChatError::StreamIdle));
+    assert_eq!(run.elapsed(), Duration::from_secs(10));
+    assert_eq!(
+        ChatError::StreamIdle.status(),
+        hyper::StatusCode::GATEWAY_TIMEOUT
     );
 }
 

@@ -244,6 +244,7 @@ async fn wait_first<A: Admission>(
                 deadline: dispatched.deadline,
                 keepalive: true,
                 first_keepalive: (!committed).then_some(first_keepalive),
+                idle: app.config.stream_idle_timeout(),
             },
         ));
         match body.as_mut() {
