@@ -281,6 +281,16 @@ impl BaseUrl {
 
 /// `GET TARGET` on one connection; the body of a 200 answer.
 pub(crate) fn get(base: &BaseUrl, target: &str) -> Result<Vec<u8>, String> {
+    let (status, body) = get_with_status(base, target)?;
+    if status != 200 {
+        return Err(format!("HTTP {status}{}", error_detail(&body)));
+    }
+    Ok(body)
+}
+
+/// `GET target`, whatever the status: `/health` says the same document
+/// with 200 and with 503.
+pub(crate) fn get_with_status(base: &BaseUrl, target: &str) -> Result<(u16, Vec<u8>), String> {
     let addrs: Vec<_> = (base.host.as_str(), base.port)
         .to_socket_addrs()
         .map_err(|err| format!("cannot resolve {}: {err}", base.host))?
@@ -314,11 +324,7 @@ pub(crate) fn get(base: &BaseUrl, target: &str) -> Result<Vec<u8>, String> {
     if response.len() > MAX_RESPONSE_BYTES {
         return Err(format!("answer larger than {MAX_RESPONSE_BYTES} bytes"));
     }
-    let (status, body) = parse_response(&response)?;
-    if status != 200 {
-        return Err(format!("HTTP {status}{}", error_detail(&body)));
-    }
-    Ok(body)
+    parse_response(&response)
 }
 
 /// `: MESSAGE` from an OpenAI-style error body, if it is one.

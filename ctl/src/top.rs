@@ -29,9 +29,9 @@ use strata_protocol::api::{Health, InFlightRequest, Metrics, ModelItem, ModelLis
 use strata_protocol::control::{ControlRequest, ModelsAnswer, Status};
 use strata_protocol::page::RecordsPage;
 use strata_protocol::record::RequestRecord;
-use strata_protocol::wire::typical_load_seconds;
+use strata_protocol::wire::{BackendState, typical_load_seconds};
 
-use crate::requests::{BaseUrl, get};
+use crate::requests::{BaseUrl, get, get_with_status};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -85,6 +85,9 @@ pub struct Snapshot {
     /// The oldest held requests, oldest first (proxy URL only).
     held: Vec<InFlightRequest>,
     operation: Option<String>,
+    /// The backend's state, the age of its last good probe and, when it
+    /// is unresponsive, why.
+    backend: Option<(BackendState, Option<u64>, Option<String>)>,
     last_startup_error: Option<String>,
     records: VecDeque<RecordLine>,
     cursor: u64,
@@ -126,6 +129,20 @@ impl Snapshot {
             flag(self.routing, "on", "off"),
             flag(self.draining, "draining", "no")
         ));
+        if let Some((state, age_ms, cause)) = &self.backend {
+            let mut line = format!("backend: {}", state.as_str());
+            match (cause, age_ms) {
+                (Some(cause), Some(age)) => {
+                    line.push_str(&format!(" ({cause}; last good probe {}s ago)", age / 1000));
+                }
+                (Some(cause), None) => line.push_str(&format!(" ({cause})")),
+                (None, Some(age)) => {
+                    line.push_str(&format!(" (last good probe {}s ago)", age / 1000));
+                }
+                (None, None) => {}
+            }
+            out.push(line);
+        }
         if let Some(operation) = &self.operation {
             out.push(format!("operation: {operation}"));
         }
@@ -253,11 +270,19 @@ impl Snapshot {
                 })
                 .collect();
         }
-        // /health answers 503 while the supervisor is away; that is no error here.
-        self.draining = get(base, &format!("{}/health", base.path))
+        // /health answers 503 while the supervisor is away (or the backend is
+        // unresponsive); that is no error here.
+        let health = get_with_status(base, &format!("{}/health", base.path))
             .ok()
-            .and_then(|body| serde_json::from_slice::<Health>(&body).ok())
-            .and_then(|health| health.draining);
+            .and_then(|(_, body)| serde_json::from_slice::<Health>(&body).ok());
+        self.draining = health.as_ref().and_then(|health| health.draining);
+        self.backend = health.and_then(|health| {
+            Some((
+                health.backend_state?,
+                health.last_good_probe_age_ms,
+                health.cause,
+            ))
+        });
         loop {
             let target = format!("{}/requests?after={}&limit=1000", base.path, self.cursor);
             let body = get(base, &target)?;
@@ -319,6 +344,7 @@ impl Snapshot {
         self.in_flight = Some(status.active_leases as u64);
         self.queue_depth = Some(status.waiting_requests as u64);
         self.operation = status.operation;
+        self.backend = Some((status.backend_state, status.last_good_probe_age_ms, None));
         self.last_startup_error = status.last_startup_error;
         Ok(())
     }
@@ -524,6 +550,17 @@ mod tests {
             "{row}"
         );
 
+        snapshot.backend = Some((
+            BackendState::Unresponsive,
+            Some(16_400),
+            Some("no answer to GET /health for 3 probes in a row".into()),
+        ));
+        assert!(
+            snapshot.lines(now).iter().any(|line| line
+                == "backend: unresponsive (no answer to GET /health for 3 probes in a row; last good probe 16s ago)"),
+            "{:?}",
+            snapshot.lines(now)
+        );
         snapshot.set_loading(Some("n-q8".into()), now - Duration::from_secs(5));
         assert!(snapshot.lines(now)[1].starts_with("model: loading n-q8 (5s)   "));
         // Once a load of it was seen, with how long its loads usually take.

@@ -53,6 +53,13 @@ pub struct Health {
     pub routing: Option<bool>,
     pub loaded_model: Option<String>,
     pub draining: Option<bool>,
+    /// `serving`, `loading`, `idle`, `unresponsive` or `cooling`; null while
+    /// the supervisor is unreachable.
+    pub backend_state: Option<crate::wire::BackendState>,
+    /// How long ago the serving backend last answered its probe well.
+    pub last_good_probe_age_ms: Option<u64>,
+    /// Why the backend is unresponsive (or why nothing can be served).
+    pub cause: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -194,6 +201,9 @@ pub struct ConcreteModel {
     /// successful loads (at most five) since the supervisor started; null
     /// before the first, or while the supervisor is unreachable.
     pub typical_load_ms: Option<u64>,
+    /// The backend's state for the model in it (loaded or loading:
+    /// `serving`, `loading`, `unresponsive`); null for every other model.
+    pub backend_state: Option<crate::wire::BackendState>,
     /// Operator metadata from the config, passed through as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,

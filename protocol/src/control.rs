@@ -107,12 +107,17 @@ pub struct Status {
     pub active_leases: usize,
     pub waiting_requests: usize,
     pub cooldown_remaining_ms: Option<u64>,
+    /// `serving`, `loading`, `idle`, `unresponsive` or `cooling` (beyond
+    /// the spec: the backend probes, `backend_probe_ms`).
+    pub backend_state: crate::wire::BackendState,
+    /// How long ago the serving backend last answered its probe well.
+    pub last_good_probe_age_ms: Option<u64>,
 }
 
 /// Every key of a [`Status`] line, in the order it is written: what scripts
 /// (and the end-to-end tests) may rely on. Renaming or adding a field
 /// changes this list, and the test below fails until it says so.
-pub const STATUS_FIELDS: [&str; 14] = [
+pub const STATUS_FIELDS: [&str; 16] = [
     "daemon_pid",
     "instance_id",
     "busy",
@@ -127,6 +132,8 @@ pub const STATUS_FIELDS: [&str; 14] = [
     "active_leases",
     "waiting_requests",
     "cooldown_remaining_ms",
+    "backend_state",
+    "last_good_probe_age_ms",
 ];
 
 /// One event line of an `on`/`off` operation.
@@ -265,6 +272,8 @@ mod tests {
             active_leases: 0,
             waiting_requests: 0,
             cooldown_remaining_ms: None,
+            backend_state: crate::wire::BackendState::Serving,
+            last_good_probe_age_ms: Some(1200),
         }
     }
 
@@ -386,7 +395,8 @@ mod tests {
                 "daemon_pid": 7, "instance_id": "7-1", "busy": false, "operation": null,
                 "routing": true, "draining": false, "child_pid": null, "loaded": null,
                 "loading": null, "last_startup_error": null, "proxies": 1,
-                "active_leases": 0, "waiting_requests": 0, "cooldown_remaining_ms": null
+                "active_leases": 0, "waiting_requests": 0, "cooldown_remaining_ms": null,
+                "backend_state": "serving", "last_good_probe_age_ms": 1200
             })
         );
         let done = to_line(&ControlEvent::Done(Done {

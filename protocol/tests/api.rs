@@ -10,6 +10,7 @@ use strata_protocol::api::{
     TierCounts,
 };
 use strata_protocol::config::ModelStatus;
+use strata_protocol::wire::BackendState;
 
 /// `value` serializes to exactly `expected`, and reads back equal.
 fn pins<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: &T, expected: Value) {
@@ -68,8 +69,27 @@ fn health_names_the_supervisor_link_and_nulls_what_only_it_knows() {
             routing: Some(true),
             loaded_model: Some("m".into()),
             draining: Some(false),
+            backend_state: Some(BackendState::Serving),
+            last_good_probe_age_ms: Some(1_200),
+            cause: None,
         },
-        json!({"status": "ok", "supervisor": "connected", "routing": true, "loaded_model": "m", "draining": false}),
+        json!({"status": "ok", "supervisor": "connected", "routing": true, "loaded_model": "m", "draining": false,
+               "backend_state": "serving", "last_good_probe_age_ms": 1200, "cause": null}),
+    );
+    pins(
+        &Health {
+            status: HealthStatus::Unavailable,
+            supervisor: LinkStatus::Connected,
+            routing: Some(true),
+            loaded_model: Some("m".into()),
+            draining: Some(false),
+            backend_state: Some(BackendState::Unresponsive),
+            last_good_probe_age_ms: Some(16_000),
+            cause: Some("no answer to GET /health for 3 probes in a row".into()),
+        },
+        json!({"status": "unavailable", "supervisor": "connected", "routing": true, "loaded_model": "m", "draining": false,
+               "backend_state": "unresponsive", "last_good_probe_age_ms": 16000,
+               "cause": "no answer to GET /health for 3 probes in a row"}),
     );
     pins(
         &Health {
@@ -78,8 +98,12 @@ fn health_names_the_supervisor_link_and_nulls_what_only_it_knows() {
             routing: None,
             loaded_model: None,
             draining: None,
+            backend_state: None,
+            last_good_probe_age_ms: None,
+            cause: None,
         },
-        json!({"status": "unavailable", "supervisor": "disconnected", "routing": null, "loaded_model": null, "draining": null}),
+        json!({"status": "unavailable", "supervisor": "disconnected", "routing": null, "loaded_model": null, "draining": null,
+               "backend_state": null, "last_good_probe_age_ms": null, "cause": null}),
     );
 }
 
@@ -158,6 +182,7 @@ fn the_model_list_has_concrete_models_and_aliases_by_kind() {
                 last_error: Some("backend exited during startup (exit code 3)".into()),
                 cooldown_remaining_ms: None,
                 typical_load_ms: Some(20_500),
+                backend_state: Some(BackendState::Serving),
                 meta: Some(json!({"k": 1})),
                 architecture: None,
                 thinking: None,
@@ -178,7 +203,8 @@ fn the_model_list_has_concrete_models_and_aliases_by_kind() {
             {"id": "m-q4", "object": "model", "owned_by": "strata-router", "kind": "concrete",
              "family": "fam", "fine_tune": null, "quantization": "q4", "status": "verified",
              "last_error": "backend exited during startup (exit code 3)",
-             "cooldown_remaining_ms": null, "typical_load_ms": 20500, "meta": {"k": 1}},
+             "cooldown_remaining_ms": null, "typical_load_ms": 20500, "backend_state": "serving",
+             "meta": {"k": 1}},
             {"id": "fam", "object": "model", "owned_by": "strata-router", "kind": "alias",
              "family": "fam", "allowed_models": ["m-q4"], "preferred": "m-q4"}
         ]}),

@@ -7,11 +7,11 @@ use strata_protocol::config::ModelStatus;
 use strata_protocol::page::RecordsPage;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    ArrivalInfo, BackendInstance, CacheScores, FrameReader, Grant, LeaseFailure, LoadPhase,
-    LookupFailure, MAX_FRAME_BYTES, ModelStatusEntry, PROTOCOL_VERSION, ProxyMessage,
-    RequestLogStats, RevokeReason, RouterMetrics, RouterState, ServiceTier, SubmittedRecord,
-    SupervisorMessage, TicketRequest, TicketScore, WireError, decode_payload, encode_frame,
-    encode_frame_into, proxy_frame_limit, read_frame, write_frame,
+    ArrivalInfo, BackendHealth, BackendInstance, BackendState, CacheScores, FrameReader, Grant,
+    LeaseFailure, LoadPhase, LookupFailure, MAX_FRAME_BYTES, ModelStatusEntry, PROTOCOL_VERSION,
+    ProxyMessage, RequestLogStats, RevokeReason, RouterMetrics, RouterState, ServiceTier,
+    SubmittedRecord, SupervisorMessage, TicketRequest, TicketScore, WireError, decode_payload,
+    encode_frame, encode_frame_into, proxy_frame_limit, read_frame, write_frame,
 };
 
 fn sample_request() -> TicketRequest {
@@ -159,6 +159,11 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
                     typical_load_ms: None,
                 },
             ],
+            backend_health: BackendHealth {
+                state: BackendState::Unresponsive,
+                last_good_probe_age_ms: Some(15_200),
+                cause: Some("no answer to GET /health for 3 probes in a row".into()),
+            },
         }),
         SupervisorMessage::Queued {
             ticket: 1,
@@ -193,6 +198,10 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
         SupervisorMessage::Revoked {
             ticket: 4,
             reason: RevokeReason::Shutdown,
+        },
+        SupervisorMessage::Revoked {
+            ticket: 3,
+            reason: RevokeReason::BackendUnresponsive,
         },
         SupervisorMessage::Arrival {
             token: 99,
@@ -376,7 +385,7 @@ fn fnv1a_64(bytes: &[u8]) -> u64 {
 /// The wire format as of a protocol version: `PROTOCOL_VERSION` and the
 /// hash of every sample message's frame. Round trips cannot notice a change
 /// (both ends are built from the same source); this can.
-const PINNED_WIRE: (u32, u64) = (9, 0x3db4_6198_0143_d3ff);
+const PINNED_WIRE: (u32, u64) = (9, 0x52b5_be9c_d029_6181);
 
 /// A change to any message's shape (a field, a variant, its order or type)
 /// changes the encoded samples; the test fails until `PROTOCOL_VERSION` and

@@ -789,6 +789,31 @@ class LifecycleTests(unittest.TestCase):
         self.assertEqual(badkey.wait_exit(), 2)
         self.assertIn("tokenz", badkey.stderr())
 
+    def test_health_override_file_wedges_or_changes_health_while_serving(self):
+        override_dir = tempfile.mkdtemp(prefix="fake-health-")
+        self.addCleanup(shutil.rmtree, override_dir, True)
+        path = os.path.join(override_dir, "health")
+        fake = Fake(self, fake={"health_override_file": path})
+        fake.wait_ready()
+        r, body = fake.get("/health")
+        self.assertEqual(json.loads(body)["model"], NAME)
+        for text, key, value in (("wrong_model", "model", NAME + "-wrong"),
+                                 ("not_loaded", "loaded", False)):
+            with open(path, "w") as f:
+                f.write(text + "\n")
+            r, body = fake.get("/health")
+            self.assertEqual(json.loads(body)[key], value)
+        with open(path, "w") as f:
+            f.write("hang")
+        c = fake.conn(timeout=0.5)
+        c.request("GET", "/health")
+        with self.assertRaises(socket.timeout):
+            c.getresponse()
+        c.close()
+        os.remove(path)
+        r, body = fake.get("/health")
+        self.assertEqual(json.loads(body)["loaded"], True)
+
     def test_read_weights_reads_the_whole_file_before_ready(self):
         weights_dir = tempfile.mkdtemp(prefix="fake-weights-")
         self.addCleanup(shutil.rmtree, weights_dir, True)

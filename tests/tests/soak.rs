@@ -219,6 +219,9 @@ fn soak_with_every_process_hurt_loses_no_record_and_leaves_nothing_behind() {
         .model(ModelSpec::new(B))
         .alias(ALIAS, &[A, B])
         .wait_when_busy(true)
+        // The backend probes run through the whole soak (every switch, crash and restart),
+        // often, with the default "report": they may never lose a record or stop anything.
+        .set("backend_probe_ms", 500)
         .build();
     let log_path = with_request_log(
         &mut config,

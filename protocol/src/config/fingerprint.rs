@@ -8,8 +8,10 @@
 //! on different listeners may serve one supervisor, and the prefetch
 //! settings (`prefetch`, `prefetch_max_bytes`, `prefetch_min_free_bytes`,
 //! each model's `weights`), which are the supervisor's alone: changing
-//! them needs a restart of the supervisor only, and `stream_idle_ms`, the
-//! proxy's alone. Profile contents are
+//! them needs a restart of the supervisor only, the probe settings
+//! (`backend_probe_ms`, `backend_probe_misses`,
+//! `backend_unresponsive_action`), the supervisor's too, and
+//! `stream_idle_ms`, the proxy's alone. Profile contents are
 //! not part of it: both daemons read the same files. Both digests live
 //! here ([`Config::fingerprint`], [`Registry::fingerprint`]), beside the
 //! texts they hash.

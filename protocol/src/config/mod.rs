@@ -51,6 +51,9 @@
 //! | `prefetch` | boolean | true | read the next model's weights into the page cache while it waits |
 //! | `prefetch_max_bytes` | integer | 137438953472 (128 GiB) | 1..=2^50; larger weights are not prefetched |
 //! | `prefetch_min_free_bytes` | integer | 4294967296 (4 GiB) | 0..=2^50; `MemAvailable` a prefetch leaves |
+//! | `backend_probe_ms` | integer | 5000 | 0 (off)..=600000; how often the serving backend's `/health` is asked |
+//! | `backend_probe_misses` | integer | 3 | 1..=100; unanswered probes in a row that make it `unresponsive` |
+//! | `backend_unresponsive_action` | `"report"` or `"restart"` | `"report"` | what an unresponsive backend leads to |
 //! | `models` | object | required | at least one entry |
 //! | `aliases` | object | `{}` | keys `qwen3.8-flash-next`, `qwen3.6-35b-a3b` |
 //! | `enabled_models` | array of IDs | every ID, in ID order | `[]` exposes none |
@@ -103,6 +106,7 @@ mod json_walk;
 mod metadata;
 mod model;
 mod prefetch;
+mod probe;
 mod profile;
 mod registry;
 mod request_log;
@@ -119,6 +123,7 @@ pub use model::{
     Family, MAX_MODEL_ID_LEN, ModelEntry, ModelStatus, WeightsSource, is_valid_model_id,
 };
 pub use prefetch::*;
+pub use probe::*;
 pub use profile::{EngineWeights, MAX_PROFILE_BYTES, ProfileInfo, STRATA_DEFAULT_MODEL_NAME};
 pub use registry::{Registry, Resolution};
 pub use request_log::*;
@@ -134,7 +139,7 @@ pub const DEFAULT_MAX_REQUEST_BODY_BYTES: u64 = 268_435_456;
 pub const MAX_MAX_REQUEST_BODY_BYTES: u64 = 1_073_741_824;
 
 /// Every key the top-level object may carry.
-pub const TOP_LEVEL_KEYS: [&str; 33] = [
+pub const TOP_LEVEL_KEYS: [&str; 36] = [
     "python",
     "strata_dir",
     "listen",
@@ -165,6 +170,9 @@ pub const TOP_LEVEL_KEYS: [&str; 33] = [
     "prefetch",
     "prefetch_max_bytes",
     "prefetch_min_free_bytes",
+    "backend_probe_ms",
+    "backend_probe_misses",
+    "backend_unresponsive_action",
     "models",
     "aliases",
     "enabled_models",
@@ -231,6 +239,8 @@ pub struct Config {
     pub timers: Timers,
     /// The weights prefetch's switch and bounds (the supervisor's alone).
     pub prefetch: PrefetchConfig,
+    /// Watching the serving backend (the supervisor's alone).
+    pub probe: ProbeConfig,
     pub registry: Registry,
     /// Accepted but discouraged spellings, as `PATH: MESSAGE` lines for the
     /// daemons to log and `check-config` to print.
@@ -283,6 +293,7 @@ impl Config {
         let request_log = request_log::parse(&root)?;
         let (scheduling, timers) = timers::parse(&root)?;
         let prefetch = prefetch::parse(&root)?;
+        let probe = probe::parse(&root)?;
         let mut warnings = Vec::new();
         let registry = Registry::parse(&root, endpoints.backend_port, &mut warnings)?;
 
@@ -300,6 +311,7 @@ impl Config {
             scheduling,
             timers,
             prefetch,
+            probe,
             registry,
             warnings,
         })

@@ -365,6 +365,9 @@ pub enum RevokeReason {
     RoutingOff,
     /// The supervisor's drain ran out (`drain_ms`) or a second signal came.
     Shutdown,
+    /// The backend stopped answering its probes and is being restarted
+    /// (`backend_unresponsive_action: "restart"`).
+    BackendUnresponsive,
 }
 
 /// Why a ticket ended without a lease. Each maps to one accounting `reason`
@@ -481,4 +484,47 @@ pub struct RouterState {
     pub last_startup_error: Option<String>,
     /// Every configured model, in ID order.
     pub statuses: Vec<ModelStatusEntry>,
+    /// The backend's state as the probes see it.
+    pub backend_health: BackendHealth,
+}
+
+/// The backend's state (`/health`, `status`, `/v1/models`, `top`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendState {
+    /// A verified backend serves, and answers its probes.
+    Serving,
+    /// A backend is starting (or a stop runs).
+    Loading,
+    /// No backend runs and no start cooldown runs.
+    #[default]
+    Idle,
+    /// The serving backend stopped answering its probes (or answers as
+    /// another model, or not loaded).
+    Unresponsive,
+    /// No backend runs, and a failed start's cooldown does.
+    Cooling,
+}
+
+impl BackendState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendState::Serving => "serving",
+            BackendState::Loading => "loading",
+            BackendState::Idle => "idle",
+            BackendState::Unresponsive => "unresponsive",
+            BackendState::Cooling => "cooling",
+        }
+    }
+}
+
+/// The backend's state and its probes, as of the state's making.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct BackendHealth {
+    pub state: BackendState,
+    /// How long ago the serving backend last answered a probe well (its
+    /// verification counts); `None` when nothing serves or probes are off.
+    pub last_good_probe_age_ms: Option<u64>,
+    /// Why it is unresponsive (generic: no backend text).
+    pub cause: Option<String>,
 }

@@ -26,9 +26,10 @@ pub use frame::{
     read_frame, write_frame,
 };
 pub use messages::{
-    ArrivalInfo, BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure,
-    ModelStatusEntry, PROTOCOL_VERSION, PrefetchFigures, ProxyMessage, RequestLogStats,
-    RevokeReason, RouterMetrics, RouterState, ServiceTier, SubmittedRecord, SupervisorMessage,
-    TicketId, TicketRequest, TicketScore, proxy_frame_limit, typical_load_seconds,
+    ArrivalInfo, BackendHealth, BackendInstance, BackendState, CacheScores, Grant, LeaseFailure,
+    LoadPhase, LookupFailure, ModelStatusEntry, PROTOCOL_VERSION, PrefetchFigures, ProxyMessage,
+    RequestLogStats, RevokeReason, RouterMetrics, RouterState, ServiceTier, SubmittedRecord,
+    SupervisorMessage, TicketId, TicketRequest, TicketScore, proxy_frame_limit,
+    typical_load_seconds,
 };
 pub use refuse::RefuseReason;

@@ -111,6 +111,9 @@ pub enum ChatError {
     BackendGone,
     /// The response named another model than the leased one.
     WrongModel,
+    /// The backend stopped answering its probes and is being restarted
+    /// (`backend_unresponsive_action: "restart"`).
+    BackendUnresponsive,
     /// The backend's body failed or ended early.
     BackendCutOff,
     /// The backend reported a failure in band (its own `data: {"error":...}`
@@ -295,6 +298,9 @@ impl ChatError {
                 S::BAD_GATEWAY, server, "upstream_error", R::UpstreamError,
                 concat!("the backend answered as a different model than the one this ",
                     "request was routed to")),
+            BackendUnresponsive => row(
+                S::BAD_GATEWAY, server, "upstream_error", R::UpstreamError,
+                "the backend stopped answering and is being restarted"),
             BackendCutOff => row(
                 S::BAD_GATEWAY, server, "upstream_error", R::UpstreamError,
                 "the backend connection failed during the response"),
@@ -395,6 +401,7 @@ impl From<LeaseEnd> for ChatError {
         match end {
             LeaseEnd::Revoked(RevokeReason::RoutingOff) => ChatError::RevokedRoutingOff,
             LeaseEnd::Revoked(RevokeReason::Shutdown) => ChatError::RevokedShutdown,
+            LeaseEnd::Revoked(RevokeReason::BackendUnresponsive) => ChatError::BackendUnresponsive,
             LeaseEnd::LinkLost => ChatError::SupervisorLost,
         }
     }
@@ -439,6 +446,7 @@ mod tests {
             BackendUnreachable,
             BackendGone,
             WrongModel,
+            BackendUnresponsive,
             BackendCutOff,
             BackendErrorFrame,
             ChatError::upstream_status(StatusCode::CONFLICT, Some("model_busy")),
@@ -475,6 +483,7 @@ mod tests {
                 | BackendUnreachable
                 | BackendGone
                 | WrongModel
+                | BackendUnresponsive
                 | BackendCutOff
                 | BackendErrorFrame
                 | UpstreamStatus { .. } => {}

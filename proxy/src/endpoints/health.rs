@@ -3,15 +3,19 @@
 
 use hyper::StatusCode;
 use strata_protocol::api::{Health, HealthStatus, LinkStatus};
+use strata_protocol::wire::BackendState;
 
 use crate::app::App;
 use crate::link::Mismatch;
 use crate::reply::json_response;
 use crate::response_body::ProxyBody;
 
-/// 200 while the supervisor is reachable, 503 otherwise; same shape, and
-/// `supervisor` says whether a supervisor answers with other settings or
-/// another build (`config_mismatch`, `version_mismatch`).
+/// 200 while the router can serve what it is configured to; 503 when it
+/// cannot: the supervisor is unreachable (or another build, or has other
+/// settings: `supervisor` says which) or the serving backend is
+/// `unresponsive` (`cause` says why). Same shape either way; the backend's
+/// state and the age of its last good probe are always there once the
+/// supervisor has spoken.
 pub fn health(app: &App) -> hyper::Response<ProxyBody> {
     let state = app.link.state();
     let router = state.router.as_ref();
@@ -28,12 +32,36 @@ pub fn health(app: &App) -> hyper::Response<ProxyBody> {
         (false, Some(Mismatch::Version)) => unavailable(LinkStatus::VersionMismatch),
         (false, None) => unavailable(LinkStatus::Disconnected),
     };
+    let backend = router.map(|r| &r.backend_health);
+    let unresponsive = state.connected
+        && backend.is_some_and(|backend| backend.state == BackendState::Unresponsive);
+    let (status, code) = if unresponsive {
+        (HealthStatus::Unavailable, StatusCode::SERVICE_UNAVAILABLE)
+    } else {
+        (status, code)
+    };
+    // The age grows from when the state that reported it arrived.
+    let since_state = state
+        .router_at
+        .map_or(0, |at| at.elapsed().as_millis() as u64);
     let body = Health {
         status,
         supervisor,
         routing: router.map(|r| r.routing),
         loaded_model: router.and_then(|r| r.loaded.clone()),
         draining: router.map(|r| r.draining),
+        backend_state: backend.map(|backend| backend.state),
+        last_good_probe_age_ms: backend
+            .and_then(|backend| backend.last_good_probe_age_ms)
+            .map(|age| age + since_state),
+        cause: backend.and_then(|backend| backend.cause.clone()),
     };
     json_response(code, &body)
+}
+
+/// `GET /health/live`: 200 while the proxy runs and accepts, whatever the
+/// supervisor or the backend does, for load balancers and liveness checks
+/// that must not flap with a model load or a wedged backend.
+pub fn live() -> hyper::Response<ProxyBody> {
+    json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}))
 }

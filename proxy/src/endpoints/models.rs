@@ -19,6 +19,7 @@ struct Live {
     last_error: Option<String>,
     cooldown_remaining_ms: Option<u64>,
     typical_load_ms: Option<u64>,
+    backend_state: Option<strata_protocol::wire::BackendState>,
 }
 
 fn concrete(entry: &ModelEntry, live: Live) -> ModelItem {
@@ -34,6 +35,7 @@ fn concrete(entry: &ModelEntry, live: Live) -> ModelItem {
         last_error: live.last_error,
         cooldown_remaining_ms: live.cooldown_remaining_ms,
         typical_load_ms: live.typical_load_ms,
+        backend_state: live.backend_state,
         meta: metadata.meta,
         architecture: metadata.architecture,
         thinking: metadata.thinking,
@@ -62,12 +64,18 @@ pub fn listing(app: &App) -> ModelList {
                     .map(|left| left.saturating_sub(since_state))
                     .filter(|left| *left > 0),
                 typical_load_ms: reported.typical_load_ms,
+                backend_state: state.router.as_ref().and_then(|router| {
+                    (router.loaded.as_deref() == Some(entry.id.as_str())
+                        || router.loading.as_deref() == Some(entry.id.as_str()))
+                    .then_some(router.backend_health.state)
+                }),
             },
             None => Live {
                 status: entry.prepared,
                 last_error: None,
                 cooldown_remaining_ms: None,
                 typical_load_ms: None,
+                backend_state: None,
             },
         }
     };

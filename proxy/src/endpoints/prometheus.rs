@@ -229,6 +229,22 @@ pub fn render(
     );
     gauge(
         &mut out,
+        "backend_unresponsive",
+        "1 while the serving backend does not answer its health probes (backend_probe_ms).",
+        router.map(|r| {
+            flag(r.backend_health.state == strata_protocol::wire::BackendState::Unresponsive)
+        }),
+    );
+    gauge(
+        &mut out,
+        "backend_last_good_probe_age_seconds",
+        "Seconds since the serving backend last answered its health probe well (as of the state).",
+        router
+            .and_then(|r| r.backend_health.last_good_probe_age_ms)
+            .map(|ms| ms as f64 / 1000.0),
+    );
+    gauge(
+        &mut out,
         "in_flight",
         "Admitted requests (loading or leased).",
         doc.in_flight.map(|n| n as f64),

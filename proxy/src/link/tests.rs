@@ -188,6 +188,7 @@ fn router_state(backend: Option<BackendInstance>) -> RouterState {
         backend,
         last_startup_error: None,
         statuses: Vec::new(),
+        backend_health: Default::default(),
     }
 }
 

@@ -89,9 +89,10 @@ async fn route(
             json_response(StatusCode::OK, &models::listing(&app))
         }
         "/health" if method == Method::GET => health::health(&app),
+        "/health/live" if method == Method::GET => health::live(),
         "/metrics" if method == Method::GET => metrics::metrics(&app, &request).await,
         "/requests" if method == Method::GET => records::records(&app, request.uri().query()).await,
-        "/v1/models" | "/health" | "/metrics" | "/requests" => {
+        "/v1/models" | "/health" | "/health/live" | "/metrics" | "/requests" => {
             EndpointError::MethodNotAllowed.into_response()
         }
         _ => EndpointError::NotFound.into_response(),

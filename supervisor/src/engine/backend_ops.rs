@@ -58,6 +58,11 @@ pub enum OpOutcome {
 pub enum OpReport {
     Progress(OpProgress),
     Finished(OpOutcome),
+    /// A probe of the serving backend (`backend_probe_ms`).
+    Probe {
+        instance: strata_protocol::wire::BackendInstance,
+        outcome: super::probe::ProbeOutcome,
+    },
 }
 
 /// Where an op's reports go.
@@ -93,6 +98,34 @@ pub enum OpRunner {
 }
 
 impl OpRunner {
+    /// Starts probing a verified backend every `interval` (each probe
+    /// bounded by `timeout`), reporting each outcome; `None` in tests,
+    /// which report probe outcomes themselves.
+    pub fn spawn_probe(
+        &self,
+        instance: strata_protocol::wire::BackendInstance,
+        addr: std::net::SocketAddr,
+        expected_model: String,
+        interval: Duration,
+        timeout: Duration,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        match self {
+            OpRunner::Tasks { report, .. } => {
+                let report = report.clone();
+                Some(tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(interval).await;
+                        let outcome =
+                            super::probe::probe_once(addr, &expected_model, timeout).await;
+                        report(OpReport::Probe { instance, outcome });
+                    }
+                }))
+            }
+            #[cfg(test)]
+            OpRunner::Manual(_) => None,
+        }
+    }
+
     pub fn run(&self, request: OpRequest) {
         match self {
             OpRunner::Tasks { report, shutdown } => match request {

@@ -47,6 +47,9 @@ pub enum StopReason {
     /// The child died on its own; its group is being cleaned up. The model
     /// stays selected, so reloading it is not a switch.
     ChildDied,
+    /// The probes found it unresponsive and the action is `restart`; the
+    /// model stays selected, as after a death.
+    Unresponsive,
 }
 
 #[derive(Debug)]
@@ -465,7 +468,7 @@ impl BackendSlot {
                 let Some(RunningOp::Stop { reason, .. }) = self.op.take() else {
                     unreachable!("a stop's outcome matched a load")
                 };
-                if reason != StopReason::ChildDied {
+                if !matches!(reason, StopReason::ChildDied | StopReason::Unresponsive) {
                     self.selected = None;
                 }
                 Finished::Stopped {

@@ -61,6 +61,11 @@ pub enum Command {
     Status {
         reply: oneshot::Sender<Status>,
     },
+    /// One probe of the serving backend's `/health`.
+    ProbeResult {
+        instance: strata_protocol::wire::BackendInstance,
+        outcome: super::probe::ProbeOutcome,
+    },
     /// Every configured model's status and learned load time (`models`).
     Models {
         reply: oneshot::Sender<ModelsAnswer>,

@@ -67,6 +67,7 @@ pub fn spawn(
             let _ = tx.send(match report {
                 OpReport::Progress(progress) => Command::OpProgress(progress),
                 OpReport::Finished(outcome) => Command::OpFinished(outcome),
+                OpReport::Probe { instance, outcome } => Command::ProbeResult { instance, outcome },
             });
         }),
         shutdown: Duration::from_millis(config.timers.shutdown_ms),

@@ -22,6 +22,7 @@ mod leases;
 mod ledger;
 mod load_times;
 mod operator;
+mod probe;
 mod queue;
 mod report;
 mod state;

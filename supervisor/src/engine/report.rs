@@ -8,7 +8,7 @@ use strata_protocol::api::InFlightRequest;
 use strata_protocol::config::{Config, ModelStatus};
 use strata_protocol::control::{ModelFacts, ModelsAnswer, Status};
 use strata_protocol::ids;
-use strata_protocol::wire::{ModelStatusEntry, RouterState};
+use strata_protocol::wire::{BackendHealth, BackendState, ModelStatusEntry, RouterState};
 use strata_scheduler::{Mode, TicketKey};
 use tokio::time::Instant;
 
@@ -16,6 +16,7 @@ use super::backend_slot::BackendSlot;
 use super::counters::Counters;
 use super::leases::Leases;
 use super::ledger::Ledger;
+use super::probe::BackendWatch;
 use super::queue::Queue;
 
 /// The engine's parts a report reads.
@@ -36,6 +37,7 @@ pub struct Parts<'a> {
     pub leases: &'a Leases,
     pub slot: &'a BackendSlot,
     pub ledger: &'a Ledger,
+    pub watch: &'a BackendWatch,
 }
 
 fn millis(duration: std::time::Duration) -> u64 {
@@ -76,6 +78,7 @@ impl Parts<'_> {
             backend: self.slot.serving_instance(),
             last_startup_error: self.slot.last_startup_error().map(str::to_owned),
             statuses,
+            backend_health: self.backend_health(now),
         }
     }
 
@@ -94,6 +97,28 @@ impl Parts<'_> {
             })
             .collect();
         ModelsAnswer { models }
+    }
+
+    /// The backend's state as the probes and the slot see it.
+    pub fn backend_health(&self, now: Instant) -> BackendHealth {
+        let serving = self.slot.serving_instance();
+        let cause = self.watch.unresponsive(serving).map(str::to_owned);
+        let state = if cause.is_some() {
+            BackendState::Unresponsive
+        } else if self.slot.loading_model().is_some() || self.slot.op_name().is_some() {
+            BackendState::Loading
+        } else if serving.is_some() {
+            BackendState::Serving
+        } else if self.slot.longest_cooldown(now).is_some() {
+            BackendState::Cooling
+        } else {
+            BackendState::Idle
+        };
+        BackendHealth {
+            state,
+            last_good_probe_age_ms: self.watch.last_good_age_ms(serving, now),
+            cause,
+        }
     }
 
     /// The status document.
@@ -118,6 +143,8 @@ impl Parts<'_> {
             waiting_requests: self.queue.len(),
             // The longest of the models' cooldowns (each model has its own).
             cooldown_remaining_ms: self.slot.longest_cooldown(now).map(millis),
+            backend_state: self.backend_health(now).state,
+            last_good_probe_age_ms: self.backend_health(now).last_good_probe_age_ms,
         }
     }
 

@@ -15,12 +15,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use strata_protocol::config::{Config, Registry};
+use strata_protocol::config::{Config, Registry, UnresponsiveAction};
 use strata_protocol::control::ControlEvent;
 use strata_protocol::record::unix_ms;
 use strata_protocol::wire::{
-    CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure, RevokeReason, ServiceTier,
-    SupervisorMessage, TicketId, TicketRequest,
+    BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure, RevokeReason,
+    ServiceTier, SupervisorMessage, TicketId, TicketRequest,
 };
 use strata_scheduler::{
     self as scheduler, ConnId, Decision, Failure, Hold, Mode, Refusal, Rules, TicketKey, Waiting,
@@ -36,6 +36,7 @@ use super::drain::{self, Drain, DrainAction};
 use super::leases::{Lease, Leases};
 use super::ledger::Ledger;
 use super::operator::{self, Operator, OperatorAction};
+use super::probe::{BackendWatch, ProbeOutcome, Verdict};
 use super::queue::{Queue, TicketInfo};
 use super::report::Parts;
 use crate::backend::StartProgress;
@@ -94,6 +95,11 @@ pub struct Engine {
     wake_at: Option<Instant>,
     /// Reads the next model's weights while it waits.
     prefetch: Prefetch,
+    /// The probes of the serving backend.
+    watch: BackendWatch,
+    /// An unresponsive backend is to be restarted once its revoked leases
+    /// have ended; meanwhile nothing is granted.
+    restart_pending: bool,
 }
 
 impl Engine {
@@ -126,6 +132,8 @@ impl Engine {
             finished: false,
             wake_at: None,
             prefetch,
+            watch: BackendWatch::default(),
+            restart_pending: false,
         }
     }
 
@@ -205,6 +213,9 @@ impl Engine {
                     entry.draining = draining;
                 }
                 self.broadcast_state(now);
+            }
+            Command::ProbeResult { instance, outcome } => {
+                self.probe_result(instance, outcome, now);
             }
             Command::Status { reply } => {
                 let _ = reply.send(self.parts().status(now.at));
@@ -543,6 +554,19 @@ impl Engine {
             self.parts().publish_counts(&self.counters);
             return;
         }
+        if self.restart_pending {
+            // Nothing new goes to the unresponsive backend; once the revoked
+            // leases have ended it is stopped, and the queue loads it again.
+            if !self.leases.is_empty() {
+                self.prefetch.want(None);
+                self.parts().publish_counts(&self.counters);
+                return;
+            }
+            self.restart_pending = false;
+            if self.slot.serving_instance().is_some() {
+                self.start_stop(StopReason::Unresponsive, now);
+            }
+        }
         let mut next = None;
         // A few rounds at most: applying a plan can make another decision
         // due (a queue timeout frees the head in legacy mode).
@@ -747,6 +771,8 @@ impl Engine {
 
     /// Starts loading `model`, stopping the current backend first.
     fn start_load(&mut self, model: &str, started_by_control: bool, now: Now) {
+        // A switch stops the serving backend: its probes end here.
+        self.watch.stop();
         let spec = backend_slot::launch_spec(&self.config, model);
         self.prefetch.load_starting(model);
         let request = self.slot.start_load(spec, started_by_control, now.at);
@@ -756,9 +782,74 @@ impl Engine {
     }
 
     fn start_stop(&mut self, reason: StopReason, now: Now) {
+        self.watch.stop();
         if let Some(request) = self.slot.start_stop(reason) {
             self.ops.run(request);
             self.broadcast_state(now);
+        }
+    }
+
+    /// Starts probing the backend just verified (unless `backend_probe_ms`
+    /// is 0).
+    fn start_probes(&mut self, model: &str, now: Now) {
+        let probe = &self.config.probe;
+        let Some((addr, instance)) = self.slot.serving() else {
+            return;
+        };
+        if probe.interval_ms == 0 {
+            self.watch.stop();
+            return;
+        }
+        let expected = self
+            .config
+            .registry
+            .model(model)
+            .map(|entry| entry.upstream_model.clone())
+            .unwrap_or_default();
+        let task = self.ops.spawn_probe(
+            instance,
+            addr,
+            expected,
+            Duration::from_millis(probe.interval_ms),
+            Duration::from_millis(probe.timeout_ms()),
+        );
+        self.watch.start(instance, now.at, task);
+    }
+
+    fn probe_result(&mut self, instance: BackendInstance, outcome: ProbeOutcome, now: Now) {
+        if self.slot.serving_instance() != Some(instance) {
+            return;
+        }
+        let action = self.config.probe.action;
+        match self
+            .watch
+            .observe(instance, outcome, self.config.probe.misses, now.at)
+        {
+            Verdict::Nothing => {}
+            Verdict::Recovered => {
+                tracing::info!(
+                    pid = instance.pid,
+                    "the backend answers its health probes again"
+                );
+                self.broadcast_state(now);
+            }
+            Verdict::Unresponsive(cause) => {
+                tracing::warn!(
+                    pid = instance.pid,
+                    cause,
+                    action = action.as_str(),
+                    "backend unresponsive"
+                );
+                if action == UnresponsiveAction::Restart && !self.restart_pending {
+                    self.restart_pending = true;
+                    let leases = self.revoke_all_leases(RevokeReason::BackendUnresponsive);
+                    tracing::info!(
+                        leases,
+                        "restarting the unresponsive backend once its leases end"
+                    );
+                }
+                self.broadcast_state(now);
+            }
         }
     }
 
@@ -813,6 +904,7 @@ impl Engine {
                 load_ms,
             } => {
                 tracing::info!(model, pid, load_ms, "backend verified");
+                self.start_probes(&model, now);
                 self.counters.count_load(&model, "verified");
                 self.leases.restart_quiet_clock(now.at);
                 // The new backend goes out before the grants that name it:
@@ -980,6 +1072,7 @@ impl Engine {
             leases: &self.leases,
             slot: &self.slot,
             ledger: &self.ledger,
+            watch: &self.watch,
         }
     }
 

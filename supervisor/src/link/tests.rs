@@ -265,6 +265,7 @@ async fn a_matching_hello_is_welcomed_and_the_proxy_handed_to_the_engine() {
         backend: Some(BackendInstance { epoch: 1, pid: 99 }),
         last_startup_error: None,
         statuses: Vec::new(),
+        backend_health: Default::default(),
     };
     events
         .send(SupervisorMessage::State(state.clone()))

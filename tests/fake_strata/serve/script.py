@@ -31,6 +31,7 @@ PROFILE_KEYS = {
     "log": (None, "abspath"),
     "load_ms": (0, "ms"),
     "read_weights": (None, "abspath"),
+    "health_override_file": (None, "abspath"),
     "start_failure": (None, START_FAILURES),
     "exit_code": (3, "exit_code"),
     "ignore_sigterm": (False, "bool"),

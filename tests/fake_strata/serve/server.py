@@ -94,15 +94,28 @@ class State(object):
         with self.lock:
             return self.handling > 0
 
+    def health_override(self):
+        """What the `health_override_file` says now (its stripped text), or None."""
+        path = self.profile.start["health_override_file"]
+        if not path:
+            return None
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except OSError:
+            return None
+
     def health(self):
         failure = self.profile.start["start_failure"]
+        override = self.health_override()
+        wrong = failure == "health_wrong_model" or override == "wrong_model"
         return {
             "status": "ok",
             "max_context": frames.MAX_CONTEXT,
-            "model": self.name + "-wrong" if failure == "health_wrong_model" else self.name,
+            "model": self.name + "-wrong" if wrong else self.name,
             "images": False,
             "api_key": False,
-            "loaded": failure != "health_not_loaded",
+            "loaded": failure != "health_not_loaded" and override != "not_loaded",
             "service": "strata",
         }
 
@@ -264,6 +277,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         path = self.path.split("?", 1)[0]
         if path in ("/health", "/api/health"):
+            # A wedged HTTP side: no answer while the override file says so.
+            while self.state.health_override() == "hang":
+                time.sleep(POLL_S)
             status, body = 200, self.state.health()
         elif path in ("/v1/models", "/models"):
             status, body = 200, self.state.models()
