@@ -24,7 +24,7 @@ use strata_protocol::api::Health;
 use strata_protocol::wire::BackendState;
 
 const A: &str = "flash-a";
-const PROBE_MS: u64 = 300;
+const PROBE_MS: u64 = 500;
 const MISSES: u64 = 3;
 
 /// The stack, the override file the fake reads at each `/health`, and its directory.
@@ -215,5 +215,52 @@ fn restart_fails_the_lease_on_the_wedged_backend_and_loads_it_again() {
     let new_pid = child_pid(&stack.control().status());
     assert_ne!(new_pid, pid);
     wait_backend_state(&stack, BackendState::Serving);
+    stack.stop();
+}
+
+/// The other states, in `/health` (always 200: the router can still serve): `idle` before
+/// any load, `loading` during one, `serving` after it, and `cooling` once a failed start
+/// left no backend and its cooldown runs.
+#[test]
+fn health_names_every_backend_state_and_stays_200_through_loads_and_cooldowns() {
+    let config = ConfigBuilder::new("probe-states")
+        .model(ModelSpec::new(A).load_ms(1500))
+        .model(ModelSpec::new("flash-b").start_failure("exit"))
+        .wait_when_busy(true)
+        .cooldown_ms(30_000)
+        .set("backend_probe_ms", PROBE_MS)
+        .build();
+    let stack = Stack::start(config);
+    let (code, idle) = health(&stack);
+    assert_eq!((code, idle.backend_state), (200, Some(BackendState::Idle)));
+    assert_eq!(idle.last_good_probe_age_ms, None);
+    let addr = stack.addr();
+    let load = std::thread::spawn(move || {
+        strata_e2e::http::chat(addr, &chat_request(A, false, "load", Value::Null))
+    });
+    let loading = wait_backend_state(&stack, BackendState::Loading);
+    assert_eq!(loading.last_good_probe_age_ms, None);
+    assert_eq!(health(&stack).0, 200);
+    assert_eq!(load.join().unwrap().status, 200);
+    let serving = wait_backend_state(&stack, BackendState::Serving);
+    assert!(serving.last_good_probe_age_ms.is_some(), "{serving:?}");
+    assert_eq!(
+        concrete_model(&stack.models(), A).backend_state,
+        Some(BackendState::Serving)
+    );
+    assert_eq!(
+        concrete_model(&stack.models(), "flash-b").backend_state,
+        None
+    );
+    // The switch to B stops A, and B's start fails: nothing serves while B cools down.
+    let failed = stack.chat(&chat_request("flash-b", false, "fail", Value::Null));
+    assert_eq!(failed.status, 503, "{failed}");
+    let cooling = wait_backend_state(&stack, BackendState::Cooling);
+    assert_eq!(cooling.last_good_probe_age_ms, None);
+    assert_eq!(health(&stack).0, 200);
+    assert_eq!(
+        stack.control().status().backend_state,
+        BackendState::Cooling
+    );
     stack.stop();
 }
