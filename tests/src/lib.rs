@@ -48,6 +48,7 @@ pub mod proxy;
 pub mod stack;
 pub mod supervisor;
 pub mod systemd;
+pub mod weights;
 
 // The helpers every crate's tests share live in strata-test-support; their modules are
 // re-exported under their old names, so `strata_e2e::procs::...` and `crate::poll::...` keep

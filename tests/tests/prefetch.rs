@@ -9,67 +9,26 @@
 //! test says so and stops.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use strata_e2e::accounting::chat_request;
 use strata_e2e::http::{self, spawn_chat};
 use strata_e2e::stack::Stack;
+use strata_e2e::weights::WeightsFile as Weights;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_until};
-use strata_os::page_cache;
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
 
-/// A weights file of `len` bytes (not sparse: every block written), synced so that eviction
-/// can drop all of it.
-struct Weights {
-    path: PathBuf,
-    len: u64,
-}
-
-impl Weights {
-    fn create(tag: &str, len: u64) -> Weights {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("prefetch");
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{tag}-{}.weights", std::process::id()));
-        let mut file = File::create(&path).unwrap();
-        let block = vec![0x5au8; 1 << 20];
-        for _ in 0..len >> 20 {
-            file.write_all(&block).unwrap();
-        }
-        file.sync_all().unwrap();
-        Weights { path, len }
-    }
-
-    fn resident(&self) -> u64 {
-        let file = File::open(&self.path).unwrap();
-        page_cache::resident_bytes(&file, 0, self.len).unwrap()
-    }
-
-    /// Makes the file cold; false where the file system cannot (it keeps every page).
-    fn evict(&self) -> bool {
-        page_cache::evict(&File::open(&self.path).unwrap()).unwrap();
-        let resident = self.resident();
-        if resident > self.len / 10 {
-            eprintln!(
-                "skipped: {} stays resident after DONTNEED ({resident} of {} bytes; tmpfs?)",
-                self.path.display(),
-                self.len
-            );
-            return false;
-        }
-        true
-    }
-}
-
-impl Drop for Weights {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
+/// B's weights, in the target directory (on disk).
+fn weights(tag: &str, len: u64) -> Weights {
+    Weights::create(
+        &Path::new(env!("CARGO_TARGET_TMPDIR")).join("prefetch"),
+        tag,
+        len,
+    )
 }
 
 /// Models A and B, wait-first without grace; B lists `weights` and its fake reads them whole
@@ -137,7 +96,7 @@ fn wait_until_waited(stack: &Stack, model: &str, at_least: Duration) {
 
 #[test]
 fn the_next_models_weights_become_resident_while_it_waits() {
-    let weights = Weights::create("resident", 256 << 20);
+    let weights = weights("resident", 256 << 20);
     let stack = Stack::start(config("prefetch-resident", &weights, |b| b).build());
     let holder = stack.hold(A, "holder");
     if !weights.evict() {
@@ -179,7 +138,7 @@ fn the_next_models_weights_become_resident_while_it_waits() {
 
 #[test]
 fn the_prefetch_stops_when_the_waiting_ticket_leaves() {
-    let weights = Weights::create("stops", 256 << 20);
+    let weights = weights("stops", 256 << 20);
     // 32 chunks at 200 ms each: a whole prefetch would take over 6 s.
     let stack = Stack::start_with_supervisor(
         config("prefetch-stops", &weights, |b| b).build(),
@@ -225,7 +184,7 @@ fn the_prefetch_stops_when_the_waiting_ticket_leaves() {
 
 #[test]
 fn prefetch_false_reads_nothing_ahead() {
-    let weights = Weights::create("off", 64 << 20);
+    let weights = weights("off", 64 << 20);
     let stack =
         Stack::start(config("prefetch-off", &weights, |b| b.set("prefetch", false)).build());
     let holder = stack.hold(A, "holder");
@@ -262,7 +221,7 @@ fn prefetch_false_reads_nothing_ahead() {
 /// weights' size: each skips the prefetch and says so once, however often B waits again.
 #[test]
 fn the_memory_and_size_bounds_skip_the_prefetch_and_say_so_once() {
-    let weights = Weights::create("bounds", 64 << 20);
+    let weights = weights("bounds", 64 << 20);
     for (tag, key, value, said) in [
         (
             "prefetch-min-free",
@@ -309,43 +268,4 @@ fn the_memory_and_size_bounds_skip_the_prefetch_and_say_so_once() {
         holder.disconnect();
         stack.stop();
     }
-}
-
-/// A listed path that does not exist is warned about once per model and left out; the
-/// paths that exist are still prefetched, every time B waits.
-#[test]
-fn a_missing_weights_path_is_warned_once_and_the_rest_prefetched() {
-    let weights = Weights::create("missing", 64 << 20);
-    let missing = weights.path.with_extension("absent");
-    let b = ModelSpec::new(B)
-        .entry_key("weights", json!([missing, weights.path]))
-        .fake("read_weights", json!(weights.path));
-    let config = ConfigBuilder::new("prefetch-missing")
-        .wait_when_busy(true)
-        .model_grace_ms(0)
-        .model(ModelSpec::new(A))
-        .model(b)
-        .build();
-    let stack = Stack::start(config);
-    let holder = stack.hold(A, "holder");
-    let said = "a weights path does not exist; it is not prefetched";
-    for round in 1..=2 {
-        if !weights.evict() {
-            return;
-        }
-        let client = http::send_chat(stack.addr(), &b_request("b"));
-        poll_until(
-            DEADLINE,
-            format!("round {round}: B's file resident"),
-            || weights.resident() >= weights.len * 99 / 100,
-        );
-        let log = stack.supervisor_stderr();
-        assert_eq!(log.matches(said).count(), 1, "round {round}:\n{log}");
-        drop(client);
-        poll_until(DEADLINE, format!("round {round}: B's ticket left"), || {
-            stack.waiting() == 0
-        });
-    }
-    holder.disconnect();
-    stack.stop();
 }
