@@ -127,6 +127,7 @@ impl Parts<'_> {
             .operator
             .or(self.slot.op_name())
             .or(self.shutting_down.then_some("shutdown"));
+        let backend = self.backend_health(now);
         Status {
             daemon_pid: self.daemon_pid,
             instance_id: self.instance_id.to_owned(),
@@ -143,8 +144,8 @@ impl Parts<'_> {
             waiting_requests: self.queue.len(),
             // The longest of the models' cooldowns (each model has its own).
             cooldown_remaining_ms: self.slot.longest_cooldown(now).map(millis),
-            backend_state: self.backend_health(now).state,
-            last_good_probe_age_ms: self.backend_health(now).last_good_probe_age_ms,
+            backend_state: backend.state,
+            last_good_probe_age_ms: backend.last_good_probe_age_ms,
         }
     }
 
