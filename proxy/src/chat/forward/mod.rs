@@ -328,7 +328,10 @@ pub async fn forward<B: BackendBody>(
         };
         match step {
             Step::Frame(frame) => {
-                backend_active = TokioInstant::now();
+                // A clock read per chunk only when something reads it.
+                if idle.is_some() {
+                    backend_active = TokioInstant::now();
+                }
                 let released = match frame {
                     Some(Ok(frame)) => match frame.into_data() {
                         Ok(data) if !data.is_empty() => gate.push(data),
@@ -384,7 +387,9 @@ pub async fn forward<B: BackendBody>(
             }
             Step::Room(false) | Step::ClientGone => return ForwardEnd::ClientGone,
             Step::Room(true) => {
-                backend_active = TokioInstant::now();
+                if idle.is_some() {
+                    backend_active = TokioInstant::now();
+                }
                 let data = out.pending.take().expect("checked by the branch condition");
                 if !out.offer(data, observer) {
                     return ForwardEnd::ClientGone;
