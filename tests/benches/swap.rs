@@ -26,8 +26,8 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -35,8 +35,8 @@ use serde_json::{Value, json};
 use strata_e2e::accounting::chat_request;
 use strata_e2e::http::{self, Frame};
 use strata_e2e::stack::Stack;
+use strata_e2e::weights::WeightsFile as Weights;
 use strata_e2e::{ConfigBuilder, DEADLINE, ModelSpec, poll_until};
-use strata_os::page_cache;
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
@@ -83,64 +83,25 @@ impl Options {
     }
 }
 
-/// The weights file, removed at the end.
-struct Weights {
-    path: PathBuf,
-    len: u64,
+/// Reads the whole file (8 MiB reads, like the fake) and returns the seconds it took.
+fn read_all(weights: &Weights) -> f64 {
+    let started = Instant::now();
+    let mut file = File::open(&weights.path).expect("open the weights file");
+    let mut buf = vec![0u8; 8 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = file.read(&mut buf).expect("read the weights file");
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+    }
+    assert_eq!(total, weights.len);
+    started.elapsed().as_secs_f64()
 }
 
-impl Weights {
-    fn create(mib: u64) -> Weights {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("swap-bench");
-        std::fs::create_dir_all(&dir).expect("the bench's directory");
-        let path = dir.join(format!("weights-{}.bin", std::process::id()));
-        let mut file = File::create(&path).expect("create the weights file");
-        // Not zeros only, and every block written (no sparse file).
-        let block: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
-        for _ in 0..mib {
-            file.write_all(&block).expect("write the weights file");
-        }
-        file.sync_all().expect("sync the weights file");
-        Weights {
-            path,
-            len: mib << 20,
-        }
-    }
-
-    fn resident_fraction(&self) -> f64 {
-        let file = File::open(&self.path).expect("open the weights file");
-        page_cache::resident_bytes(&file, 0, self.len).expect("mincore") as f64 / self.len as f64
-    }
-
-    /// Makes the file cold; false where the file system keeps every page (tmpfs).
-    fn evict(&self) -> bool {
-        page_cache::evict(&File::open(&self.path).expect("open the weights file"))
-            .expect("posix_fadvise(DONTNEED)");
-        self.resident_fraction() < 0.1
-    }
-
-    /// Reads the whole file (8 MiB reads, like the fake) and returns the seconds it took.
-    fn read_all(&self) -> f64 {
-        let started = Instant::now();
-        let mut file = File::open(&self.path).expect("open the weights file");
-        let mut buf = vec![0u8; 8 << 20];
-        let mut total = 0u64;
-        loop {
-            let n = file.read(&mut buf).expect("read the weights file");
-            if n == 0 {
-                break;
-            }
-            total += n as u64;
-        }
-        assert_eq!(total, self.len);
-        started.elapsed().as_secs_f64()
-    }
-}
-
-impl Drop for Weights {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
+fn resident_fraction(weights: &Weights) -> f64 {
+    weights.resident() as f64 / weights.len as f64
 }
 
 fn start_router(tag: &str, weights: &Weights, prefetch: bool) -> Stack {
@@ -223,7 +184,7 @@ fn swap(stack: &Stack, weights: &Weights, hold: Duration, round: usize) -> Resul
         (first, rest.last().is_some_and(Frame::is_done))
     });
     let (a_response, a_end) = a.join().map_err(|_| "A's client panicked")?;
-    let resident_at_end = weights.resident_fraction();
+    let resident_at_end = resident_fraction(weights);
     if a_response.status != 200 {
         return Err(format!("A: {a_response}"));
     }
@@ -261,7 +222,8 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 fn run(opts: &Options) -> Result<(), String> {
-    let weights = Weights::create(opts.weights_mib);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("swap-bench");
+    let weights = Weights::create(&dir, "weights", opts.weights_mib << 20);
     if !weights.evict() {
         println!(
             "skipped: {} stays resident after posix_fadvise(DONTNEED) (tmpfs?): no cold file",
@@ -270,8 +232,8 @@ fn run(opts: &Options) -> Result<(), String> {
         return Ok(());
     }
     let mib = opts.weights_mib as f64;
-    let disk_s = weights.read_all();
-    let memory_s = weights.read_all();
+    let disk_s = read_all(&weights);
+    let memory_s = read_all(&weights);
     let hold = Duration::from_millis(
         opts.hold_ms
             .unwrap_or(((disk_s * 3.0 * 1000.0) as u64).max(1000)),
