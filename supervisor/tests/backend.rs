@@ -251,7 +251,7 @@ async fn start_verifies_identity_and_stop_leaves_nothing() {
     );
     fixture.assert_ready_dirs_removed();
 
-    let report = backend.stop(Duration::from_secs(3)).await;
+    let report = backend.stop(Duration::from_secs(3), None).await;
     assert_eq!(report.pid, pid);
     assert_eq!(report.exit, Some(ExitInfo::Code(0)));
     assert!(!report.forced_kill);
@@ -370,11 +370,35 @@ async fn hanging_backend_times_out() {
     )
     .await;
     assert!(started.elapsed() >= Duration::from_millis(700));
-    // The hanging fake honours SIGTERM, so cleanup did not need the SIGKILL.
-    assert_eq!(
-        fixture.event("stop").expect("stop event")["signal"],
-        "SIGTERM"
+    // A failed start is killed at once: the fake never saw a SIGTERM it could act on.
+    assert!(
+        fixture.event("stop").is_none(),
+        "a failed start must be SIGKILLed, not asked to stop"
     );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_start_that_ignores_sigterm_is_killed_without_the_shutdown_grace() {
+    let mut fixture = Fixture::new(
+        "hangkill",
+        json!({"start_failure": "hang", "ignore_sigterm": true}),
+    );
+    fixture.spec.startup = Duration::from_millis(500);
+    fixture.spec.shutdown = Duration::from_secs(30);
+    let started = Instant::now();
+    expect_failure(
+        &fixture,
+        |e| matches!(e, StartError::TimedOut { after_ms: 500 }),
+        "backend did not become ready within 500 ms",
+    )
+    .await;
+    // With the old group SIGTERM and grace this took startup + 30 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the failed start waited out shutdown_ms: {:?}",
+        started.elapsed()
+    );
+    assert!(fixture.event("signal_ignored").is_none());
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -470,7 +494,7 @@ async fn sigterm_ignored_needs_sigkill_and_group_is_confirmed_gone() {
     let backend = result.expect("start succeeds");
     let pid = backend.pid();
     let grace = Duration::from_millis(600);
-    let report = backend.stop(grace).await;
+    let report = backend.stop(grace, None).await;
     assert!(report.forced_kill);
     assert_eq!(report.exit, Some(ExitInfo::Signal(9)));
     assert!(report.elapsed >= grace);
@@ -480,6 +504,60 @@ async fn sigterm_ignored_needs_sigkill_and_group_is_confirmed_gone() {
         fixture.event("signal_ignored").is_some(),
         "the fake saw and ignored SIGTERM"
     );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_stop_signals_the_server_alone_and_kills_the_rest_after_the_grace() {
+    // The grandchild (a `sleep` in the group) dies on SIGTERM but the fake never stops it: if
+    // SIGTERM went to the whole group it would be gone at once and no SIGKILL would be needed.
+    let fixture = Fixture::new("leaderonly", json!({"spawn_grandchild": true}));
+    let (result, _) = start(&fixture.spec).await;
+    let backend = result.expect("start succeeds");
+    let pid = backend.pid();
+    let grandchild = fixture.event("grandchild").expect("grandchild event")["child_pid"]
+        .as_u64()
+        .unwrap() as u32;
+    let grace = Duration::from_millis(500);
+    let report = backend.stop(grace, None).await;
+    assert_eq!(
+        fixture.event("stop").expect("the server got SIGTERM")["signal"],
+        "SIGTERM"
+    );
+    assert_eq!(
+        report.exit,
+        Some(ExitInfo::Code(0)),
+        "the server exited on its own"
+    );
+    assert!(report.forced_kill, "the grandchild outlived the grace");
+    assert!(report.elapsed >= grace);
+    assert!(report.group_gone);
+    assert!(!procs::is_alive(grandchild));
+    // The killed grandchild is PID 1's to reap: only the group's liveness is checked.
+    assert!(!procs::group_alive(pid));
+    assert_eq!(kill(nix_pid(pid), None), Err(Errno::ESRCH), "leader reaped");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_hurried_stop_kills_the_group_without_waiting_out_the_grace() {
+    let fixture = Fixture::new("hurry", json!({"ignore_sigterm": true}));
+    let (result, _) = start(&fixture.spec).await;
+    let backend = result.expect("start succeeds");
+    let pid = backend.pid();
+    let (hurry, hurry_rx) = tokio::sync::watch::channel(false);
+    let started = Instant::now();
+    let stop = backend.stop(Duration::from_secs(60), Some(&hurry_rx));
+    let raise = async {
+        poll_until_async(Duration::from_secs(10), "SIGTERM seen by the fake", || {
+            fixture.event("signal_ignored").is_some()
+        })
+        .await;
+        hurry.send(true).unwrap();
+    };
+    let (report, ()) = tokio::join!(stop, raise);
+    assert!(report.forced_kill);
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(report.group_gone);
+    assert_group_gone_and_reaped(pid);
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -497,7 +575,7 @@ async fn grandchild_dies_with_the_group_on_stop() {
         "grandchild runs in the backend's group"
     );
     assert!(procs::is_alive(grandchild));
-    let report = backend.stop(Duration::from_secs(3)).await;
+    let report = backend.stop(Duration::from_secs(3), None).await;
     assert!(report.group_gone);
     assert!(
         !procs::is_alive(grandchild),
@@ -531,7 +609,7 @@ async fn later_death_is_detected_and_reaped() {
     );
     // Reaped: not even a zombie is left.
     assert_group_gone_and_reaped(pid);
-    let report = backend.stop(Duration::from_secs(1)).await;
+    let report = backend.stop(Duration::from_secs(1), None).await;
     assert_eq!(report.exit, Some(ExitInfo::Code(4)));
     assert!(report.group_gone);
     assert!(!report.forced_kill);
@@ -576,7 +654,7 @@ async fn environment_is_inherited_minus_the_scrubbed_variables() {
     }
     assert!(keys.iter().any(|k| k == "KEEP_ME"), "KEEP_ME dropped");
     assert!(keys.iter().any(|k| k == "PATH"), "PATH dropped");
-    assert!(backend.stop(Duration::from_secs(3)).await.group_gone);
+    assert!(backend.stop(Duration::from_secs(3), None).await.group_gone);
 }
 
 // ---- parent death -------------------------------------------------------------------------
@@ -613,7 +691,7 @@ async fn parent_death_helper() {
     fs::rename(&tmp, dir.join("backend.pid")).unwrap();
     // Bounded: if the parent test never kills us, clean up and leave.
     tokio::time::sleep(Duration::from_secs(60)).await;
-    backend.stop(Duration::from_secs(3)).await;
+    backend.stop(Duration::from_secs(3), None).await;
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -702,7 +780,7 @@ async fn the_health_mode_needs_no_ready_file() {
         assert!(!argv.iter().any(|a| a == "--ready-file"), "{argv:?}");
         assert_eq!(start_event["ready_file"], Value::Null);
         assert!(backend.load_duration() >= Duration::from_millis(300));
-        backend.stop(Duration::from_secs(3)).await;
+        backend.stop(Duration::from_secs(3), None).await;
         fixture.assert_ready_dirs_removed();
     }
 }

@@ -153,6 +153,14 @@ impl ChildGroup {
         Some(info)
     }
 
+    /// Send `signal` to the leader alone (the Strata server), which then stops the rest of its
+    /// group itself.
+    ///
+    /// Callers send only while the leader is unreaped, so the pid cannot name another process.
+    pub(crate) fn signal_leader(&self, signal: Signal) -> Result<(), Errno> {
+        nix::sys::signal::kill(self.pid, signal)
+    }
+
     /// Send `signal` to every member of the group.
     ///
     /// Callers send only while the leader is unreaped (pinned pgid) or after seeing live members.

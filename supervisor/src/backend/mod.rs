@@ -10,8 +10,10 @@
 //!   and port, and checks `GET /health`. Any failure kills and reaps the whole process group and
 //!   returns a short, generic [`StartError`]; there are no retries and never another model.
 //! - [`Backend`] is the verified, running child. [`Backend::try_exited`] notices (and reaps) a
-//!   child that died later; [`Backend::stop`] stops the group (SIGTERM, `shutdown_ms`, SIGKILL)
-//!   and confirms it is gone. Dropping a `Backend` without `stop` SIGKILLs the group.
+//!   child that died later; [`Backend::stop`] stops it the way Strata expects (SIGTERM to the
+//!   server alone, `shutdown_ms` for the group, then SIGKILL to the group) and confirms it is
+//!   gone; [`Backend::kill`] kills the group at once. Dropping a `Backend` without either
+//!   SIGKILLs the group.
 //!
 //! # Threading requirement
 //!
@@ -150,10 +152,18 @@ impl Backend {
         }
     }
 
-    /// Stop the backend: SIGTERM to its process group, up to `shutdown` for it to exit, then
-    /// SIGKILL; reap it and confirm the group is gone (bounded). Also fine after it died.
-    pub async fn stop(mut self, shutdown: Duration) -> StopReport {
-        stop::terminate(&mut self.group, shutdown).await
+    /// Stop the backend: SIGTERM to the server process alone (Strata then stops its engine with
+    /// `QUIT`), up to `shutdown` for the whole group to exit, then SIGKILL to what is left; reap
+    /// it and confirm the group is gone (bounded). Raising `hurry` (a forced shutdown) cuts the
+    /// wait short. Also fine after it died.
+    pub async fn stop(mut self, shutdown: Duration, hurry: Option<&CancelSignal>) -> StopReport {
+        stop::terminate(&mut self.group, shutdown, hurry).await
+    }
+
+    /// Kill the backend's whole process group at once (a forced shutdown); reap it and confirm
+    /// the group is gone (bounded).
+    pub async fn kill(mut self) -> StopReport {
+        stop::kill(&mut self.group).await
     }
 }
 
@@ -242,7 +252,9 @@ pub async fn start_with_env(
             })
         }
         Err(err) => {
-            let report = stop::terminate(&mut group, spec.shutdown).await;
+            // A failed or cancelled start is killed at once: nothing it loaded is worth saving,
+            // and a wedged start would only make the caller wait `shutdown_ms` more.
+            let report = stop::kill(&mut group).await;
             // Exit status 2 is argparse's for an unknown flag, and also Strata's for a taken
             // port: only the Strata's own help can tell whether it lacks `--ready-file`.
             let err = match err {

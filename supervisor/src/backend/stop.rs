@@ -1,12 +1,22 @@
-//! Stopping the backend: SIGTERM to the whole process group, up to `shutdown_ms` for every
-//! member to exit, then SIGKILL to the group; the leader is reaped and the group is confirmed
-//! gone with a bounded poll. The same path cleans up after every failed start.
+//! Stopping the backend, two ways:
+//!
+//! - [`terminate`], the ordinary stop (swap, idle unload, `off`, drain, probe restart): SIGTERM
+//!   to the Strata server process alone, so Strata runs its own shutdown (it cancels its
+//!   requests, then tells its native engine `QUIT`, which is where the engine saves its state and
+//!   frees pinned memory); up to `shutdown_ms` for the whole group to exit on its own; then
+//!   SIGKILL to whatever is left of the group. A signal straight to the group would reach the
+//!   engine before Strata could tell it `QUIT`.
+//! - [`kill`], for a failed or cancelled start and a forced shutdown: SIGKILL to the group at
+//!   once. A graceful stop in progress turns into this when its `hurry` flag is raised.
+//!
+//! Both reap the leader and confirm the group is gone with a bounded poll.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use super::cancel::{Cancel, CancelSignal};
 use super::group::{ChildGroup, ExitInfo};
 
 /// The longest poll interval while waiting for the group to exit. The first poll comes after
@@ -74,35 +84,78 @@ fn settled(group: &mut ChildGroup) -> bool {
     group.observe_exit().is_some() && !group.group_state().is_live()
 }
 
-/// Stop the whole group: SIGTERM, `grace`, SIGKILL, reap, confirm.
+/// The ordinary stop: SIGTERM to the server alone, up to `grace` for the group to exit, then
+/// SIGKILL to the group; reap, confirm. Raising `hurry` (a forced shutdown) ends the grace at
+/// once.
 ///
-/// The leader stays an unreaped zombie until the group has settled, so both signals go to a
-/// pinned pgid (see [`super::group`]).
-pub(crate) async fn terminate(group: &mut ChildGroup, grace: Duration) -> StopReport {
+/// The leader stays an unreaped zombie until the group has settled, so every signal goes to a
+/// pinned pid and pgid (see [`super::group`]).
+pub(crate) async fn terminate(
+    group: &mut ChildGroup,
+    grace: Duration,
+    hurry: Option<&CancelSignal>,
+) -> StopReport {
     let started = Instant::now();
     let mut forced_kill = false;
-
-    if !group.is_reaped() {
-        // Also sent when the leader already exited: stragglers get the same grace.
-        let _ = group.signal_group(Signal::SIGTERM);
-        if !poll_until(started + grace, || settled(group)).await {
-            let _ = group.signal_group(Signal::SIGKILL);
-            forced_kill = true;
-            poll_until(Instant::now() + KILL_WAIT, || settled(group)).await;
+    if group.observe_exit().is_none() {
+        let _ = group.signal_leader(Signal::SIGTERM);
+        let waited = async { poll_until(started + grace, || settled(group)).await };
+        let settled_in_grace = match hurry {
+            None => waited.await,
+            Some(hurry) => tokio::select! {
+                settled = waited => settled,
+                () = Cancel(hurry).cancelled() => false,
+            },
+        };
+        if !settled_in_grace {
+            forced_kill = kill_group(group).await;
         }
-        group.reap();
-    } else if group.group_state().is_live() {
-        // The leader was reaped earlier (after it died on its own) and members survived it.
-        // They pin the pgid while alive. Its server is gone, so nothing is left to shut down
-        // gracefully.
+    } else {
+        // The server died on its own (or was never started properly): nothing is left that
+        // could shut its engine down, so whatever survived it is killed.
+        forced_kill = kill_group(group).await;
+    }
+    finish(group, started, forced_kill)
+}
+
+/// A failed or cancelled start, or a forced shutdown: SIGKILL to the group at once; reap,
+/// confirm.
+pub(crate) async fn kill(group: &mut ChildGroup) -> StopReport {
+    let started = Instant::now();
+    let forced_kill = kill_group(group).await;
+    finish(group, started, forced_kill)
+}
+
+/// SIGKILL whatever lives in the group and wait (bounded) until it is gone; true if a signal was
+/// sent.
+async fn kill_group(group: &mut ChildGroup) -> bool {
+    if group.is_reaped() {
+        // The leader was reaped earlier (after it died on its own); only live members pin the
+        // pgid, so the group is signalled only if some are seen.
+        if !group.group_state().is_live() {
+            return false;
+        }
         let _ = group.signal_group(Signal::SIGKILL);
-        forced_kill = true;
         poll_until(Instant::now() + KILL_WAIT, || {
             !group.group_state().is_live()
         })
         .await;
+        return true;
     }
+    if settled(group) {
+        group.reap();
+        return false;
+    }
+    let _ = group.signal_group(Signal::SIGKILL);
+    poll_until(Instant::now() + KILL_WAIT, || settled(group)).await;
+    group.reap();
+    true
+}
 
+fn finish(group: &mut ChildGroup, started: Instant, forced_kill: bool) -> StopReport {
+    if !group.is_reaped() && settled(group) {
+        group.reap();
+    }
     let report = StopReport {
         pid: group.pid(),
         exit: group.reap(),

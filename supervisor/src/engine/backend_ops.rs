@@ -79,8 +79,14 @@ pub enum OpRequest {
         spec: LaunchSpec,
         cancel: watch::Receiver<bool>,
     },
-    /// Stop `backend` and report when its process group is gone.
-    Stop { op_seq: u64, backend: Backend },
+    /// Stop `backend` and report when its process group is gone; `hurry`
+    /// true (at once or later) kills the group without waiting out
+    /// `shutdown_ms`.
+    Stop {
+        op_seq: u64,
+        backend: Backend,
+        hurry: watch::Receiver<bool>,
+    },
 }
 
 /// Where the engine's ops run.
@@ -135,9 +141,11 @@ impl OpRunner {
                     spec,
                     cancel,
                 } => spawn_load(op_seq, old, spec, *shutdown, cancel, report.clone()),
-                OpRequest::Stop { op_seq, backend } => {
-                    spawn_stop(op_seq, backend, *shutdown, report.clone())
-                }
+                OpRequest::Stop {
+                    op_seq,
+                    backend,
+                    hurry,
+                } => spawn_stop(op_seq, backend, *shutdown, hurry, report.clone()),
             },
             #[cfg(test)]
             OpRunner::Manual(tests) => {
@@ -161,7 +169,7 @@ fn spawn_load(
         if let Some(old) = old {
             let pid = old.pid();
             report(ProgressEvent::StoppingOld { pid });
-            old.stop(shutdown).await;
+            old.stop(shutdown, None).await;
             report(ProgressEvent::OldStopped { pid });
         }
         let mut on_progress = |progress: StartProgress| report(ProgressEvent::Start(progress));
@@ -175,10 +183,20 @@ fn spawn_load(
     });
 }
 
-fn spawn_stop(op_seq: u64, backend: Backend, shutdown: Duration, reporter: Reporter) {
+fn spawn_stop(
+    op_seq: u64,
+    backend: Backend,
+    shutdown: Duration,
+    hurry: watch::Receiver<bool>,
+    reporter: Reporter,
+) {
     tokio::spawn(async move {
         let pid = backend.pid();
-        let report = backend.stop(shutdown).await;
+        let report = if *hurry.borrow() {
+            backend.kill().await
+        } else {
+            backend.stop(shutdown, Some(&hurry)).await
+        };
         reporter(OpReport::Finished(OpOutcome::Stopped {
             op_seq,
             pid,

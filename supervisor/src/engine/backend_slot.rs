@@ -69,6 +69,9 @@ enum RunningOp {
     Stop {
         seq: u64,
         reason: StopReason,
+        /// Raised by a forced shutdown: the group is killed without waiting out
+        /// `shutdown_ms`.
+        hurry: watch::Sender<bool>,
     },
 }
 
@@ -335,18 +338,31 @@ impl BackendSlot {
         }
     }
 
-    /// Stops the verified backend, if one runs.
-    pub fn start_stop(&mut self, reason: StopReason) -> Option<OpRequest> {
+    /// Stops the verified backend, if one runs: the way Strata expects
+    /// (SIGTERM to the server, `shutdown_ms`, SIGKILL), or, with `kill_now`
+    /// (a forced shutdown), by killing its group at once.
+    pub fn start_stop(&mut self, reason: StopReason, kill_now: bool) -> Option<OpRequest> {
         let backend = self.backend.take()?;
         self.op_seq += 1;
+        let (hurry, hurry_rx) = watch::channel(kill_now);
         self.op = Some(RunningOp::Stop {
             seq: self.op_seq,
             reason,
+            hurry,
         });
         Some(OpRequest::Stop {
             op_seq: self.op_seq,
             backend,
+            hurry: hurry_rx,
         })
+    }
+
+    /// A forced shutdown: a stop in progress kills the group now instead of
+    /// waiting out `shutdown_ms`.
+    pub fn hurry_stop(&mut self) {
+        if let Some(RunningOp::Stop { hurry, .. }) = &self.op {
+            let _ = hurry.send(true);
+        }
     }
 
     /// Asks the running load to stop at its next readiness poll.

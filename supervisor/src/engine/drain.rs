@@ -70,6 +70,12 @@ impl Drain {
         }
     }
 
+    /// Whether accepted work was interrupted (`drain_ms` ran out or a second
+    /// signal came): backends are then killed, not stopped gracefully.
+    pub fn is_forced(&self) -> bool {
+        self.forced
+    }
+
     /// A second signal: the deadline is now.
     pub fn force_now(&mut self, now: Instant) {
         self.deadline = Some(now);

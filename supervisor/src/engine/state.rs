@@ -783,7 +783,9 @@ impl Engine {
 
     fn start_stop(&mut self, reason: StopReason, now: Now) {
         self.watch.stop();
-        if let Some(request) = self.slot.start_stop(reason) {
+        // After a forced shutdown nothing waits out `shutdown_ms`.
+        let kill_now = self.drain.as_ref().is_some_and(Drain::is_forced);
+        if let Some(request) = self.slot.start_stop(reason, kill_now) {
             self.ops.run(request);
             self.broadcast_state(now);
         }
@@ -1004,6 +1006,7 @@ impl Engine {
         let actions = self.operator.abort("the daemon is shutting down");
         self.apply_operator(actions, now);
         self.slot.cancel_load(CancelReason::Shutdown);
+        self.slot.hurry_stop();
     }
 
     /// The drain's end game; true when normal scheduling must not run.

@@ -156,7 +156,10 @@ impl Harness {
 
     /// Answers stop `op` (its stand-in is killed by the drop).
     fn stopped(&mut self, op: OpRequest) {
-        let OpRequest::Stop { op_seq, backend } = op else {
+        let OpRequest::Stop {
+            op_seq, backend, ..
+        } = op
+        else {
             panic!("expected a stop, got {op:?}");
         };
         let pid = backend.pid();
@@ -347,6 +350,45 @@ fn the_drain_waits_for_open_ledger_entries() {
         assert!(h.engine.is_finished());
         h.no_op();
     }
+}
+
+/// The drain's stop lets Strata stop its engine (no hurry); a second signal
+/// while it runs hurries it; a stop started after the drain was forced kills
+/// at once.
+#[test]
+fn a_forced_shutdown_kills_the_backend_instead_of_waiting_for_it() {
+    let hurried = |op: &OpRequest| match op {
+        OpRequest::Stop { hurry, .. } => *hurry.borrow(),
+        other => panic!("expected a stop, got {other:?}"),
+    };
+    // Graceful drain, then a second signal while the stop runs.
+    let mut h = Harness::new(|b| b);
+    h.connect(1);
+    h.enqueue(1, 1, "a");
+    let load = h.op();
+    h.verify(load);
+    h.finish(1, 1);
+    let (done, _drained) = oneshot::channel();
+    h.send(Command::Shutdown { done });
+    let stop = h.op();
+    assert!(!hurried(&stop), "an ordinary drain stops gracefully");
+    h.send(Command::ForceShutdown);
+    assert!(hurried(&stop), "the second signal hurries the running stop");
+    h.stopped(stop);
+
+    // Forced while a lease still runs: the stop that follows kills at once.
+    let mut h = Harness::new(|b| b);
+    h.connect(1);
+    h.enqueue(1, 1, "a");
+    let load = h.op();
+    h.verify(load);
+    let (done, _drained) = oneshot::channel();
+    h.send(Command::Shutdown { done });
+    h.no_op();
+    h.send(Command::ForceShutdown);
+    let stop = h.op();
+    assert!(hurried(&stop), "a stop after a forced drain kills at once");
+    h.stopped(stop);
 }
 
 /// A failed start fails the tickets admitted to it and cools its model down:
