@@ -23,6 +23,7 @@ NAME = "fake-model-q4"
 SECRET_ENV = "FAKE_STRATA_TEST_SECRET"
 SECRET_VALUE = "do-not-log-this-value-7d1f"
 DROP = object()  # a profile value that removes the key
+MESSAGES = [{"role": "user", "content": "a secret prompt text"}]
 
 
 def free_port():
@@ -75,7 +76,7 @@ class Fake(object):
     """One fake server process in a private temp dir."""
 
     def __init__(self, testcase, fake=None, profile=None, args=None, port=None, extra_env=None,
-                 ready_file=True):
+                 ready_file=True, idle_unload="0"):
         self.tc = testcase
         self.dir = tempfile.mkdtemp(prefix="fake-strata-")
         os.chmod(self.dir, 0o700)
@@ -93,7 +94,9 @@ class Fake(object):
             json.dump(prof, f)
         if args is None:
             args = ["--engine", "strata", "--config", self.profile_path, "--host", "127.0.0.1",
-                    "--port", str(self.port), "--idle-unload", "0"]
+                    "--port", str(self.port)]
+            if idle_unload is not None:
+                args += ["--idle-unload", idle_unload]
             if ready_file:
                 args += ["--ready-file", self.ready_path]
         env = dict(os.environ)
@@ -188,8 +191,7 @@ class Fake(object):
         return r, body
 
     def chat(self, fake=None, stream=True, model=NAME):
-        body = {"model": model, "stream": stream,
-                "messages": [{"role": "user", "content": "a secret prompt text"}]}
+        body = {"model": model, "stream": stream, "messages": MESSAGES}
         if fake is not None:
             body["fake"] = fake
         return self.post("/v1/chat/completions", body)
@@ -203,7 +205,10 @@ class Fake(object):
             chunks = []
             first = None
             while True:
-                b = s.recv(65536)
+                try:
+                    b = s.recv(65536)
+                except ConnectionResetError:
+                    break  # a close with unread request bytes resets, after the answer
                 if not b:
                     break
                 if first is None:
@@ -214,8 +219,15 @@ class Fake(object):
             s.close()
 
 
+def chat_body(obj):
+    """`obj` with a user message unless it names its own `messages`."""
+    out = {"messages": MESSAGES}
+    out.update(obj)
+    return out
+
+
 def chat_request_bytes(port, obj, extra_headers=""):
-    body = json.dumps(obj).encode()
+    body = json.dumps(chat_body(obj)).encode()
     head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
             "Content-Type: application/json\r\nContent-Length: %d\r\n%s\r\n"
             % (port, len(body), extra_headers))
@@ -236,7 +248,7 @@ class ServingTests(unittest.TestCase):
     """HTTP behaviour against one ready server per test."""
 
     def setUp(self):
-        self.fake = Fake(self, fake={"keepalive_ms": 10000})
+        self.fake = Fake(self)
         self.fake.wait_ready()
 
     def test_health_and_models_shapes(self):
@@ -258,23 +270,50 @@ class ServingTests(unittest.TestCase):
             self.assertEqual(entry["status"], {"value": "loaded"})
             self.assertEqual(entry["meta"], {"n_ctx": 32768})
 
-    def test_http10_connection_close_and_404(self):
+    def test_http10_closes_without_a_connection_header_and_404(self):
         r, body = self.fake.get("/nope")
         self.assertEqual(r.status, 404)
         self.assertEqual(json.loads(body), {"error": {"message": "not found"}})
-        raw, _ = self.fake.raw(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        # HTTP/1.0 and a close after the answer, with no Connection header (as Strata), even
+        # when the client asks to keep the connection.
+        raw, _ = self.fake.raw(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n")
         status, headers, body = split_response(raw)
         self.assertTrue(status.startswith("HTTP/1.0 200"), status)
-        self.assertEqual(headers["connection"], "close")
+        self.assertNotIn("connection", headers)
+        self.assertEqual(int(headers["content-length"]), len(body))
         self.assertEqual(json.loads(body)["model"], NAME)
         # A streamed chat body ends at EOF (the connection closes); no length, no chunking.
         raw, _ = self.fake.raw(chat_request_bytes(self.fake.port, {"stream": True}))
         status, headers, body = split_response(raw)
         self.assertTrue(status.startswith("HTTP/1.0 200"), status)
-        self.assertEqual(headers["connection"], "close")
+        self.assertNotIn("connection", headers)
         self.assertNotIn("content-length", headers)
         self.assertNotIn("transfer-encoding", headers)
         self.assertTrue(body.endswith(b"data: [DONE]\n\n"))
+
+    def test_json_has_pythons_default_separators(self):
+        _, body = self.fake.get("/health")
+        self.assertEqual(body, (
+            '{"status": "ok", "max_context": 32768, "model": "%s", "images": false, '
+            '"api_key": false, "loaded": true, "service": "strata"}' % NAME).encode())
+        _, body = self.fake.get("/v1/models")
+        self.assertTrue(body.startswith(b'{"object": "list", "data": [{"id": '), body)
+        _, body = self.fake.get("/nope")
+        self.assertEqual(body, b'{"error": {"message": "not found"}}')
+        _, body = self.fake.post("/v1/cache/lookup", {"requests": []})
+        self.assertEqual(body, b'{"min_tokens": 1024, "results": []}')
+        _, body = self.fake.post("/v1/chat/completions", {"messages": []})
+        self.assertEqual(body, b'{"error": {"type": "invalid_request_error", '
+                               b'"message": "No messages provided."}}')
+        # Answers keep non-ASCII text as UTF-8, as Strata's json.dumps(..., ensure_ascii=False).
+        for stream in (True, False):
+            _, body = self.fake.chat({"response_model": "mod\u00e8le", "tokens": 1},
+                                     stream=stream)
+            self.assertIn('"model": "mod\u00e8le"'.encode("utf-8"), body)
+            self.assertIn(b'"usage": {"prompt_tokens": ', body)
+        _, body = self.fake.chat({"tokens": 1})
+        for line in body.split(b"\n\n")[:-2]:
+            self.assertTrue(line.startswith(b'data: {"id": "chatcmpl-'), line)
 
     def test_stream_frames_in_order(self):
         r, body = self.fake.chat({"reasoning_tokens": 2, "tool_call": True, "tokens": 3,
@@ -284,7 +323,7 @@ class ServingTests(unittest.TestCase):
         self.assertEqual(r.getheader("Content-Type"), "text/event-stream")
         self.assertEqual(r.getheader("Cache-Control"), "no-cache")
         self.assertEqual(r.getheader("X-Accel-Buffering"), "no")
-        self.assertEqual(r.getheader("Connection"), "close")
+        self.assertIsNone(r.getheader("Connection"))
         events = parse_sse(body)
         self.assertTrue(all(kind == "data" for kind, _ in events), events)
         datas = [d for _, d in events]
@@ -360,7 +399,7 @@ class ServingTests(unittest.TestCase):
                                   "prompt_tokens": 50, "cached_tokens": 70}, stream=False)
         self.assertEqual(r.status, 200)
         self.assertEqual(r.getheader("Content-Type"), "application/json")
-        self.assertEqual(r.getheader("Connection"), "close")
+        self.assertIsNone(r.getheader("Connection"))
         doc = json.loads(body)
         self.assertRegex(doc["id"], r"^chatcmpl-[0-9a-f]{24}$")
         self.assertEqual(doc["object"], "chat.completion")
@@ -390,9 +429,9 @@ class ServingTests(unittest.TestCase):
             r2, body2 = self.fake.chat({"fixed_ids": True, "tool_call": True}, stream=stream)
             self.assertEqual((r1.status, r2.status), (200, 200))
             self.assertEqual(body1, body2)
-            self.assertIn(b'"id":"chatcmpl-000000000000000000000000"', body1)
-            self.assertIn(b'"created":0,', body1)
-            self.assertIn(b'"id":"call_000000000000000000000000"', body1)
+            self.assertIn(b'"id": "chatcmpl-000000000000000000000000"', body1)
+            self.assertIn(b'"created": 0,', body1)
+            self.assertIn(b'"id": "call_000000000000000000000000"', body1)
             r3, body3 = self.fake.chat({"tool_call": True}, stream=stream)
             self.assertNotEqual(body1, body3)
             self.assertNotIn(b"chatcmpl-000000000000000000000000", body3)
@@ -401,10 +440,10 @@ class ServingTests(unittest.TestCase):
         for stream in (True, False):
             r, body = self.fake.chat({"response_model": "someone-else"}, stream=stream)
             self.assertEqual(r.status, 200)
-            self.assertIn(b'"model":"someone-else"', body)
-            self.assertNotIn(('"model":"%s"' % NAME).encode(), body)
+            self.assertIn(b'"model": "someone-else"', body)
+            self.assertNotIn(('"model": "%s"' % NAME).encode(), body)
             r, body = self.fake.chat({}, stream=stream)
-            self.assertIn(('"model":"%s"' % NAME).encode(), body)
+            self.assertIn(('"model": "%s"' % NAME).encode(), body)
 
     def test_error_status_and_bad_requests(self):
         r, body = self.fake.chat({"error_status": 503})
@@ -417,7 +456,8 @@ class ServingTests(unittest.TestCase):
         self.assertEqual(json.loads(body),
                          {"error": {"type": "invalid_request_error", "message": "too long"}})
         r, body = self.fake.post("/v1/chat/completions", None)  # "null" is not an object
-        self.assertEqual(r.status, 400)
+        self.assertEqual((r.status, json.loads(body)["error"]["message"]),
+                         (400, "send a JSON object"))
         c = self.fake.conn()
         c.request("POST", "/v1/chat/completions", body=b"{not json")
         r = c.getresponse()
@@ -431,15 +471,31 @@ class ServingTests(unittest.TestCase):
         self.assertIn("no_such_key", json.loads(body)["error"]["message"])
         r, body = self.fake.chat({"load_ms": 1})  # profile-level only
         self.assertEqual(r.status, 400)
+        r, body = self.fake.chat({"keepalive_ms": 100})  # gone: comments come from the engine
+        self.assertEqual(r.status, 400)
+        self.assertIn("keepalive_ms", json.loads(body)["error"]["message"])
+        # Like Strata's chat template: a request needs messages.
+        for messages, message in (([], "No messages provided."), (None, "No messages provided."),
+                                  ("x", "messages must be a list of objects (a string was "
+                                        "sent that is not JSON)"),
+                                  ([1], "messages must be a list of objects")):
+            r, body = self.fake.post("/v1/chat/completions", {"messages": messages})
+            self.assertEqual((r.status, json.loads(body)), (400, {"error": {
+                "type": "invalid_request_error", "message": message}}))
 
-    def test_chunked_request_body(self):
-        body = json.dumps({"stream": False, "fake": {"tokens": 1, "prompt_tokens": 7}}).encode()
+    def test_chunked_request_body_is_not_read(self):
+        # Strata reads Content-Length bytes only: a chunked body is an empty request, which
+        # its chat template refuses.
+        body = json.dumps(chat_body({"stream": False, "fake": {"tokens": 1}})).encode()
         chunked = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (5, body[:5], len(body) - 5, body[5:])
         raw, _ = self.fake.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                                b"Transfer-Encoding: chunked\r\n\r\n" + chunked)
         status, _, resp = split_response(raw)
-        self.assertTrue(status.startswith("HTTP/1.0 200"), status)
-        self.assertEqual(json.loads(resp)["usage"]["prompt_tokens"], 7)
+        self.assertTrue(status.startswith("HTTP/1.0 400"), status)
+        self.assertEqual(json.loads(resp), {"error": {
+            "type": "invalid_request_error", "message": "No messages provided."}})
+        req = self.fake.wait_event("request")
+        self.assertEqual((req["body_bytes"], req["rejected"]), (0, "No messages provided."))
 
     def test_mid_stream_error(self):
         r, body = self.fake.chat({"tokens": 5, "mid_stream": "error", "mid_stream_after": 2})
@@ -453,49 +509,48 @@ class ServingTests(unittest.TestCase):
         r, body = self.fake.chat({"mid_stream": "error"}, stream=False)
         self.assertEqual(r.status, 503)
 
-    def test_keepalive_comments(self):
+    def test_keepalive_comments_come_only_from_prompt_progress(self):
         t0 = time.monotonic()
-        r, body = self.fake.chat({"tokens": 2, "token_delay_ms": 250, "keepalive_ms": 60,
-                                  "header_delay_ms": 200})
-        self.assertGreaterEqual(time.monotonic() - t0, 0.6)
+        r, body = self.fake.chat({"tokens": 2, "token_delay_ms": 250, "prefill_ms": 300,
+                                  "prompt_progress": 3, "header_delay_ms": 200})
+        self.assertGreaterEqual(time.monotonic() - t0, 1.0)
         events = parse_sse(body)
-        self.assertEqual(events[0][0], "data")  # nothing before the role frame
-        comments = [e for e in events if e[0] == "comment"]
-        self.assertGreaterEqual(len(comments), 4)
-        self.assertTrue(all(text == ": keep-alive" for _, text in comments))
-        data = [d for kind, d in events if kind == "data"]
-        self.assertEqual(data[-1], "[DONE]")
-        # No keep-alive between the last token and the final frame (no delay there).
-        self.assertEqual(events[-2][0], "data")
+        # The role frame, one comment per PP line, then the tokens: token delays under the
+        # engine's 10 s heartbeat send nothing.
+        kinds = [kind for kind, _ in events]
+        self.assertEqual(kinds, ["data", "comment", "comment", "comment", "data", "data", "data",
+                                 "data"])
+        self.assertTrue(all(text == ": keep-alive" for kind, text in events if kind == "comment"))
+        self.assertEqual(events[-1], ("data", "[DONE]"))
         done = self.fake.wait_event("response_done")
-        self.assertEqual(done["keepalives"], len(comments))
+        self.assertEqual(done["keepalives"], 3)
+        # A non-stream gets none (nothing is sent before its answer).
+        r, body = self.fake.chat({"tokens": 1, "prefill_ms": 100, "prompt_progress": 4},
+                                 stream=False)
+        self.assertEqual(json.loads(body)["usage"]["completion_tokens"], 1)
+
+    def test_engine_heartbeat_after_10_s_of_engine_silence(self):
+        r, body = self.fake.chat({"tokens": 1, "token_delay_ms": 10500})
+        kinds = [kind for kind, _ in parse_sse(body)]
+        self.assertEqual(kinds, ["data", "comment", "data", "data", "data"])
 
     def test_header_delay_sends_nothing(self):
         req = chat_request_bytes(self.fake.port, {"stream": True, "fake": {
-            "header_delay_ms": 400, "keepalive_ms": 50, "tokens": 1}})
+            "header_delay_ms": 400, "prefill_ms": 400, "prompt_progress": 8, "tokens": 1}})
         raw, first = self.fake.raw(req)
         self.assertGreaterEqual(first, 0.35)
         self.assertTrue(raw.startswith(b"HTTP/1.0 200"), raw[:40])
 
-    def test_request_over_256_mib_is_413_without_body(self):
-        s = socket.create_connection(("127.0.0.1", self.fake.port), timeout=10)
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                  b"Content-Type: application/json\r\nContent-Length: 268435457\r\n\r\n")
-        chunks = []
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            chunks.append(b)
-        s.close()
-        status, headers, body = split_response(b"".join(chunks))
-        self.assertTrue(status.startswith("HTTP/1.0 413"), status)
-        self.assertEqual(json.loads(body), {"error": {
-            "type": "invalid_request_error", "message": "request body too large"}})
-        done = self.fake.wait_event("response_done")
-        self.assertEqual(done["status"], 413)
-        req = self.fake.events("request")[0]
-        self.assertEqual((req["body_bytes"], req["rejected"]), (None, "request body too large"))
+    def test_no_body_limit(self):
+        # At this revision Strata has no 413: a large body is read and served (the fake's old
+        # STRATA_MAX_BODY_MIB is gone too).
+        fake = Fake(self, extra_env={"STRATA_MAX_BODY_MIB": "1"})
+        fake.wait_ready()
+        pad = "p" * (3 << 20)
+        r, body = fake.post("/v1/chat/completions", chat_body(
+            {"stream": False, "pad": pad, "fake": {"tokens": 1}}))
+        self.assertEqual(r.status, 200)
+        self.assertGreater(fake.wait_event("request")["body_bytes"], 3 << 20)
 
     def test_client_disconnect_logs_cancel(self):
         s = socket.create_connection(("127.0.0.1", self.fake.port), timeout=10)
@@ -547,8 +602,8 @@ class ServingTests(unittest.TestCase):
         self.assertEqual(r.status, 400)
         # Busy while a generation is in flight.
         c = self.fake.conn()
-        c.request("POST", "/v1/chat/completions", body=json.dumps(
-            {"stream": True, "fake": {"tokens": 3, "token_delay_ms": 150}}).encode())
+        c.request("POST", "/v1/chat/completions", body=json.dumps(chat_body(
+            {"stream": True, "fake": {"tokens": 3, "token_delay_ms": 150}})).encode())
         resp = c.getresponse()
         self.assertEqual(resp.status, 200)
         self.assertIn(b"chat.completion.chunk", resp.readline())
@@ -585,7 +640,7 @@ class ServingTests(unittest.TestCase):
             self.assertIsInstance(e["ts"], float)
             self.assertEqual(e["pid"], self.fake.proc.pid)
         self.assertEqual([e["event"] for e in self.fake.events()],
-                         ["start", "ready", "request", "response_done"])
+                         ["start", "engine_start", "ready", "request", "response_done"])
 
 
 class LifecycleTests(unittest.TestCase):
@@ -661,38 +716,90 @@ class LifecycleTests(unittest.TestCase):
         os.killpg(fake.proc.pid, signal.SIGKILL)
         wait_until(lambda: _gone(grandchild), 5, "grandchild death")
 
-    def test_sigterm_cancels_in_flight_stream(self):
+    def test_sigterm_ends_a_stream_with_an_error_frame_and_quits_the_engine(self):
         fake = Fake(self)
         fake.wait_ready()
+        engine_pid = fake.wait_event("engine_start")["engine_pid"]
         c = fake.conn()
-        c.request("POST", "/v1/chat/completions", body=json.dumps(
-            {"stream": True, "fake": {"tokens": 1000, "token_delay_ms": 20}}).encode())
+        c.request("POST", "/v1/chat/completions", body=json.dumps(chat_body(
+            {"stream": True, "fake": {"tokens": 1000, "token_delay_ms": 20}})).encode())
         resp = c.getresponse()
-        resp.readline()
+        self.assertIn(b"chat.completion.chunk", resp.readline())
+        self.assertEqual(resp.readline(), b"\n")
+        # A second stream waits for the engine.
+        queued = socket.create_connection(("127.0.0.1", fake.port), timeout=10)
+        self.addCleanup(queued.close)
+        queued.sendall(chat_request_bytes(fake.port, {"stream": True}))
+        fake.wait_event("request", where=lambda e: e["in_flight"] == 2)
         fake.proc.send_signal(signal.SIGTERM)
-        self.assertEqual(fake.wait_exit(), 0)
-        body = resp.read()
+        self.assertEqual(fake.wait_exit(timeout=5), 0)
+        events = parse_sse(resp.read())
         c.close()
-        self.assertFalse(body.endswith(b"data: [DONE]\n\n"))
-        self.assertEqual(fake.events("cancel")[0]["reason"], "shutdown")
+        self.assertEqual(events[-2:], [
+            ("data", {"error": {"type": "server_error", "message":
+                                "the engine stopped unexpectedly (exit code 0); "
+                                "the next request restarts it"}}),
+            ("data", "[DONE]")])
+        self.assertTrue(all("usage" not in d for _, d in events[:-1]))
+        quit_ = fake.wait_event("engine_exit")
+        self.assertEqual((quit_["pid"], quit_["how"], quit_["code"], quit_["server_pid"]),
+                         (engine_pid, "quit", 0, fake.proc.pid))
+        names = [e["event"] for e in fake.events()]
+        self.assertLess(names.index("stop"), names.index("engine_exit"))
+        self.assertLess(names.index("engine_exit"), names.index("exit"))
+        cancels = fake.events("cancel")
+        self.assertEqual([e["reason"] for e in cancels], ["shutdown", "shutdown"])
+        # The queued stream had its head and role frame, then the connection closed.
+        rest = b""
+        while True:
+            try:
+                b = queued.recv(65536)
+            except ConnectionResetError:
+                break
+            if not b:
+                break
+            rest += b
+        status, _, body = split_response(rest)
+        self.assertTrue(status.startswith("HTTP/1.0 200"), status)
+        self.assertEqual([kind for kind, _ in parse_sse(body)], ["data"])
+        self.assertIsNone(fake.events("exit")[-1].get("reason"))
+
+    def test_sigterm_to_the_group_ends_the_engine_by_its_signal(self):
+        # How the router stopped backends before its stop signalled the server alone.
+        fake = Fake(self)
+        fake.wait_ready()
+        engine_pid = fake.wait_event("engine_start")["engine_pid"]
+        os.killpg(fake.proc.pid, signal.SIGTERM)
+        self.assertEqual(fake.wait_exit(), 0)
+        ended = fake.wait_event("engine_exit")
+        self.assertEqual((ended["pid"], ended["how"], ended["code"]),
+                         (engine_pid, "sigterm", -signal.SIGTERM))
+        wait_until(lambda: _gone(engine_pid), 5, "the engine's end")
 
     def test_sigterm_while_loading_exits_zero(self):
         fake = Fake(self, fake={"load_ms": 60000})
-        fake.wait_event("start")
+        engine_pid = fake.wait_event("engine_start")["engine_pid"]
         fake.proc.send_signal(signal.SIGTERM)
         self.assertEqual(fake.wait_exit(), 0)
         self.assertIsNone(fake.read_ready())
+        self.assertEqual(fake.wait_event("engine_exit")["how"], "quit")
+        wait_until(lambda: _gone(engine_pid), 5, "the engine's end")
 
     def test_ignore_sigterm_survives(self):
         fake = Fake(self, fake={"ignore_sigterm": True})
         fake.wait_ready()
+        engine_pid = fake.wait_event("engine_start")["engine_pid"]
         fake.proc.send_signal(signal.SIGTERM)
         fake.wait_event("signal_ignored")
         self.assertIsNone(fake.proc.poll())
-        r, _ = fake.get("/health")
-        self.assertEqual(r.status, 200)
-        fake.proc.send_signal(signal.SIGKILL)
+        r, body = fake.get("/health")
+        self.assertEqual((r.status, json.loads(body)["loaded"]), (200, True))
+        self.assertFalse(_gone(engine_pid))  # not told QUIT: only a group SIGKILL ends it
+        self.assertEqual(fake.events("engine_exit"), [])
+        os.killpg(fake.proc.pid, signal.SIGKILL)
         self.assertEqual(fake.wait_exit(), -signal.SIGKILL)
+        wait_until(lambda: _gone(engine_pid), 5, "the engine's end")
+        self.assertEqual(fake.events("engine_exit"), [])
 
     def test_mid_stream_die(self):
         fake = Fake(self)
@@ -862,6 +969,173 @@ class LifecycleTests(unittest.TestCase):
         self.assertEqual(datas[-1], "[DONE]")
         self.assertEqual(datas[-2]["usage"]["completion_tokens"], 10000)
         self.assertEqual(len(datas[5]["choices"][0]["delta"]["content"]), 1000)
+
+
+class EngineTests(unittest.TestCase):
+    """The engine child, one generation at a time, idle unload and a dead engine."""
+
+    def test_engine_is_a_child_in_the_server_group(self):
+        fake = Fake(self)
+        fake.wait_ready()
+        started = fake.wait_event("engine_start")
+        engine_pid = started["engine_pid"]
+        self.assertEqual((started["pid"], started["restart"]), (fake.proc.pid, False))
+        self.assertEqual(os.getpgid(engine_pid), fake.proc.pid)
+        with open("/proc/%d/stat" % engine_pid) as f:
+            self.assertEqual(int(f.read().split(")")[-1].split()[1]), fake.proc.pid)
+        with open("/proc/%d/cmdline" % engine_pid, "rb") as f:
+            argv = f.read().split(b"\0")
+        self.assertIn(b"serve.script", argv)
+        self.assertIn(fake.profile_path.encode(), argv)  # names the test's directory
+        # The load is the engine's: the port opened only after its READY.
+        names = [e["event"] for e in fake.events()]
+        self.assertLess(names.index("engine_start"), names.index("ready"))
+
+    def test_engine_ends_on_eof_when_its_server_dies(self):
+        fake = Fake(self)
+        fake.wait_ready()
+        engine_pid = fake.wait_event("engine_start")["engine_pid"]
+        fake.proc.send_signal(signal.SIGKILL)
+        self.assertEqual(fake.wait_exit(), -signal.SIGKILL)
+        ended = fake.wait_event("engine_exit")
+        self.assertEqual((ended["pid"], ended["how"]), (engine_pid, "eof"))
+        wait_until(lambda: _gone(engine_pid), 5, "the engine's end")
+
+    def test_start_failures_are_the_engines(self):
+        fake = Fake(self, fake={"start_failure": "exit", "exit_code": 7})
+        self.assertEqual(fake.wait_exit(), 7)
+        ended = fake.wait_event("engine_exit")
+        self.assertEqual((ended["how"], ended["code"]), ("start_failure", 7))
+        self.assertEqual(fake.events("exit")[-1]["reason"], "start_failure exit")
+        hang = Fake(self, fake={"start_failure": "hang"})
+        hang.wait_event("engine_start")
+        hang.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(hang.wait_exit(), 0)
+        self.assertEqual(hang.wait_event("engine_exit")["how"], "quit")
+
+    def test_one_generation_at_a_time_and_a_waiting_request_gets_no_byte(self):
+        fake = Fake(self)
+        fake.wait_ready()
+        c = fake.conn()
+        c.request("POST", "/v1/chat/completions", body=json.dumps(chat_body(
+            {"stream": True, "fake": {"tokens": 6, "token_delay_ms": 250}})).encode())
+        first = c.getresponse()
+        self.assertIn(b"chat.completion.chunk", first.readline())
+        # A stream behind it gets its head and role frame, then nothing while it waits.
+        waiting_stream = socket.create_connection(("127.0.0.1", fake.port), timeout=10)
+        self.addCleanup(waiting_stream.close)
+        waiting_stream.sendall(chat_request_bytes(fake.port, {"stream": True, "fake": {
+            "tokens": 1}}))
+        head = b""
+        while b"chat.completion.chunk" not in head or not head.endswith(b"\n\n"):
+            b = waiting_stream.recv(65536)
+            self.assertTrue(b)
+            head += b
+        self.assertTrue(head.startswith(b"HTTP/1.0 200"), head[:40])
+        fake.wait_event("request", where=lambda e: e["in_flight"] == 2)
+        # A non-stream behind both gets no byte at all.
+        waiting_json = socket.create_connection(("127.0.0.1", fake.port), timeout=10)
+        self.addCleanup(waiting_json.close)
+        waiting_json.sendall(chat_request_bytes(fake.port, {"stream": False, "fake": {
+            "tokens": 1}}))
+        fake.wait_event("request", where=lambda e: e["in_flight"] == 3)
+        for sock in (waiting_stream, waiting_json):
+            sock.settimeout(0.3)
+            with self.assertRaises(socket.timeout):
+                sock.recv(1)
+            sock.settimeout(10)
+        self.assertEqual(fake.events("response_done"), [])
+        self.assertTrue(first.read().endswith(b"data: [DONE]\n\n"))
+        c.close()
+        rest = b""
+        while not rest.endswith(b"data: [DONE]\n\n"):
+            b = waiting_stream.recv(65536)
+            self.assertTrue(b)
+            rest += b
+        answer = b""
+        while True:
+            b = waiting_json.recv(65536)
+            if not b:
+                break
+            answer += b
+        status, _, body = split_response(answer)
+        self.assertTrue(status.startswith("HTTP/1.0 200"), status)
+        self.assertEqual(json.loads(body)["usage"]["completion_tokens"], 1)
+        done = wait_until(lambda: len(fake.events("response_done")) == 3 and
+                          fake.events("response_done"), 5, "three answers")
+        # In arrival order, each after the one before it; the waiting ones waited.
+        self.assertEqual([e["stream"] for e in done], [True, True, False])
+        self.assertLess(done[0]["engine_wait_ms"], 100)
+        self.assertGreater(done[1]["engine_wait_ms"], 600)
+        self.assertGreater(done[2]["engine_wait_ms"], 600)
+
+    def test_a_dead_engine_leaves_the_server_up_and_the_next_request_restarts_it(self):
+        fake = Fake(self, fake={"load_ms": 300})
+        fake.wait_ready()
+        engine_pid = fake.wait_event("engine_start")["engine_pid"]
+        c = fake.conn()
+        c.request("POST", "/v1/chat/completions", body=json.dumps(chat_body(
+            {"stream": True, "fake": {"tokens": 1000, "token_delay_ms": 20}})).encode())
+        resp = c.getresponse()
+        self.assertIn(b"chat.completion.chunk", resp.readline())
+        self.assertEqual(resp.readline(), b"\n")
+        os.kill(engine_pid, signal.SIGKILL)
+        events = parse_sse(resp.read())
+        c.close()
+        self.assertEqual(events[-2:], [
+            ("data", {"error": {"type": "server_error", "message":
+                                "the engine stopped unexpectedly (exit code -9); "
+                                "the next request restarts it"}}),
+            ("data", "[DONE]")])
+        done = fake.wait_event("response_done")
+        self.assertEqual((done["status"], done["mid_stream"]), (200, "engine_died"))
+        died = fake.wait_event("engine_died")
+        self.assertEqual((died["engine_pid"], died["code"]), (engine_pid, -9))
+        self.assertIsNone(fake.proc.poll())
+        r, body = fake.get("/health")
+        health = json.loads(body)
+        self.assertEqual((r.status, health["loaded"], health["model"]), (200, False, NAME))
+        self.assertEqual(json.loads(fake.get("/v1/models")[1]), {"object": "list", "data": []})
+        # The next request starts the engine again (its load_ms) and is served.
+        t0 = time.monotonic()
+        r, body = fake.chat({"tokens": 1}, stream=False)
+        self.assertEqual(r.status, 200)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.3)
+        starts = fake.events("engine_start")
+        self.assertEqual([e["restart"] for e in starts], [False, True])
+        self.assertNotEqual(starts[1]["engine_pid"], engine_pid)
+        self.assertEqual(json.loads(fake.get("/health")[1])["loaded"], True)
+        self.assertEqual(json.loads(fake.get("/v1/models")[1])["data"][0]["status"],
+                         {"value": "loaded"})
+
+    def test_profile_idle_unload_applies_without_the_flag(self):
+        fake = Fake(self, profile={"idle_unload_s": 1}, idle_unload=None)
+        fake.wait_ready()
+        engine_pid = fake.wait_event("engine_start")["engine_pid"]
+        unload = fake.wait_event("idle_unload", timeout=10)
+        self.assertEqual((unload["engine_pid"], unload["idle_unload_s"]), (engine_pid, 1.0))
+        ended = fake.wait_event("engine_exit")
+        self.assertEqual((ended["pid"], ended["how"]), (engine_pid, "quit"))
+        health = json.loads(fake.get("/health")[1])
+        self.assertEqual(health["loaded"], False)
+        models = json.loads(fake.get("/v1/models")[1])["data"]
+        self.assertEqual([m["status"] for m in models], [{"value": "unloaded"}])
+        r, body = fake.chat({"tokens": 1}, stream=False)
+        self.assertEqual(r.status, 200)
+        self.assertEqual([e["restart"] for e in fake.events("engine_start")], [False, True])
+        self.assertEqual(json.loads(fake.get("/health")[1])["loaded"], True)
+
+    def test_idle_unload_flag_overrides_the_profile(self):
+        fake = Fake(self, profile={"idle_unload_s": 1})  # with --idle-unload 0
+        fake.wait_ready()
+        self.assertEqual(fake.events("start")[0]["idle_unload"], 0.0)
+        # The profile's unload would come within about 2 s; none comes in 3 s.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            self.assertEqual(json.loads(fake.get("/health")[1])["loaded"], True)
+            time.sleep(0.1)
+        self.assertEqual(fake.events("idle_unload"), [])
+        self.assertEqual(fake.events("engine_exit"), [])
 
 
 def _gone(pid):

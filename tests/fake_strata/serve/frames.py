@@ -13,12 +13,21 @@ TOOL_ARGUMENT_PIECES = ('{"city"', ': "Par', 'is"}')
 
 
 def dumps(obj):
-    """Compact single-line JSON (json.dumps never emits a newline without indent)."""
-    return json.dumps(obj, separators=(",", ":"))
+    """JSON as Strata writes its answers and SSE frames: Python's default `", "` and `": "`
+    separators, non-ASCII text as is, on one line (json.dumps never emits a newline without
+    indent)."""
+    return json.dumps(obj, ensure_ascii=False)
 
 
 def data_frame(obj):
     return b"data: " + dumps(obj).encode("utf-8") + b"\n\n"
+
+
+def engine_error_frames(message):
+    """What Strata writes when its engine ends under a stream: one error frame (plain
+    json.dumps, so ASCII-escaped) and `[DONE]`, in one write."""
+    err = {"error": {"type": "server_error", "message": message}}
+    return b"data: " + json.dumps(err).encode("utf-8") + b"\n\n" + DONE
 
 
 def error_body(etype, message):

@@ -1,13 +1,21 @@
-"""Profile loading, the fake's scripting keys, and the JSON-lines event log.
+"""Profile loading, the fake's scripting keys, the JSON-lines event log, and the
+stand-in engine process.
 
 A profile is the JSON file passed with --config. The fake reads the Strata keys
-`model_name`, `lazy_load` and `conversation_cache_min_tokens`, plus its own
-`fake` object of scripting keys (see README.md). Per-request keys may also be
-given in a `fake` object inside a chat request body, overriding the profile.
+`model_name`, `lazy_load`, `idle_unload_s` and `conversation_cache_min_tokens`,
+plus its own `fake` object of scripting keys (see README.md). Per-request keys may
+also be given in a `fake` object inside a chat request body, overriding the profile.
+
+`python -m serve.script --profile PROFILE ...` is the fake's engine: the child the
+server starts at load, as the real server starts its native engine (see
+`engine_main`). It lives in this module so that the fake's file list stays as it is.
 """
 
+import argparse
 import json
 import os
+import signal
+import sys
 import threading
 import time
 
@@ -48,7 +56,8 @@ REQUEST_KEYS = {
     "tool_call": (False, "bool"),
     "token_delay_ms": (0, "ms"),
     "header_delay_ms": (0, "ms"),
-    "keepalive_ms": (10000, "positive_ms"),
+    "prefill_ms": (0, "ms"),
+    "prompt_progress": (0, "count"),
     "error_status": (None, "status"),
     "error_message": (None, "str"),
     "mid_stream": (None, MID_STREAM),
@@ -139,7 +148,13 @@ class Profile(object):
         if not isinstance(name, str) or not name:
             raise ProfileError("profile %s: model_name must be a non-empty string" % path, 1)
         self.model_name = name
+        self.path = os.path.abspath(path)
         self.lazy_load = data.get("lazy_load") is True
+        # Strata's own idle unload, used when --idle-unload is not given (as float(x or 0)).
+        idle = data.get("idle_unload_s") or 0
+        if not _is_number(idle) or idle < 0:
+            raise ProfileError("profile %s: idle_unload_s must be a number of seconds >= 0" % path, 1)
+        self.idle_unload_s = float(idle)
         min_tokens = data.get("conversation_cache_min_tokens", DEFAULT_CACHE_MIN_TOKENS)
         if not _is_int(min_tokens) or min_tokens < 0:
             raise ProfileError(
@@ -191,7 +206,7 @@ class EventLog(object):
     so several processes can share the file. A None path disables logging."""
 
     def __init__(self, path):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the engine logs from a signal handler
         self._fd = None
         if path:
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -206,3 +221,102 @@ class EventLog(object):
             while data:
                 n = os.write(self._fd, data)
                 data = data[n:]
+
+
+# ---- the stand-in engine ---------------------------------------------------------------------
+#
+# The real server keeps one native engine process resident and talks to it over its stdin and
+# stdout. This stand-in does what the router can observe of one: it is a second process in the
+# server's process group, it does the load (`load_ms`, `read_weights`, the start failures
+# `exit` and `hang`) and then says `READY <ctx> stop` on stdout, and it ends on `QUIT`, on EOF
+# of its stdin (its server is gone), or on a signal, logging `engine_exit` with how it ended.
+# Generation is modelled by the server; the engine only has to be alive for it.
+
+ENGINE_CONTEXT = 32768
+
+
+def engine_main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m serve.script",
+                                description="The fake Strata's stand-in engine (started by the server).")
+    p.add_argument("--profile", required=True, help="the server's profile (identification only)")
+    p.add_argument("--log", default=None)
+    p.add_argument("--load-ms", type=float, default=0.0)
+    p.add_argument("--read-weights", default=None)
+    p.add_argument("--start-failure", choices=("exit", "hang"), default=None)
+    p.add_argument("--exit-code", type=int, default=3)
+    args = p.parse_args(argv)
+    log = EventLog(args.log)
+    server_pid = os.getppid()
+    ending = threading.Lock()
+
+    def finish(how, code, by_signal=None):
+        """Logs `engine_exit` once and ends the process (by `by_signal` when given, so the
+        server sees the signal as its exit status, as with a real engine)."""
+        if not ending.acquire(False):
+            return
+        log.event("engine_exit", how=how, code=-by_signal if by_signal else code,
+                  server_pid=server_pid)
+        try:
+            sys.stderr.flush()
+        except Exception:
+            pass
+        if by_signal:
+            signal.signal(by_signal, signal.SIG_DFL)
+            os.kill(os.getpid(), by_signal)
+            time.sleep(5)
+        os._exit(code)
+
+    def on_signal(signum, frame):
+        finish(signal.Signals(signum).name.lower(), 0, by_signal=signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def read_commands():
+        stdin = sys.stdin.buffer
+        while True:
+            line = stdin.readline()
+            if not line:
+                finish("eof", 0)
+                return
+            if line.strip() == b"QUIT":
+                finish("quit", 0)
+                return
+            # Anything else (the real engine's GEN, STOP, ...) is not modelled.
+
+    threading.Thread(target=read_commands, daemon=True).start()
+
+    # The load: the server's HTTP port stays closed until READY.
+    deadline = time.monotonic() + args.load_ms / 1000.0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(0.01, left))
+    if args.read_weights:
+        began = time.monotonic()
+        read = 0
+        try:
+            with open(args.read_weights, "rb", buffering=0) as weights:
+                while True:
+                    chunk = weights.read(8 << 20)
+                    if not chunk:
+                        break
+                    read += len(chunk)
+        except OSError as e:
+            sys.stderr.write("error: cannot read the weights: %s\n" % e)
+            finish("start_failure", 1)
+        log.event("weights_read", bytes=read, seconds=time.monotonic() - began)
+    if args.start_failure == "exit":
+        sys.stderr.write("error: scripted start failure\n")
+        finish("start_failure", args.exit_code)
+    if args.start_failure != "hang":
+        out = sys.stdout
+        out.write("READY %d stop\n" % ENGINE_CONTEXT)
+        out.flush()
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    sys.exit(engine_main())

@@ -1,13 +1,15 @@
 """Fake Strata backend for strata-router's tests (a test double, not Strata).
 
-Implements the backend contract in RESEARCH.md: the real
-server's CLI subset, ready file, /health, /v1/models, OpenAI chat (JSON and SSE
-with keep-alive comments), the /v1/cache/lookup extension, disconnect
-detection and signal handling, all scripted by the profile's `fake` object.
-Python 3.9+ standard library only.
+Implements the backend contract in RESEARCH.md: the real server's CLI subset, ready
+file, /health, /v1/models, OpenAI chat (JSON and SSE), the /v1/cache/lookup extension,
+disconnect detection and signal handling, all scripted by the profile's `fake`
+object. Like the real server it keeps one engine process (the stand-in in
+serve/script.py) in its process group, runs one generation at a time through it, and
+tells it QUIT on a clean stop. Python 3.9+ standard library only.
 """
 
 import argparse
+import collections
 import errno
 import json
 import os
@@ -23,11 +25,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from . import frames, script
 
-DEFAULT_BODY_LIMIT = 256 << 20  # Strata's CHUNKED_BODY_MAX; STRATA_MAX_BODY_MIB overrides
-POLL_S = 0.02  # how often waits look for a client EOF, a keep-alive due, or shutdown
+POLL_S = 0.02  # how often waits look for a client EOF, the engine's end, or shutdown
+# The real server's heartbeat: a `: keep-alive` comment after this long without a line from
+# the engine (a T or PP line) while a stream is generating.
+ENGINE_HEARTBEAT_S = 10.0
+# The real server gives its engine this long after QUIT, then after SIGTERM, then SIGKILLs it.
+ENGINE_QUIT_WAIT_S = 20.0
 NOT_FOUND = {"error": {"message": "not found"}}
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 LOOKUP_PATH = "/v1/cache/lookup"
+# What Strata's chat template raises for a request without messages (an empty or absent body,
+# which is what a chunked request body becomes: Strata reads Content-Length bytes only).
+NO_MESSAGES = "No messages provided."
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Cancelled(Exception):
@@ -49,31 +59,211 @@ class Rejected(Exception):
         self.stream = stream
 
 
+class EngineDied(Exception):
+    """The engine process ended under a request (Strata's message, as it words it)."""
+
+    def __init__(self, code):
+        Exception.__init__(self, "the engine stopped unexpectedly (exit code %s)" % code)
+        self.code = code
+
+    def client_message(self):
+        return "%s; the next request restarts it" % self
+
+
+# ---- the engine ------------------------------------------------------------------------------
+
+
+class EngineProcess(object):
+    """One run of the stand-in engine: its pipes, READY, and its end."""
+
+    def __init__(self, proc, owner):
+        self.proc = proc
+        self.pid = proc.pid
+        self.owner = owner
+        self.ready = threading.Event()
+        self.ended = threading.Event()
+        self.quit_sent = False
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        """Reads the engine's stdout: READY, then nothing until EOF (its end)."""
+        try:
+            for line in self.proc.stdout:
+                if line.startswith(b"READY"):
+                    fields = line.split()
+                    try:
+                        self.owner.ctx = int(fields[1])
+                    except (IndexError, ValueError):
+                        pass
+                    self.ready.set()
+        except (OSError, ValueError):
+            pass
+        self.ended.set()
+        code = self.proc.wait()
+        if self.ready.is_set() and not self.quit_sent:
+            self.owner.log.event("engine_died", engine_pid=self.pid, code=code)
+
+    def alive(self):
+        return self.ready.is_set() and not self.ended.is_set()
+
+    def exit_code(self):
+        try:
+            return self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def quit(self):
+        """QUIT, then SIGTERM, then SIGKILL, each given ENGINE_QUIT_WAIT_S (the real
+        server's close())."""
+        self.quit_sent = True
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(b"QUIT\n")
+                self.proc.stdin.flush()
+                self.proc.stdin.close()
+            except (OSError, ValueError):
+                pass
+            try:
+                self.proc.wait(timeout=ENGINE_QUIT_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=ENGINE_QUIT_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        self.ended.wait(2.0)
+
+
+class Engine(object):
+    """The server's engine slot: started at load, again by the next request after it died or
+    was unloaded, QUIT on a clean stop and on an idle unload."""
+
+    def __init__(self, profile, log):
+        self.profile = profile
+        self.log = log
+        self.lock = threading.Lock()
+        self.current = None
+        self.ctx = 0  # max_context: 0 while (re)starting, the last READY's otherwise
+        self.unloaded = False
+        self.starts = 0
+
+    def argv(self):
+        start = self.profile.start
+        argv = [sys.executable, "-m", "serve.script", "--profile", self.profile.path,
+                "--load-ms", repr(float(start["load_ms"]))]
+        if start["log"]:
+            argv += ["--log", start["log"]]
+        if start["read_weights"]:
+            argv += ["--read-weights", start["read_weights"]]
+        if start["start_failure"] in ("exit", "hang"):
+            argv += ["--start-failure", start["start_failure"],
+                     "--exit-code", str(start["exit_code"])]
+        return argv
+
+    def start(self):
+        """Spawns the engine (same process group, stdin/stdout pipes, stderr inherited)."""
+        with self.lock:
+            self.ctx = 0
+            self.unloaded = False
+            proc = subprocess.Popen(self.argv(), cwd=PACKAGE_ROOT, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, close_fds=True)
+            self.current = EngineProcess(proc, self)
+            restart = self.starts > 0
+            self.starts += 1
+        self.log.event("engine_start", engine_pid=proc.pid, restart=restart)
+        return self.current
+
+    def alive(self):
+        current = self.current
+        return current is not None and current.alive()
+
+    def close(self):
+        """QUIT the engine and wait for it (no-op when none runs)."""
+        with self.lock:
+            current = self.current
+        if current is not None:
+            current.quit()
+
+    def unload(self):
+        self.close()
+        self.unloaded = True
+
+
+class Fifo(object):
+    """The engine's one generation at a time, in arrival order (the real server's FIFO)."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.waiting = collections.deque()
+        self.held = False
+
+    def try_acquire(self):
+        with self.cond:
+            if self.held or self.waiting:
+                return False
+            self.held = True
+            return True
+
+    def enter(self):
+        ticket = object()
+        with self.cond:
+            self.waiting.append(ticket)
+        return ticket
+
+    def wait(self, ticket, timeout):
+        """True once `ticket` holds the engine; False after `timeout`."""
+        with self.cond:
+            if not (not self.held and self.waiting[0] is ticket):
+                self.cond.wait(timeout)
+            if not self.held and self.waiting[0] is ticket:
+                self.waiting.popleft()
+                self.held = True
+                return True
+            return False
+
+    def leave(self, ticket):
+        with self.cond:
+            self.waiting.remove(ticket)
+            self.cond.notify_all()
+
+    def release(self):
+        with self.cond:
+            self.held = False
+            self.cond.notify_all()
+
+    def busy(self):
+        with self.cond:
+            return self.held or bool(self.waiting)
+
+
 class State(object):
     """Everything the request handlers share."""
 
-    def __init__(self, args, profile, log):
+    def __init__(self, args, profile, log, engine):
         self.args = args
         self.profile = profile
         self.name = profile.model_name
         self.log = log
+        self.engine = engine
+        self.fifo = Fifo()
         self.lock = threading.Lock()
         self.in_flight = 0
         self.handling = 0
         self.stopping = False
-        self.body_limit = DEFAULT_BODY_LIMIT
-        mib = os.environ.get("STRATA_MAX_BODY_MIB")
-        if mib:
-            try:
-                self.body_limit = int(mib) << 20
-            except ValueError:
-                pass
+        self.started_at = time.time()
+        self.last_request_at = None
+        if args.idle_unload is not None:
+            self.idle_unload_s = float(args.idle_unload)
+        else:
+            self.idle_unload_s = profile.idle_unload_s
 
     def begin(self):
-        """A chat request starts generating (busy for cache lookups) and handling."""
+        """A chat request arrived (busy for cache lookups until its last byte)."""
         with self.lock:
             self.in_flight += 1
             self.handling += 1
+            self.last_request_at = time.time()
             return self.in_flight
 
     def end_generation(self):
@@ -105,46 +295,68 @@ class State(object):
         except OSError:
             return None
 
+    def loaded(self, override=None):
+        return (self.engine.alive()
+                and self.profile.start["start_failure"] != "health_not_loaded"
+                and override != "not_loaded")
+
     def health(self):
         failure = self.profile.start["start_failure"]
         override = self.health_override()
         wrong = failure == "health_wrong_model" or override == "wrong_model"
         return {
             "status": "ok",
-            "max_context": frames.MAX_CONTEXT,
+            "max_context": self.engine.ctx,
             "model": self.name + "-wrong" if wrong else self.name,
             "images": False,
             "api_key": False,
-            "loaded": failure != "health_not_loaded" and override != "not_loaded",
+            "loaded": self.loaded(override),
             "service": "strata",
         }
 
     def models(self):
-        loaded = self.profile.start["start_failure"] != "health_not_loaded"
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": self.name,
-                    "object": "model",
-                    "status": {"value": "loaded" if loaded else "unloaded"},
-                    "meta": {"n_ctx": frames.MAX_CONTEXT},
-                    "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
-                }
-            ],
+        """Listed while loaded; after an unload (or with an idle unload set) listed as
+        `unloaded`; with a dead engine not listed at all."""
+        model = {
+            "id": self.name,
+            "object": "model",
+            "status": {"value": "loaded"},
+            "meta": {"n_ctx": self.engine.ctx},
+            "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
         }
+        loaded = self.loaded(self.health_override())
+        if not loaded and (self.idle_unload_s or self.engine.unloaded):
+            model["status"] = {"value": "unloaded"}
+            loaded = True
+        return {"object": "list", "data": [model] if loaded else []}
+
+    def try_idle_unload(self):
+        """The real server's idle unload: only when no request runs or waits and none came
+        for idle_unload_s."""
+        if not self.fifo.try_acquire():
+            return
+        try:
+            if self.stopping or not self.engine.alive():
+                return
+            if time.time() - (self.last_request_at or self.started_at) < self.idle_unload_s:
+                return
+            pid = self.engine.current.pid
+            self.engine.unload()
+            self.log.event("idle_unload", engine_pid=pid, idle_unload_s=self.idle_unload_s)
+        finally:
+            self.fifo.release()
+
+    def idle_unload_loop(self):
+        while not self.stopping:
+            time.sleep(max(1.0, min(30.0, self.idle_unload_s / 4)))
+            self.try_idle_unload()
 
 
 class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"
-    server_version = "strata-fake/1"
-    sys_version = ""
+    protocol_version = "HTTP/1.0"  # the connection closes after every response
 
     def log_message(self, format, *args):  # noqa: A002 - stdlib signature
         pass
-
-    def version_string(self):
-        return self.server_version
 
     @property
     def state(self):
@@ -157,7 +369,6 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
@@ -170,11 +381,14 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except OSError:
             raise Cancelled("write_failed")
-        self.last_write = time.monotonic()
 
     def write_frame(self, obj):
         self.write_raw(frames.data_frame(obj))
         self.frames += 1
+
+    def write_comment(self):
+        self.write_raw(frames.KEEPALIVE)
+        self.keepalives += 1
 
     # ---- disconnect detection and waits -------------------------------------
 
@@ -198,13 +412,29 @@ class Handler(BaseHTTPRequestHandler):
             return False
         return True
 
-    def pause(self, seconds, keepalive_s=None):
-        """Sleep `seconds`, watching for client EOF and shutdown; when keepalive_s is set (SSE
-        headers sent), write a keep-alive comment whenever keepalive_s passed since the last write."""
+    def pause(self, seconds):
+        """Sleep `seconds` outside the engine (header delay, lookup delay), watching for client
+        EOF and shutdown."""
         deadline = time.monotonic() + seconds
         while True:
             if self.state.stopping:
                 raise Cancelled("shutdown")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if self.client_gone(0):
+                    raise Cancelled("client_disconnect")
+                return
+            if self.client_gone(min(remaining, POLL_S)):
+                raise Cancelled("client_disconnect")
+
+    def engine_pause(self, seconds, proc, stream):
+        """`seconds` of engine time in a generation: watches the client and the engine's end;
+        a stream gets a `: keep-alive` comment after each ENGINE_HEARTBEAT_S without an
+        engine line."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if proc.ended.is_set():
+                raise EngineDied(proc.exit_code())
             now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0:
@@ -212,24 +442,67 @@ class Handler(BaseHTTPRequestHandler):
                     raise Cancelled("client_disconnect")
                 return
             step = min(remaining, POLL_S)
-            if keepalive_s is not None:
-                due = self.last_write + keepalive_s
+            if stream:
+                due = self.engine_heard + ENGINE_HEARTBEAT_S
                 if now >= due:
-                    self.write_raw(frames.KEEPALIVE)
-                    self.keepalives += 1
+                    self.write_comment()
+                    self.engine_heard = now
                     continue
                 step = min(step, due - now)
             if self.client_gone(step):
                 raise Cancelled("client_disconnect")
 
+    def heard_engine(self):
+        self.engine_heard = time.monotonic()
+
+    # ---- the engine ---------------------------------------------------------
+
+    def take_engine(self):
+        """Waits (writing nothing) until this request holds the engine; a dead or unloaded
+        engine is started again first, as in Strata. Returns the engine process."""
+        st = self.state
+        began = time.monotonic()
+        ticket = st.fifo.enter()
+        try:
+            while not st.fifo.wait(ticket, POLL_S):
+                if st.stopping:
+                    raise Cancelled("shutdown")
+                if self.client_gone(0):
+                    raise Cancelled("client_disconnect")
+        except BaseException:
+            st.fifo.leave(ticket)
+            raise
+        self.holding = True
+        self.engine_wait_ms = round((time.monotonic() - began) * 1000.0, 3)
+        return self.ensure_engine()
+
+    def ensure_engine(self):
+        """Called holding the engine: the running engine, or a new one once it said READY."""
+        st = self.state
+        if st.engine.alive():
+            return st.engine.current
+        if st.stopping:
+            raise Cancelled("shutdown")
+        proc = st.engine.start()
+        while not proc.ready.wait(POLL_S):
+            if proc.ended.is_set():
+                raise Cancelled("shutdown" if st.stopping else "engine_start_failed")
+            if st.stopping:
+                raise Cancelled("shutdown")
+        return proc
+
+    def release_engine(self):
+        if self.holding:
+            self.holding = False
+            self.state.last_request_at = time.time()
+            self.state.fifo.release()
+
     # ---- request bodies -----------------------------------------------------
 
     def read_body(self):
-        """The request body (b"" without Content-Length). Raises Rejected for a bad length or a
-        body over the limit (checked before reading), Cancelled when the client leaves early."""
-        limit = self.state.body_limit
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            return self.read_chunked(limit)
+        """The request body: Content-Length bytes, else nothing at all (Strata reads no
+        chunked body). Raises Rejected for a bad length, Cancelled when the client leaves
+        early."""
         length = self.headers.get("Content-Length")
         if length is None:
             return b""
@@ -239,38 +512,10 @@ class Handler(BaseHTTPRequestHandler):
                 raise ValueError(length)
         except ValueError:
             raise Rejected(400, "invalid Content-Length")
-        if n > limit:
-            raise Rejected(413, "request body too large")
         body = self.rfile.read(n)
         if len(body) < n:
             raise Cancelled("client_disconnect")
         return body
-
-    def read_chunked(self, limit):
-        parts = []
-        total = 0
-        while True:
-            line = self.rfile.readline(1024)
-            if not line:
-                raise Cancelled("client_disconnect")
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise Rejected(400, "invalid chunked body")
-            if size == 0:
-                while True:  # trailers up to the empty line
-                    trailer = self.rfile.readline(8192)
-                    if trailer in (b"\r\n", b"\n", b""):
-                        break
-                return b"".join(parts)
-            total += size
-            if total > limit:
-                raise Rejected(413, "request body too large")
-            chunk = self.rfile.read(size)
-            if len(chunk) < size:
-                raise Cancelled("client_disconnect")
-            parts.append(chunk)
-            self.rfile.readline(1024)  # CRLF after the chunk
 
     # ---- routing ------------------------------------------------------------
 
@@ -295,7 +540,9 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         self.frames = 0
         self.keepalives = 0
-        self.last_write = time.monotonic()
+        self.holding = False
+        self.engine_wait_ms = None
+        self.engine_heard = time.monotonic()
         body = None
         try:
             try:
@@ -325,23 +572,42 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---- chat ---------------------------------------------------------------
 
-    def handle_chat(self, path, body):
+    def parse_chat(self, body):
+        """(request object, requested model, stream, params); raises Rejected."""
         st = self.state
         try:
-            req = json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise Rejected(400, "invalid JSON body")
+            req = json.loads((body or b"{}").decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise Rejected(400, str(e))
         if not isinstance(req, dict):
-            raise Rejected(400, "request body must be a JSON object")
+            raise Rejected(400, "send a JSON object")
         requested = req.get("model")
         if not isinstance(requested, str):
             requested = None
         stream = req.get("stream") is True
-        fake_override = req.get("fake")
         try:
-            params = st.profile.request_params(fake_override)
+            params = st.profile.request_params(req.get("fake"))
         except script.ScriptError as e:
             raise Rejected(400, str(e), model=requested, stream=stream)
+        messages = req.get("messages")
+        if isinstance(messages, str):
+            try:
+                messages = json.loads(messages)
+            except ValueError:
+                raise Rejected(400, "messages must be a list of objects (a string was sent "
+                               "that is not JSON)", model=requested, stream=stream)
+        if messages is None:
+            messages = []
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise Rejected(400, "messages must be a list of objects", model=requested,
+                           stream=stream)
+        if not messages:
+            raise Rejected(400, NO_MESSAGES, model=requested, stream=stream)
+        return req, requested, stream, params
+
+    def handle_chat(self, path, body):
+        st = self.state
+        req, requested, stream, params = self.parse_chat(body)
         model = params["response_model"] or (requested if requested == st.name else st.name)
         prompt = params["prompt_tokens"]
         if prompt is None:
@@ -350,8 +616,8 @@ class Handler(BaseHTTPRequestHandler):
         in_flight = st.begin()
         try:
             st.log.event("request", path=path, model=requested, stream=stream,
-                         body_bytes=len(body), fake=fake_override or {}, in_flight=in_flight)
-            done = cancelled = None
+                         body_bytes=len(body), fake=req.get("fake") or {}, in_flight=in_flight)
+            done = cancelled = died = None
             try:
                 self.pause(params["header_delay_ms"] / 1000.0)
                 if params["error_status"] is not None:
@@ -361,23 +627,44 @@ class Handler(BaseHTTPRequestHandler):
                     done = {"status": status, "frames": 0}
                 else:
                     completion = frames.Completion(model, params["fixed_ids"])
-                    if stream:
-                        done = self.run_stream(params, completion, prompt, cached)
-                    else:
-                        done = self.run_json(params, completion, prompt, cached)
+                    run = self.run_stream if stream else self.run_json
+                    done = run(params, completion, prompt, cached)
             except Cancelled as c:
                 cancelled = c.reason
+            except EngineDied as e:
+                died = e
             except OSError:
                 cancelled = "write_failed"
             finally:
-                st.end_generation()
+                self.release_engine()
+            if died is not None:
+                done = self.engine_died(died, stream)
+                if st.stopping:
+                    cancelled = "shutdown"
+            st.end_generation()
             if cancelled is not None:
                 st.log.event("cancel", path=path, reason=cancelled, stream=stream,
-                             frames=self.frames)
+                             frames=self.frames, engine_wait_ms=self.engine_wait_ms)
             else:
-                st.log.event("response_done", path=path, stream=stream, **done)
+                st.log.event("response_done", path=path, stream=stream,
+                             engine_wait_ms=self.engine_wait_ms, **done)
         finally:
             st.end_handling()
+
+    def engine_died(self, died, stream):
+        """Strata's answer when its engine ends under a request: in a stream an error frame and
+        [DONE], else a 503. Returns the response_done fields."""
+        message = died.client_message()
+        try:
+            if stream:
+                self.write_raw(frames.engine_error_frames(message))
+                self.frames += 2
+                return {"status": 200, "frames": self.frames, "keepalives": self.keepalives,
+                        "mid_stream": "engine_died"}
+            self.send_error_json(503, "server_error", message)
+        except (Cancelled, OSError):
+            pass
+        return {"status": 503, "frames": 0, "mid_stream": "engine_died"}
 
     def finish_reason(self, params):
         if params["finish_reason"] is not None:
@@ -393,34 +680,68 @@ class Handler(BaseHTTPRequestHandler):
             at_end or content_sent >= params["mid_stream_after"]
         )
 
-    def run_stream(self, params, completion, prompt, cached):
-        """Returns the fields of the response_done event."""
+    def generate(self, params, stream):
+        """The engine's part of a request, holding the engine: the prompt read (`prefill_ms`,
+        with `prompt_progress` PP lines, each a keep-alive comment in a stream), then the
+        deltas, `token_delay_ms` apart. Yields (kind, value) deltas and ("failure", None)
+        where a scripted mid-stream failure is due."""
+        st = self.state
+        proc = self.ensure_engine() if self.holding else self.take_engine()
+        st.last_request_at = time.time()
+        self.heard_engine()
+        prefill_s = params["prefill_ms"] / 1000.0
+        chunks = params["prompt_progress"]
+        if chunks:
+            for _ in range(chunks):
+                self.engine_pause(prefill_s / chunks, proc, stream)
+                self.heard_engine()
+                if stream:
+                    self.write_comment()
+        else:
+            self.engine_pause(prefill_s, proc, stream)
+        delay_s = params["token_delay_ms"] / 1000.0
+        content_sent = 0
+        for kind, value in frames.plan(params):
+            if kind == "content" and self.mid_stream_due(params, content_sent, False):
+                yield ("failure", None)
+                return
+            self.engine_pause(delay_s, proc, stream)
+            self.heard_engine()
+            yield (kind, value)
+            if kind == "content":
+                content_sent += 1
+        if proc.ended.is_set():
+            raise EngineDied(proc.exit_code())
+        if self.mid_stream_due(params, content_sent, True):
+            yield ("failure", None)
+
+    def send_stream_head(self):
         try:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.send_header("X-Accel-Buffering", "no")
-            self.send_header("Connection", "close")
             self.end_headers()
         except OSError:
             raise Cancelled("write_failed")
-        self.last_write = time.monotonic()
-        keepalive_s = params["keepalive_ms"] / 1000.0
-        delay_s = params["token_delay_ms"] / 1000.0
+
+    def run_stream(self, params, completion, prompt, cached):
+        """Returns the fields of the response_done event."""
+        st = self.state
+        if not st.engine.alive():
+            # Strata loads a dead or unloaded engine before it answers anything.
+            self.take_engine()
+        # The head and the role frame go out before the request waits for the engine.
+        self.send_stream_head()
         self.write_frame(completion.chunk({"role": "assistant", "content": ""}))
         generated = 0
-        content_sent = 0
-        for kind, value in frames.plan(params):
-            if kind == "content" and self.mid_stream_due(params, content_sent, False):
+        for kind, value in self.generate(params, True):
+            if kind == "failure":
                 return self.stream_failure(params)
-            self.pause(delay_s, keepalive_s)
             self.write_frame(completion.chunk(completion.delta_for(kind, value)))
             if kind in ("reasoning", "content"):
                 generated += 1
-            if kind == "content":
-                content_sent += 1
-        if self.mid_stream_due(params, content_sent, True):
-            return self.stream_failure(params)
+        self.release_engine()
         extra = {"usage": frames.usage(prompt, generated, cached)}
         if params["timings"]:
             extra["timings"] = frames.timings(prompt, generated, cached, params["token_delay_ms"])
@@ -435,6 +756,7 @@ class Handler(BaseHTTPRequestHandler):
     def stream_failure(self, params):
         if params["mid_stream"] == "die":
             self.die()
+        self.release_engine()
         self.write_frame(frames.error_body("server_error", "engine died"))
         self.write_raw(frames.DONE)
         self.frames += 1
@@ -443,20 +765,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def run_json(self, params, completion, prompt, cached):
         """Returns the fields of the response_done event."""
-        delay_s = params["token_delay_ms"] / 1000.0
         reasoning, content = [], []
-        content_sent = 0
-        for kind, value in frames.plan(params):
-            if kind == "content" and self.mid_stream_due(params, content_sent, False):
+        for kind, value in self.generate(params, False):
+            if kind == "failure":
                 return self.json_failure(params)
-            self.pause(delay_s)
             if kind == "reasoning":
                 reasoning.append(value)
             elif kind == "content":
                 content.append(value)
-                content_sent += 1
-        if self.mid_stream_due(params, content_sent, True):
-            return self.json_failure(params)
+        self.release_engine()
         generated = len(reasoning) + len(content)
         text = "".join(content)
         if not text and params["tool_call"]:
@@ -473,6 +790,7 @@ class Handler(BaseHTTPRequestHandler):
     def json_failure(self, params):
         if params["mid_stream"] == "die":
             self.die()
+        self.release_engine()
         self.send_error_json(503, "server_error", "engine died")
         return {"status": 503, "frames": 0, "mid_stream": "error"}
 
@@ -676,13 +994,18 @@ def main(argv=None):
             log.event("signal_ignored", signal="SIGTERM")
         return signals.stop_signal is not None
 
+    engine = Engine(profile, log)
+
     def stop_now(httpd=None, state=None):
+        """Strata's stop: no new connections, QUIT to the engine (a stream in flight then ends
+        with an error frame and [DONE]), a moment for the handlers, exit 0."""
         log.event("stop", signal=signals.stop_signal)
         if state is not None:
             state.stopping = True
         if httpd is not None:
             httpd.shutdown()
-            httpd.server_close()
+        engine.close()
+        if state is not None:
             deadline = time.monotonic() + 2.0
             while state.handlers_active() and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -697,42 +1020,21 @@ def main(argv=None):
         )
         log.event("grandchild", child_pid=child.pid)
 
-    # Simulated model load: the HTTP port stays closed.
-    load_deadline = time.monotonic() + start["load_ms"] / 1000.0
-    while time.monotonic() < load_deadline:
+    # The load is the engine's: the HTTP port stays closed until it says READY.
+    proc = engine.start()
+    while not proc.ready.wait(0.01):
         if poll_signals():
             stop_now()
-        time.sleep(min(0.01, max(0.0, load_deadline - time.monotonic())))
-
-    # Like a real engine, read the whole weights file before serving (what
-    # the router's prefetch can have put in the page cache).
-    if start["read_weights"]:
-        began = time.monotonic()
-        read = 0
-        try:
-            with open(start["read_weights"], "rb", buffering=0) as weights:
-                while True:
-                    if poll_signals():
-                        stop_now()
-                    chunk = weights.read(8 << 20)
-                    if not chunk:
-                        break
-                    read += len(chunk)
-        except OSError as e:
-            sys.stderr.write("error: cannot read the weights: %s\n" % e)
-            finish(log, 1, reason="read_weights failed")
-        log.event("weights_read", bytes=read, seconds=time.monotonic() - began)
+        if proc.ended.is_set() and not proc.ready.is_set():
+            code = proc.exit_code()
+            if start["start_failure"] == "exit":
+                finish(log, start["exit_code"], reason="start_failure exit")
+            sys.stderr.write("error: the engine exited before it was ready (exit code %s)\n"
+                             % code)
+            finish(log, 1, reason="the engine exited before it was ready")
 
     failure = start["start_failure"]
-    if failure == "exit":
-        sys.stderr.write("error: scripted start failure\n")
-        finish(log, start["exit_code"], reason="start_failure exit")
-    if failure == "hang":
-        while not poll_signals():
-            time.sleep(0.02)
-        stop_now()
-
-    state = State(args, profile, log)
+    state = State(args, profile, log, engine)
     server_class = FakeHTTPServer6 if ":" in host else FakeHTTPServer
     try:
         httpd = server_class((host, args.port), Handler)
@@ -759,8 +1061,10 @@ def main(argv=None):
     log.event("ready", ready_file=args.ready_file, contents=ready)
     url = "http://%s:%d" % (host, args.port)
     sys.stdout.write("ready: %s/v1  (OpenAI: %s/v1/chat/completions, context %d tokens)\n"
-                     % (url, url, frames.MAX_CONTEXT))
+                     % (url, url, engine.ctx))
     sys.stdout.flush()
+    if state.idle_unload_s > 0:
+        threading.Thread(target=state.idle_unload_loop, daemon=True).start()
 
     exit_at = time.monotonic() + 0.2 if failure == "exit_after_ready" else None
     while True:
