@@ -12,7 +12,10 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use strata_protocol::config::{Config, ModelStatus, Readiness};
+use std::time::Duration;
+use strata_protocol::config::{
+    Config, ModelStatus, Readiness, ReadinessBasis, ReadinessChoice, ReadinessMode,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -54,17 +57,7 @@ fn summary(path: &Path, config: &Config) -> String {
         }
     ));
     lines.push(format!("backend port        {}", config.backend_port));
-    lines.push(format!(
-        "readiness           {}",
-        match config.readiness {
-            Readiness::ReadyFile => {
-                "ready_file (the backend writes a ready file: needs Strata's --ready-file extension)"
-            }
-            Readiness::Health => {
-                "health (no ready file: the port's listener must be the child's, then /health)"
-            }
-        }
-    ));
+    lines.push(format!("readiness           {}", readiness_line(config)));
     let prefetch = &config.prefetch;
     lines.push(if prefetch.enabled {
         format!(
@@ -175,6 +168,13 @@ fn summary(path: &Path, config: &Config) -> String {
         {
             let _ = write!(row, " {}", path.display());
         }
+        if let Some(log) = model
+            .profile_info
+            .as_ref()
+            .and_then(|info| info.engine_log.as_ref())
+        {
+            let _ = write!(row, "; engine log {}", log.display());
+        }
         lines.push(row.trim_end().to_owned());
     }
 
@@ -203,6 +203,46 @@ fn summary(path: &Path, config: &Config) -> String {
     }
     lines.push(String::new());
     lines.join("\n")
+}
+
+/// What `readiness` means for this config; for `auto`, what the supervisor will choose,
+/// found out the same way (the Strata's `--help`, asked now).
+fn readiness_line(config: &Config) -> String {
+    const READY_FILE: &str =
+        "ready_file (the backend writes a ready file: needs Strata's --ready-file extension)";
+    const HEALTH: &str =
+        "health (no ready file: the port's listener must be the child's, then /health)";
+    match config.readiness {
+        Readiness::ReadyFile => READY_FILE.to_owned(),
+        Readiness::Health => HEALTH.to_owned(),
+        Readiness::Auto => {
+            let mut help = std::process::Command::new(&config.python);
+            help.args(["-m", "serve.server", "--help"])
+                .current_dir(&config.strata_dir)
+                .env_remove("STRATA_API_KEY");
+            let asked = strata_os::help_lists_flag(help, "--ready-file", Duration::from_secs(10));
+            let mode = match asked {
+                Some(true) => ReadinessMode::ReadyFile,
+                Some(false) => ReadinessMode::Health,
+                None => {
+                    return "auto (`python -m serve.server --help` did not answer here: the \
+                            supervisor asks again before its first start and uses the ready \
+                            file if it still cannot tell)"
+                        .to_owned();
+                }
+            };
+            let basis = if asked == Some(true) {
+                ReadinessBasis::HelpListsReadyFile
+            } else {
+                ReadinessBasis::HelpLacksReadyFile
+            };
+            format!(
+                "auto -> {} ({})",
+                mode.as_str(),
+                ReadinessChoice { mode, basis }.why()
+            )
+        }
+    }
 }
 
 fn off_if_zero(value: u64) -> String {

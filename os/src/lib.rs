@@ -9,6 +9,8 @@
 //! - `dir_watch.rs`: [`DirWatch`], inotify made async.
 //! - `page_cache.rs`: [`page_cache`], a file's residency (`mincore`), read-ahead and eviction
 //!   hints, and the background thread priority, for the weights prefetch.
+//! - `help_text.rs`: [`help_lists_flag`], whether a program's `--help` lists a flag (the
+//!   readiness contract a Strata supports).
 //! - `warn_limit.rs`: [`WarnLimit`], the first warning of a kind at once, then one counted
 //!   line per interval.
 //!
@@ -35,12 +37,14 @@ mod memory;
 pub mod page_cache;
 
 mod daemon;
+mod help_text;
 mod open_files;
 mod warn_limit;
 
 pub use child::die_with_parent;
 pub use daemon::{Daemon, EXIT_CONFIG, current_thread_runtime};
 pub use dir_watch::DirWatch;
+pub use help_text::help_lists_flag;
 pub use memory::release_free_memory;
 pub use open_files::raise_open_file_limit;
 pub use warn_limit::WarnLimit;

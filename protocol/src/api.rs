@@ -149,6 +149,9 @@ pub struct RequestLogMetrics {
 pub struct ModelList {
     pub object: ListObject,
     pub data: Vec<ModelItem>,
+    /// How the supervisor checks a start (an addition to OpenAI's list: the
+    /// `readiness` setting, the mode in use and why).
+    pub readiness: crate::config::ReadinessReport,
 }
 
 /// The OpenAI `object` of a list.

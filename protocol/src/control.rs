@@ -112,12 +112,15 @@ pub struct Status {
     pub backend_state: crate::wire::BackendState,
     /// How long ago the serving backend last answered its probe well.
     pub last_good_probe_age_ms: Option<u64>,
+    /// How starts are checked (`readiness`: the setting, the mode in use and
+    /// why; an addition to the spec's keys).
+    pub readiness: crate::config::ReadinessReport,
 }
 
 /// Every key of a [`Status`] line, in the order it is written: what scripts
 /// (and the end-to-end tests) may rely on. Renaming or adding a field
 /// changes this list, and the test below fails until it says so.
-pub const STATUS_FIELDS: [&str; 16] = [
+pub const STATUS_FIELDS: [&str; 17] = [
     "daemon_pid",
     "instance_id",
     "busy",
@@ -134,6 +137,7 @@ pub const STATUS_FIELDS: [&str; 16] = [
     "cooldown_remaining_ms",
     "backend_state",
     "last_good_probe_age_ms",
+    "readiness",
 ];
 
 /// One event line of an `on`/`off` operation.
@@ -274,6 +278,7 @@ mod tests {
             cooldown_remaining_ms: None,
             backend_state: crate::wire::BackendState::Serving,
             last_good_probe_age_ms: Some(1200),
+            readiness: crate::config::ReadinessReport::new(crate::config::Readiness::Health, None),
         }
     }
 
@@ -396,7 +401,11 @@ mod tests {
                 "routing": true, "draining": false, "child_pid": null, "loaded": null,
                 "loading": null, "last_startup_error": null, "proxies": 1,
                 "active_leases": 0, "waiting_requests": 0, "cooldown_remaining_ms": null,
-                "backend_state": "serving", "last_good_probe_age_ms": 1200
+                "backend_state": "serving", "last_good_probe_age_ms": 1200,
+                "readiness": {
+                    "configured": "health", "mode": "health",
+                    "why": "set by readiness in the config"
+                }
             })
         );
         let done = to_line(&ControlEvent::Done(Done {

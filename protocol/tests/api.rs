@@ -9,7 +9,9 @@ use strata_protocol::api::{
     LinkStatus, ListObject, Metrics, ModelItem, ModelList, ModelObject, RequestLogMetrics,
     TierCounts,
 };
-use strata_protocol::config::ModelStatus;
+use strata_protocol::config::{
+    ModelStatus, Readiness, ReadinessBasis, ReadinessChoice, ReadinessMode, ReadinessReport,
+};
 use strata_protocol::wire::BackendState;
 
 /// `value` serializes to exactly `expected`, and reads back equal.
@@ -196,6 +198,13 @@ fn the_model_list_has_concrete_models_and_aliases_by_kind() {
                 preferred: Some("m-q4".into()),
             }),
         ],
+        readiness: ReadinessReport::new(
+            Readiness::Auto,
+            Some(ReadinessChoice {
+                mode: ReadinessMode::Health,
+                basis: ReadinessBasis::HelpLacksReadyFile,
+            }),
+        ),
     };
     pins(
         &list,
@@ -207,7 +216,10 @@ fn the_model_list_has_concrete_models_and_aliases_by_kind() {
              "meta": {"k": 1}},
             {"id": "fam", "object": "model", "owned_by": "strata-router", "kind": "alias",
              "family": "fam", "allowed_models": ["m-q4"], "preferred": "m-q4"}
-        ]}),
+        ], "readiness": {
+            "configured": "auto", "mode": "health",
+            "why": "auto: `python -m serve.server --help` has no --ready-file (a stock Strata), so /health decides"
+        }}),
     );
     let ids: Vec<&str> = list.data.iter().map(ModelItem::id).collect();
     assert_eq!(ids, ["m-q4", "fam"], "an entry's id, whatever its kind");

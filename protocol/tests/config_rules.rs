@@ -591,11 +591,11 @@ const RULES: &[Rule] = &[
         message: "expected a boolean",
     },
     Rule {
-        name: "readiness is ready_file or health",
-        valid: |v| v["readiness"] = json!("health"),
+        name: "readiness is auto, ready_file or health",
+        valid: |v| v["readiness"] = json!("auto"),
         invalid: |v| v["readiness"] = json!("ready-file"),
         path: "readiness",
-        message: "must be \"ready_file\" or \"health\"",
+        message: "must be \"auto\", \"ready_file\" or \"health\"",
     },
     Rule {
         name: "require_socket_activation is a boolean",
@@ -937,10 +937,14 @@ fn defaults_of_the_non_integer_keys() {
         std::path::Path::new("/run/strata-router/supervisor.sock")
     );
     assert!(!config.require_socket_activation);
-    assert_eq!(config.readiness, Readiness::ReadyFile);
+    assert_eq!(config.readiness, Readiness::Auto);
     assert_eq!(
         ok(|v| v["readiness"] = json!("health")).readiness,
         Readiness::Health
+    );
+    assert_eq!(
+        ok(|v| v["readiness"] = json!("ready_file")).readiness,
+        Readiness::ReadyFile
     );
     assert!(!config.scheduling.wait_when_busy);
     assert_eq!(config.request_log.path, None);

@@ -3,7 +3,7 @@
 //! frames for every version), and the framing rejects oversized, truncated
 //! and malformed input.
 
-use strata_protocol::config::ModelStatus;
+use strata_protocol::config::{ModelStatus, ReadinessBasis, ReadinessChoice, ReadinessMode};
 use strata_protocol::page::RecordsPage;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
@@ -161,9 +161,13 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
             ],
             backend_health: BackendHealth {
                 state: BackendState::Unresponsive,
-                last_good_probe_age_ms: Some(15_200),
+                last_good_probe_unix_ms: Some(1_764_650_000_000),
                 cause: Some("no answer to GET /health for 3 probes in a row".into()),
             },
+            readiness: Some(ReadinessChoice {
+                mode: ReadinessMode::Health,
+                basis: ReadinessBasis::HelpLacksReadyFile,
+            }),
         }),
         SupervisorMessage::Queued {
             ticket: 1,
@@ -385,7 +389,7 @@ fn fnv1a_64(bytes: &[u8]) -> u64 {
 /// The wire format as of a protocol version: `PROTOCOL_VERSION` and the
 /// hash of every sample message's frame. Round trips cannot notice a change
 /// (both ends are built from the same source); this can.
-const PINNED_WIRE: (u32, u64) = (9, 0x52b5_be9c_d029_6181);
+const PINNED_WIRE: (u32, u64) = (10, 0xd3cf_f1c5_eb7e_46b1);
 
 /// A change to any message's shape (a field, a variant, its order or type)
 /// changes the encoded samples; the test fails until `PROTOCOL_VERSION` and

@@ -25,6 +25,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
+use strata_protocol::config::{ReadinessBasis, ReadinessChoice, ReadinessMode};
 use strata_supervisor::backend::{
     self, Backend, ExitInfo, LaunchSpec, Readiness, SCRUBBED_ENV, StartError, StartProgress,
 };
@@ -70,6 +71,7 @@ impl Fixture {
             startup: Duration::from_secs(15),
             shutdown: Duration::from_secs(3),
             readiness: Readiness::ReadyFile,
+            engine_log: None,
         };
         Self {
             _dir: dir,
@@ -142,17 +144,18 @@ fn nix_pid(pid: u32) -> Pid {
     Pid::from_raw(i32::try_from(pid).unwrap())
 }
 
-/// The leader was reaped (no zombie) and its whole group is gone.
+/// The leader was reaped (no zombie) and nothing of its group lives. The fake's engine child
+/// (like Strata's native engine) is re-parented to PID 1 when the group is killed, and a
+/// container's PID 1 may leave it a zombie for a while: zombies hold nothing and count as gone.
 fn assert_group_gone_and_reaped(pid: u32) {
     assert_eq!(
         kill(nix_pid(pid), None),
         Err(Errno::ESRCH),
         "backend pid {pid} still exists (running or an unreaped zombie)"
     );
-    assert_eq!(
-        kill(Pid::from_raw(-nix_pid(pid).as_raw()), None),
-        Err(Errno::ESRCH),
-        "process group {pid} still has members"
+    assert!(
+        !procs::group_alive(pid),
+        "process group {pid} still has live members"
     );
 }
 
@@ -683,6 +686,7 @@ async fn parent_death_helper() {
         startup: Duration::from_secs(15),
         shutdown: Duration::from_secs(3),
         readiness: Readiness::ReadyFile,
+        engine_log: None,
     };
     let (result, _) = start(&spec).await;
     let backend = result.expect("helper start succeeds");
@@ -785,6 +789,77 @@ async fn the_health_mode_needs_no_ready_file() {
     }
 }
 
+/// `auto` readiness asks the Strata's `--help` before the start: a stock Strata (no
+/// `--ready-file`) is started in the `health` mode, one with the extension with a ready file;
+/// the choice and its reason are reported before the spawn.
+#[tokio::test(flavor = "current_thread")]
+async fn auto_readiness_asks_the_strata_which_contract_it_speaks() {
+    for stock in [true, false] {
+        let mut fixture = Fixture::new("auto", json!({}));
+        fixture.spec.readiness = Readiness::Auto;
+        if stock {
+            fixture.spec.python = upstream_cli_python(fixture.ready_parent.parent().unwrap());
+        }
+        let (result, progress) = start(&fixture.spec).await;
+        let backend = result.unwrap_or_else(|err| panic!("stock {stock}: {err}"));
+        let expected = if stock {
+            ReadinessChoice {
+                mode: ReadinessMode::Health,
+                basis: ReadinessBasis::HelpLacksReadyFile,
+            }
+        } else {
+            ReadinessChoice {
+                mode: ReadinessMode::ReadyFile,
+                basis: ReadinessBasis::HelpListsReadyFile,
+            }
+        };
+        assert_eq!(
+            progress[..2],
+            [
+                StartProgress::Starting,
+                StartProgress::ReadinessChosen(expected)
+            ]
+        );
+        let seen = if stock {
+            StartProgress::Listening
+        } else {
+            StartProgress::ReadyFileSeen
+        };
+        assert!(progress.contains(&seen), "stock {stock}: {progress:?}");
+        let start_event = fixture.event("start").expect("start event");
+        let argv: Vec<String> = serde_json::from_value(start_event["argv"].clone()).unwrap();
+        assert_eq!(argv.iter().any(|a| a == "--ready-file"), !stock, "{argv:?}");
+        backend.stop(Duration::from_secs(3), None).await;
+        fixture.assert_ready_dirs_removed();
+    }
+}
+
+/// A failed start of a profile that names a `log` points there (Strata writes its engine's
+/// stderr to it); the router does not read it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_start_names_the_profiles_log() {
+    let mut fixture = Fixture::new("enginelog", json!({"start_failure": "exit"}));
+    let log = fixture.ready_parent.parent().unwrap().join("engine.log");
+    fixture.spec.engine_log = Some(log.clone());
+    let message = format!(
+        "backend exited during startup (exit code 3); Strata writes the engine's messages to {} (the profile's log)",
+        log.display()
+    );
+    expect_failure(
+        &fixture,
+        |err| {
+            matches!(
+                err.cause(),
+                StartError::Exited {
+                    exit: ExitInfo::Code(3)
+                }
+            )
+        },
+        &message,
+    )
+    .await;
+}
+
 /// `health` readiness never takes a stray server on the port for the model: a listener that
 /// is not the child's group is never connected to, even one that would answer like the model,
 /// and the start fails naming it.
@@ -832,7 +907,7 @@ async fn a_strata_without_the_ready_file_flag_is_named_as_such() {
     let python = upstream_cli_python(fixture.ready_parent.parent().unwrap());
     fixture.spec.python = python.clone();
     let message = format!(
-        "the Strata at {} does not accept --ready-file: set readiness to health or upgrade Strata",
+        "the Strata at {} does not accept --ready-file: set readiness to auto or health, or upgrade Strata",
         python.display()
     );
     expect_failure(

@@ -76,6 +76,13 @@ impl Exe {
         run(command, LONG)
     }
 
+    /// As [`run`](Self::run), with `env` added to its environment.
+    pub fn run_with_env(self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut command = self.command();
+        command.args(args).envs(env.iter().copied());
+        run(command, LONG)
+    }
+
     /// `NAME: MESSAGE`, one of its own messages.
     pub fn says(self, message: &str) -> String {
         format!("{}: {message}", self.name)

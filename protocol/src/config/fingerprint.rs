@@ -160,7 +160,7 @@ fn settings_text(config: &Config) -> String {
     }
     // Written only when not the default, so configs without the key keep the
     // fingerprint they had before it existed.
-    if config.readiness != Readiness::ReadyFile {
+    if config.readiness != Readiness::Auto {
         let _ = writeln!(text, "readiness {}", config.readiness.as_str());
     }
     for model in config.registry.models() {

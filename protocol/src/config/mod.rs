@@ -29,7 +29,7 @@
 //! | `supervisor_socket` | absolute path | `supervisor.sock` beside `control_socket` | not `control_socket` |
 //! | `max_request_body_bytes` | integer | 268435456 | 1..=1073741824 |
 //! | `require_socket_activation` | boolean | false | |
-//! | `readiness` | `"ready_file"` or `"health"` | `"ready_file"` | how a started backend is recognised as ready |
+//! | `readiness` | `"auto"`, `"ready_file"` or `"health"` | `"auto"` | how a started backend is recognised as ready (`auto`: the Strata's `--help` decides, once) |
 //! | `request_log_path` | absolute path or null | null | null disables files |
 //! | `request_log_max_bytes` | integer | 16777216 | 4096..=1073741824 |
 //! | `request_log_rotate_files` | integer | 3 | 0..=100 |
@@ -108,6 +108,7 @@ mod model;
 mod prefetch;
 mod probe;
 mod profile;
+mod readiness;
 mod registry;
 mod request_log;
 mod strict_json;
@@ -125,6 +126,7 @@ pub use model::{
 pub use prefetch::*;
 pub use probe::*;
 pub use profile::{EngineWeights, MAX_PROFILE_BYTES, ProfileInfo, STRATA_DEFAULT_MODEL_NAME};
+pub use readiness::{Readiness, ReadinessBasis, ReadinessChoice, ReadinessMode, ReadinessReport};
 pub use registry::{Registry, Resolution};
 pub use request_log::*;
 pub use timers::*;
@@ -177,41 +179,6 @@ pub const TOP_LEVEL_KEYS: [&str; 36] = [
     "aliases",
     "enabled_models",
 ];
-
-/// How the supervisor recognises a started backend as ready (`readiness`).
-/// One per config: `python` and `strata_dir`, the Strata installation the
-/// mode describes, are one per config too.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Readiness {
-    /// `"ready_file"`: the backend writes a ready file (`--ready-file`, the
-    /// router's extension of Strata) naming its pid, model and port.
-    #[default]
-    ReadyFile,
-    /// `"health"`: for a Strata without the extension: the port's listener
-    /// must belong to the child's process group and `/health` name the
-    /// model, loaded.
-    Health,
-}
-
-impl Readiness {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Readiness::ReadyFile => "ready_file",
-            Readiness::Health => "health",
-        }
-    }
-
-    fn parse(root: &Obj<'_>) -> Result<Readiness, ConfigError> {
-        match root.opt_string("readiness")? {
-            None | Some("ready_file") => Ok(Readiness::ReadyFile),
-            Some("health") => Ok(Readiness::Health),
-            Some(_) => Err(root
-                .path()
-                .field("readiness")
-                .error("must be \"ready_file\" or \"health\"")),
-        }
-    }
-}
 
 /// A validated config. See the module docs for every key.
 #[derive(Clone, Debug, PartialEq)]

@@ -41,6 +41,11 @@ pub struct ProfileInfo {
     /// The weights the engine's arguments name, if they name one
     /// unambiguously (the one `--native` or `--pack` in `args`).
     pub engine_weights: Option<EngineWeights>,
+    /// The file Strata appends its engine's stderr to (the profile's `log`),
+    /// absolute: a relative value is Strata's working directory's,
+    /// `strata_dir`. The router never reads it (it may hold secrets); a
+    /// failed start's cause and `check-config` name it.
+    pub engine_log: Option<PathBuf>,
 }
 
 /// The weights path a profile's engine arguments name: the value of the one
@@ -124,6 +129,11 @@ pub(crate) fn check_profile(path: &Path, upstream_model: &str, strata_dir: &Path
     match check_rules(&object, upstream_model) {
         Ok(mut info) => {
             info.engine_weights = engine_weights(&object, strata_dir);
+            info.engine_log = object
+                .get("log")
+                .and_then(Value::as_str)
+                .filter(|log| !log.is_empty())
+                .map(|log| strata_dir.join(log));
             ProfileCheck::Valid(Box::new(info))
         }
         Err(reason) => ProfileCheck::Invalid(reason.to_owned()),
@@ -240,6 +250,7 @@ fn check_rules(
         router_metadata,
         aliases,
         engine_weights: None,
+        engine_log: None,
     })
 }
 

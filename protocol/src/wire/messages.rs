@@ -39,13 +39,13 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use crate::api::InFlightRequest;
-use crate::config::ModelStatus;
+use crate::config::{ModelStatus, ReadinessChoice};
 use crate::page::RecordsPage;
 use crate::record::RequestRecord;
 use crate::stats::RequestStats;
 
 /// Bumped whenever a message or field changes shape.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// The most bytes a frame from a proxy may have, for a config whose longest
 /// `upstream_model` is `longest_upstream_model` bytes. The supervisor
@@ -486,6 +486,9 @@ pub struct RouterState {
     pub statuses: Vec<ModelStatusEntry>,
     /// The backend's state as the probes see it.
     pub backend_health: BackendHealth,
+    /// The readiness mode the last start used and why; `None` before a
+    /// start with `readiness: "auto"` has asked the Strata.
+    pub readiness: Option<ReadinessChoice>,
 }
 
 /// The backend's state (`/health`, `status`, `/v1/models`, `top`).
@@ -522,9 +525,20 @@ impl BackendState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct BackendHealth {
     pub state: BackendState,
-    /// How long ago the serving backend last answered a probe well (its
-    /// verification counts); `None` when nothing serves or probes are off.
-    pub last_good_probe_age_ms: Option<u64>,
+    /// When the serving backend last answered a probe well (its
+    /// verification counts), in Unix milliseconds; `None` when nothing
+    /// serves or probes are off. A time, not an age: states are sent on
+    /// changes, not on every good probe, so an age would be stale at once.
+    pub last_good_probe_unix_ms: Option<u64>,
     /// Why it is unresponsive (generic: no backend text).
     pub cause: Option<String>,
+}
+
+impl BackendHealth {
+    /// How long ago the backend last answered a probe well, as of `now_unix_ms` (both processes
+    /// read the same host clock; a clock step back reads as 0).
+    pub fn last_good_probe_age_ms(&self, now_unix_ms: u64) -> Option<u64> {
+        self.last_good_probe_unix_ms
+            .map(|at| now_unix_ms.saturating_sub(at))
+    }
 }

@@ -40,10 +40,7 @@ pub fn health(app: &App) -> hyper::Response<ProxyBody> {
     } else {
         (status, code)
     };
-    // The age grows from when the state that reported it arrived.
-    let since_state = state
-        .router_at
-        .map_or(0, |at| at.elapsed().as_millis() as u64);
+    let now_unix_ms = strata_protocol::record::unix_ms(std::time::SystemTime::now());
     let body = Health {
         status,
         supervisor,
@@ -52,8 +49,7 @@ pub fn health(app: &App) -> hyper::Response<ProxyBody> {
         draining: router.map(|r| r.draining),
         backend_state: backend.map(|backend| backend.state),
         last_good_probe_age_ms: backend
-            .and_then(|backend| backend.last_good_probe_age_ms)
-            .map(|age| age + since_state),
+            .and_then(|backend| backend.last_good_probe_age_ms(now_unix_ms)),
         cause: backend.and_then(|backend| backend.cause.clone()),
     };
     json_response(code, &body)

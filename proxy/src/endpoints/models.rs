@@ -7,7 +7,7 @@
 use strata_protocol::api::{
     AliasModel, ConcreteModel, ListObject, ModelItem, ModelList, ModelObject,
 };
-use strata_protocol::config::{ModelEntry, ModelStatus};
+use strata_protocol::config::{ModelEntry, ModelStatus, ReadinessReport};
 
 use crate::app::App;
 
@@ -96,5 +96,9 @@ pub fn listing(app: &App) -> ModelList {
     ModelList {
         object: ListObject::List,
         data,
+        readiness: ReadinessReport::new(
+            app.config.readiness,
+            state.router.as_ref().and_then(|router| router.readiness),
+        ),
     }
 }

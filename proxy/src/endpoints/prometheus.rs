@@ -238,9 +238,14 @@ pub fn render(
     gauge(
         &mut out,
         "backend_last_good_probe_age_seconds",
-        "Seconds since the serving backend last answered its health probe well (as of the state).",
+        "Seconds since the serving backend last answered its health probe well.",
         router
-            .and_then(|r| r.backend_health.last_good_probe_age_ms)
+            .and_then(|r| {
+                r.backend_health
+                    .last_good_probe_age_ms(strata_protocol::record::unix_ms(
+                        std::time::SystemTime::now(),
+                    ))
+            })
             .map(|ms| ms as f64 / 1000.0),
     );
     gauge(

@@ -189,6 +189,7 @@ fn router_state(backend: Option<BackendInstance>) -> RouterState {
         last_startup_error: None,
         statuses: Vec::new(),
         backend_health: Default::default(),
+        readiness: None,
     }
 }
 

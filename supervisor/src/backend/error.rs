@@ -52,6 +52,23 @@ pub enum StartError {
     /// (`health` readiness) Another process, not the child's group, listens on the backend port:
     /// it is never asked anything.
     PortHeldByOther { port: u16 },
+    /// A start that failed after the spawn, for a profile that names a `log`: Strata writes its
+    /// engine's stderr there (the reason a load failed is usually in it). The router names the
+    /// file and never reads it: it may hold profile secrets.
+    SeeEngineLog {
+        cause: Box<StartError>,
+        log: std::path::PathBuf,
+    },
+}
+
+impl StartError {
+    /// The failure itself, under any [`StartError::SeeEngineLog`] pointer.
+    pub fn cause(&self) -> &StartError {
+        match self {
+            StartError::SeeEngineLog { cause, .. } => cause,
+            other => other,
+        }
+    }
 }
 
 impl fmt::Display for StartError {
@@ -101,12 +118,17 @@ impl fmt::Display for StartError {
             }
             StartError::ReadyFileUnsupported { python } => write!(
                 f,
-                "the Strata at {} does not accept --ready-file: set readiness to health or upgrade Strata",
+                "the Strata at {} does not accept --ready-file: set readiness to auto or health, or upgrade Strata",
                 python.display()
             ),
             StartError::PortHeldByOther { port } => write!(
                 f,
                 "another process, not the backend, listens on backend port {port}"
+            ),
+            StartError::SeeEngineLog { cause, log } => write!(
+                f,
+                "{cause}; Strata writes the engine's messages to {} (the profile's log)",
+                log.display()
             ),
         }
     }

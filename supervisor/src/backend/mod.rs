@@ -57,6 +57,7 @@ use group::ChildGroup;
 use readiness::Waiter;
 use ready_dir::ReadyDir;
 use strata_os::DirWatch;
+use strata_protocol::config::ReadinessMode;
 
 /// The running backend, verified to be the requested model on the backend port.
 #[derive(Debug)]
@@ -196,12 +197,31 @@ pub async fn start_with_env(
         return Err(StartError::Cancelled);
     }
     spawn::check_port_free(spec.backend_port)?;
+    let chosen;
+    let spec = if spec.readiness == Readiness::Auto {
+        let choice = probe::choose(spec.readiness, &spec.python, &spec.strata_dir).await;
+        progress(StartProgress::ReadinessChosen(choice));
+        if cancel.is_cancelled() {
+            return Err(StartError::Cancelled);
+        }
+        chosen = LaunchSpec {
+            readiness: match choice.mode {
+                ReadinessMode::ReadyFile => Readiness::ReadyFile,
+                ReadinessMode::Health => Readiness::Health,
+            },
+            ..spec.clone()
+        };
+        &chosen
+    } else {
+        spec
+    };
     // The `health` readiness mode has no ready file, so no directory and no watch for one.
     let ready_dir = match spec.readiness {
         Readiness::ReadyFile => {
             Some(ReadyDir::create(&spec.ready_dir_parent).map_err(StartError::ReadyDir)?)
         }
         Readiness::Health => None,
+        Readiness::Auto => unreachable!("auto is resolved above"),
     };
     let ready_path = ready_dir.as_ref().map(ReadyDir::ready_file);
     // Before the spawn, so the backend cannot write the file before the watch exists.
@@ -269,6 +289,20 @@ pub async fn start_with_env(
                     }
                 }
                 err => err,
+            };
+            // Only failures after the spawn: before it Strata wrote nothing.
+            let err = match (&spec.engine_log, &err) {
+                (Some(log), StartError::Exited { .. } | StartError::TimedOut { .. })
+                | (
+                    Some(log),
+                    StartError::HealthFailed(_)
+                    | StartError::HealthNotLoaded
+                    | StartError::HealthWrongModel,
+                ) => StartError::SeeEngineLog {
+                    cause: Box::new(err),
+                    log: log.clone(),
+                },
+                _ => err,
             };
             tracing::info!(
                 pid,

@@ -14,6 +14,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use strata_protocol::config::ReadinessChoice;
+
 use super::spec::LaunchSpec;
 
 /// One step of [`start`](super::start), in the order they occur. A successful start reports
@@ -24,6 +26,9 @@ use super::spec::LaunchSpec;
 pub enum StartProgress {
     /// About to check the port and spawn.
     Starting,
+    /// (`auto` readiness) The mode this start uses and why (what the Strata's `--help` said);
+    /// reported before the spawn. A configured mode is not reported: it is the config's.
+    ReadinessChosen(ReadinessChoice),
     /// The child runs with this pid; readiness polling begins (`startup_ms` counts from here).
     Spawned { pid: u32 },
     /// Sent every 2 s while waiting for the ready file; `elapsed` is counted from the spawn.
@@ -43,6 +48,7 @@ impl StartProgress {
     pub fn phase(&self) -> &'static str {
         match self {
             StartProgress::Starting => "starting",
+            StartProgress::ReadinessChosen(_) => "readiness",
             StartProgress::Spawned { .. } => "spawned",
             StartProgress::StillWaiting { .. } => "waiting",
             StartProgress::ReadyFileSeen => "ready_file",
@@ -56,6 +62,9 @@ impl StartProgress {
         let model = &spec.model_id;
         match self {
             StartProgress::Starting => format!("starting backend for model {model}"),
+            StartProgress::ReadinessChosen(choice) => {
+                format!("readiness: {} ({})", choice.mode.as_str(), choice.why())
+            }
             StartProgress::Spawned { pid } => {
                 format!("backend pid {pid} started, waiting for readiness (loading model {model})")
             }
@@ -104,6 +113,7 @@ mod tests {
             startup: Duration::from_secs(120),
             shutdown: Duration::from_secs(10),
             readiness: Readiness::ReadyFile,
+            engine_log: None,
         };
         let lines = [
             StartProgress::Starting,

@@ -268,6 +268,7 @@ mod tests {
             startup: Duration::from_secs(1),
             shutdown: Duration::from_secs(1),
             readiness: Readiness::ReadyFile,
+            engine_log: None,
         }
     }
 

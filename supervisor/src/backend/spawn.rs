@@ -130,6 +130,7 @@ mod tests {
             startup: Duration::from_secs(120),
             shutdown: Duration::from_secs(10),
             readiness: Readiness::ReadyFile,
+            engine_log: None,
         }
     }
 

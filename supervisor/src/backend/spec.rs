@@ -9,9 +9,12 @@ use super::error::StartError;
 /// How a start is recognised as ready.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Readiness {
+    /// Ask the Strata (`--help`, once per interpreter and directory) and use `ReadyFile` where
+    /// it lists `--ready-file`, `Health` where it does not.
+    #[default]
+    Auto,
     /// The backend writes a ready file naming its pid, model and port (the router's extension
     /// of Strata, `--ready-file`); then `/health` must agree.
-    #[default]
     ReadyFile,
     /// For a Strata without that extension: no `--ready-file`; the start is accepted once the
     /// port's listening socket belongs to the child's process group and `/health` names the
@@ -39,10 +42,14 @@ pub struct LaunchSpec {
     pub ready_dir_parent: PathBuf,
     /// `startup_ms`: bounds readiness, counted from the spawn.
     pub startup: Duration,
-    /// `shutdown_ms`: grace between SIGTERM and SIGKILL when a failed start is cleaned up.
+    /// `shutdown_ms`: grace between SIGTERM to the server and SIGKILL to its group when a
+    /// verified backend is stopped (a failed start is killed at once).
     pub shutdown: Duration,
     /// `readiness`.
     pub readiness: Readiness,
+    /// The profile's `log`, where Strata writes its engine's stderr: named (never read) in the
+    /// cause of a failed start.
+    pub engine_log: Option<PathBuf>,
 }
 
 impl LaunchSpec {

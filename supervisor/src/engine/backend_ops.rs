@@ -76,7 +76,7 @@ pub enum OpRequest {
     Load {
         op_seq: u64,
         old: Option<Backend>,
-        spec: LaunchSpec,
+        spec: Box<LaunchSpec>,
         cancel: watch::Receiver<bool>,
     },
     /// Stop `backend` and report when its process group is gone; `hurry`
@@ -158,7 +158,7 @@ impl OpRunner {
 fn spawn_load(
     op_seq: u64,
     old: Option<Backend>,
-    spec: LaunchSpec,
+    spec: Box<LaunchSpec>,
     shutdown: Duration,
     cancel: watch::Receiver<bool>,
     reporter: Reporter,

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use strata_protocol::config::Config;
+use strata_protocol::config::{Config, ReadinessChoice};
 use strata_protocol::wire::{BackendInstance, LeaseFailure};
 use strata_scheduler::BackendView;
 use tokio::sync::watch;
@@ -144,9 +144,24 @@ pub struct BackendSlot {
     load_times: LoadTimes,
     op: Option<RunningOp>,
     op_seq: u64,
+    /// The readiness mode the last start used and why.
+    readiness: Option<ReadinessChoice>,
 }
 
 impl BackendSlot {
+    /// The readiness mode the last start used and why; `None` before the
+    /// first start.
+    pub fn readiness(&self) -> Option<ReadinessChoice> {
+        self.readiness
+    }
+
+    /// A start chose its readiness mode; true if that is news.
+    pub fn readiness_chosen(&mut self, choice: ReadinessChoice) -> bool {
+        let changed = self.readiness != Some(choice);
+        self.readiness = Some(choice);
+        changed
+    }
+
     // ---- what runs --------------------------------------------------------
 
     /// How long `model`'s loads usually take; `None` before its first.
@@ -333,7 +348,7 @@ impl BackendSlot {
         OpRequest::Load {
             op_seq: self.op_seq,
             old: self.backend.take(),
-            spec,
+            spec: Box::new(spec),
             cancel: cancel_rx,
         }
     }
@@ -552,8 +567,13 @@ pub fn launch_spec(config: &Config, model: &str) -> LaunchSpec {
         startup: Duration::from_millis(config.timers.startup_ms),
         shutdown: Duration::from_millis(config.timers.shutdown_ms),
         readiness: match config.readiness {
+            strata_protocol::config::Readiness::Auto => Readiness::Auto,
             strata_protocol::config::Readiness::ReadyFile => Readiness::ReadyFile,
             strata_protocol::config::Readiness::Health => Readiness::Health,
         },
+        engine_log: entry
+            .profile_info
+            .as_ref()
+            .and_then(|info| info.engine_log.clone()),
     }
 }

@@ -5,12 +5,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use strata_protocol::api::InFlightRequest;
-use strata_protocol::config::{Config, ModelStatus};
+use strata_protocol::config::{Config, ModelStatus, ReadinessReport};
 use strata_protocol::control::{ModelFacts, ModelsAnswer, Status};
 use strata_protocol::ids;
 use strata_protocol::wire::{BackendHealth, BackendState, ModelStatusEntry, RouterState};
 use strata_scheduler::{Mode, TicketKey};
-use tokio::time::Instant;
 
 use super::backend_slot::BackendSlot;
 use super::counters::Counters;
@@ -18,6 +17,7 @@ use super::leases::Leases;
 use super::ledger::Ledger;
 use super::probe::BackendWatch;
 use super::queue::Queue;
+use super::state::Now;
 
 /// The engine's parts a report reads.
 #[derive(Debug, Clone, Copy)]
@@ -46,7 +46,7 @@ fn millis(duration: std::time::Duration) -> u64 {
 
 impl Parts<'_> {
     /// The state every proxy follows (sent on connect and on each change).
-    pub fn router_state(&self, now: Instant) -> RouterState {
+    pub fn router_state(&self, now: Now) -> RouterState {
         let loaded = self.slot.serving_model();
         let statuses = self
             .config
@@ -65,7 +65,10 @@ impl Parts<'_> {
                     id: entry.id.clone(),
                     status,
                     last_error: self.slot.start_error(&entry.id).map(str::to_owned),
-                    cooldown_remaining_ms: self.slot.cooldown_remaining(&entry.id, now).map(millis),
+                    cooldown_remaining_ms: self
+                        .slot
+                        .cooldown_remaining(&entry.id, now.at)
+                        .map(millis),
                     typical_load_ms: self.slot.typical_load_ms(&entry.id),
                 }
             })
@@ -79,12 +82,13 @@ impl Parts<'_> {
             last_startup_error: self.slot.last_startup_error().map(str::to_owned),
             statuses,
             backend_health: self.backend_health(now),
+            readiness: self.slot.readiness(),
         }
     }
 
     /// The `models` control answer: the proxy's per-model view, for
     /// `strata-ctl top` on the socket.
-    pub fn models(&self, now: Instant) -> ModelsAnswer {
+    pub fn models(&self, now: Now) -> ModelsAnswer {
         let models = self
             .router_state(now)
             .statuses
@@ -100,7 +104,7 @@ impl Parts<'_> {
     }
 
     /// The backend's state as the probes and the slot see it.
-    pub fn backend_health(&self, now: Instant) -> BackendHealth {
+    pub fn backend_health(&self, now: Now) -> BackendHealth {
         let serving = self.slot.serving_instance();
         let cause = self.watch.unresponsive(serving).map(str::to_owned);
         let state = if cause.is_some() {
@@ -109,20 +113,23 @@ impl Parts<'_> {
             BackendState::Loading
         } else if serving.is_some() {
             BackendState::Serving
-        } else if self.slot.longest_cooldown(now).is_some() {
+        } else if self.slot.longest_cooldown(now.at).is_some() {
             BackendState::Cooling
         } else {
             BackendState::Idle
         };
         BackendHealth {
             state,
-            last_good_probe_age_ms: self.watch.last_good_age_ms(serving, now),
+            last_good_probe_unix_ms: self
+                .watch
+                .last_good_age_ms(serving, now.at)
+                .map(|age| now.unix_ms.saturating_sub(age)),
             cause,
         }
     }
 
     /// The status document.
-    pub fn status(&self, now: Instant) -> Status {
+    pub fn status(&self, now: Now) -> Status {
         let operation = self
             .operator
             .or(self.slot.op_name())
@@ -143,9 +150,12 @@ impl Parts<'_> {
             active_leases: self.leases.len(),
             waiting_requests: self.queue.len(),
             // The longest of the models' cooldowns (each model has its own).
-            cooldown_remaining_ms: self.slot.longest_cooldown(now).map(millis),
+            cooldown_remaining_ms: self.slot.longest_cooldown(now.at).map(millis),
             backend_state: backend.state,
-            last_good_probe_age_ms: backend.last_good_probe_age_ms,
+            last_good_probe_age_ms: self
+                .watch
+                .last_good_age_ms(self.slot.serving_instance(), now.at),
+            readiness: ReadinessReport::new(self.config.readiness, self.slot.readiness()),
         }
     }
 

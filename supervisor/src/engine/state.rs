@@ -174,7 +174,7 @@ impl Engine {
     pub fn handle(&mut self, command: Command, now: Now) {
         match command {
             Command::Connect { conn, pid, events } => {
-                let _ = events.send(SupervisorMessage::State(self.parts().router_state(now.at)));
+                let _ = events.send(SupervisorMessage::State(self.parts().router_state(now)));
                 self.conns.insert(
                     conn,
                     Conn {
@@ -218,10 +218,10 @@ impl Engine {
                 self.probe_result(instance, outcome, now);
             }
             Command::Status { reply } => {
-                let _ = reply.send(self.parts().status(now.at));
+                let _ = reply.send(self.parts().status(now));
             }
             Command::Models { reply } => {
-                let _ = reply.send(self.parts().models(now.at));
+                let _ = reply.send(self.parts().models(now));
             }
             Command::InFlight { limit, reply } => {
                 let _ = reply.send(self.parts().in_flight_requests(limit, now.unix_ms));
@@ -740,7 +740,7 @@ impl Engine {
                     message,
                 } => {
                     tracing::info!(op = name, ok, "control operation finished");
-                    let status = self.parts().status(now.at);
+                    let status = self.parts().status(now);
                     let done = strata_protocol::control::Done {
                         ok,
                         message,
@@ -856,6 +856,16 @@ impl Engine {
     }
 
     fn op_progress(&mut self, progress: OpProgress, now: Now) {
+        if let ProgressEvent::Start(StartProgress::ReadinessChosen(choice)) = &progress.event
+            && self.slot.readiness_chosen(*choice)
+        {
+            tracing::info!(
+                mode = choice.mode.as_str(),
+                why = choice.why(),
+                "readiness mode chosen"
+            );
+            self.broadcast_state(now);
+        }
         let Some(load) = self.slot.progress(&progress, now.at) else {
             return;
         };
@@ -1086,7 +1096,7 @@ impl Engine {
     }
 
     fn broadcast_state(&self, now: Now) {
-        let state = self.parts().router_state(now.at);
+        let state = self.parts().router_state(now);
         for conn in self.conns.values() {
             let _ = conn.events.send(SupervisorMessage::State(state.clone()));
         }

@@ -266,6 +266,7 @@ async fn a_matching_hello_is_welcomed_and_the_proxy_handed_to_the_engine() {
         last_startup_error: None,
         statuses: Vec::new(),
         backend_health: Default::default(),
+        readiness: None,
     };
     events
         .send(SupervisorMessage::State(state.clone()))

@@ -467,6 +467,8 @@ impl Operator {
                 "stopped",
                 format!("backend pid {pid} exited, memory released"),
             )],
+            // Said in the log, `status` and `/v1/models`; the spec's `on` lines stay as they are.
+            ProgressEvent::Start(StartProgress::ReadinessChosen(_)) => Vec::new(),
             ProgressEvent::Start(StartProgress::Starting) => vec![line(
                 "starting",
                 format!("starting backend for model {model}"),
