@@ -264,3 +264,66 @@ fn health_names_every_backend_state_and_stays_200_through_loads_and_cooldowns() 
     );
     stack.stop();
 }
+
+/// The age of the last good probe agrees everywhere while probes succeed (issue 28): the
+/// proxy's `/health`, `top` over HTTP and the Prometheus gauge read it from a time the state
+/// carries, not as the age when the state was sent plus the time since (states are sent on
+/// changes, not per probe: that age only grew).
+#[test]
+fn the_probe_age_agrees_everywhere_while_probes_succeed() {
+    let (stack, _file, _dir) = stack("probe-age", "report");
+    assert_eq!(
+        stack
+            .chat(&chat_request(A, false, "one", Value::Null))
+            .status,
+        200
+    );
+    let pid = child_pid(&stack.control().status());
+    wait_backend_state(&stack, BackendState::Serving);
+    // Let at least eight probes pass (the fake logs each GET /health), so an age counted
+    // from the verification's state would be several intervals old.
+    let probes = |stack: &Stack| {
+        stack
+            .fake_log()
+            .events_of(pid)
+            .iter()
+            .filter(|(_, event)| event["event"] == "get" && event["path"] == "/health")
+            .count()
+    };
+    let first = probes(&stack);
+    poll_until(DEADLINE, "eight more probes", || {
+        probes(&stack) >= first + 8
+    });
+    // One probe interval plus its bound (a probe may be under way) plus scheduling slack.
+    let bound = 2 * PROBE_MS + 500;
+    let status_age = stack
+        .control()
+        .status()
+        .last_good_probe_age_ms
+        .expect("status has an age");
+    let (_, health) = health(&stack);
+    let health_age = health.last_good_probe_age_ms.expect("/health has an age");
+    let gauge_ms = prometheus_value(&stack, "strata_router_backend_last_good_probe_age_seconds")
+        .expect("the gauge")
+        * 1000.0;
+    for (what, age) in [
+        ("status", status_age as f64),
+        ("/health", health_age as f64),
+        ("prometheus", gauge_ms),
+    ] {
+        assert!(age <= bound as f64, "{what}: {age} ms > {bound} ms");
+    }
+    assert!(
+        health_age.abs_diff(status_age) <= bound,
+        "/health {health_age} vs status {status_age}"
+    );
+    let view = top_once(&format!("http://{}", stack.addr()));
+    assert!(
+        view.lines().any(|line| {
+            line == "backend: serving (last good probe 0s ago)"
+                || line == "backend: serving (last good probe 1s ago)"
+        }),
+        "{view}"
+    );
+    stack.stop();
+}

@@ -823,10 +823,14 @@ impl Engine {
             return;
         }
         let action = self.config.probe.action;
+        let good = matches!(outcome, ProbeOutcome::Good);
         match self
             .watch
             .observe(instance, outcome, self.config.probe.misses, now.at)
         {
+            // The proxies learn the new time of the last good probe (a state per probe
+            // interval): without it their `/health` and gauge would age from the last change.
+            Verdict::Nothing if good => self.broadcast_state(now),
             Verdict::Nothing => {}
             Verdict::Recovered => {
                 tracing::info!(
