@@ -250,6 +250,7 @@ class State(object):
         self.lock = threading.Lock()
         self.in_flight = 0
         self.handling = 0
+        self.turns = 0  # how many times a request got the engine
         self.stopping = False
         self.started_at = time.time()
         self.last_request_at = None
@@ -474,6 +475,9 @@ class Handler(BaseHTTPRequestHandler):
             raise
         self.holding = True
         self.engine_wait_ms = round((time.monotonic() - began) * 1000.0, 3)
+        with st.lock:
+            st.turns += 1
+            self.engine_turn = st.turns
         return self.ensure_engine()
 
     def ensure_engine(self):
@@ -542,6 +546,7 @@ class Handler(BaseHTTPRequestHandler):
         self.keepalives = 0
         self.holding = False
         self.engine_wait_ms = None
+        self.engine_turn = None
         self.engine_heard = time.monotonic()
         body = None
         try:
@@ -644,10 +649,12 @@ class Handler(BaseHTTPRequestHandler):
             st.end_generation()
             if cancelled is not None:
                 st.log.event("cancel", path=path, reason=cancelled, stream=stream,
-                             frames=self.frames, engine_wait_ms=self.engine_wait_ms)
+                             frames=self.frames, engine_wait_ms=self.engine_wait_ms,
+                             engine_turn=self.engine_turn)
             else:
                 st.log.event("response_done", path=path, stream=stream,
-                             engine_wait_ms=self.engine_wait_ms, **done)
+                             engine_wait_ms=self.engine_wait_ms, engine_turn=self.engine_turn,
+                             **done)
         finally:
             st.end_handling()
 
