@@ -5,8 +5,9 @@
 //! (see `tests/fake_strata/README.md`). Line order is the order the events happened in.
 //!
 //! The log is also how a test finds the backend processes it caused: [`FakeLog::live_backends`]
-//! lists the started PIDs still alive (zombies excluded; a PID is only counted while its command
-//! line still names this test's directory, so a recycled PID is never blamed or killed).
+//! lists the started servers and their engines (`engine_start`) still alive (zombies excluded; a
+//! PID is only counted while its command line still names this test's directory, so a recycled
+//! PID is never blamed or killed).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -137,10 +138,39 @@ impl FakeLog {
         self.starts().into_iter().map(|start| start.pid).collect()
     }
 
-    /// Started backends that are still alive (not zombies).
+    /// PIDs of every engine the backends started (`engine_start`), in order.
+    pub fn engine_pids(&self) -> Vec<u32> {
+        self.events_named("engine_start")
+            .iter()
+            .filter_map(|event| event["engine_pid"].as_u64())
+            .map(|pid| pid as u32)
+            .collect()
+    }
+
+    /// PIDs of the engines backend `pid` started, in order.
+    pub fn engines_of(&self, pid: u32) -> Vec<u32> {
+        self.events_of(pid)
+            .into_iter()
+            .filter(|(_, event)| event["event"] == "engine_start")
+            .filter_map(|(_, event)| event["engine_pid"].as_u64())
+            .map(|pid| pid as u32)
+            .collect()
+    }
+
+    /// How engine `engine_pid` said it ended (`engine_exit`'s `how`: `quit`, `eof`, `sigterm`,
+    /// ...), or `None` if it has not logged its end (still running, or SIGKILLed).
+    pub fn engine_exit(&self, engine_pid: u32) -> Option<String> {
+        self.events_of(engine_pid)
+            .into_iter()
+            .find(|(_, event)| event["event"] == "engine_exit")
+            .and_then(|(_, event)| event["how"].as_str().map(str::to_owned))
+    }
+
+    /// Started backends and their engines that are still alive (not zombies).
     pub fn live_backends(&self) -> Vec<u32> {
         self.pids()
             .into_iter()
+            .chain(self.engine_pids())
             .filter(|pid| procs::is_alive_with(*pid, &self.marker))
             .collect()
     }

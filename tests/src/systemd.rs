@@ -1256,10 +1256,11 @@ impl SdStack {
         &self.fake_log
     }
 
-    /// The host PIDs of every backend and grandchild in the fake log that is alive now.
+    /// The host PIDs of every backend, engine and grandchild in the fake log that is alive now.
     pub fn live_backend_processes(&self) -> Vec<u32> {
         let log = self.fake_log();
         let mut ns: Vec<u32> = log.pids();
+        ns.extend(log.engine_pids());
         ns.extend(
             log.events_named("grandchild")
                 .iter()
