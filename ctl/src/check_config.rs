@@ -98,7 +98,14 @@ fn summary(path: &Path, config: &Config) -> String {
         "timers (ms)         {queue}, response {}, startup {}, cooldown {}, idle {}",
         off_if_zero(timers.response_ms),
         timers.startup_ms,
-        timers.cooldown_ms,
+        if timers.cooldown_max_ms > timers.cooldown_ms {
+            format!(
+                "{} doubling to {}",
+                timers.cooldown_ms, timers.cooldown_max_ms
+            )
+        } else {
+            timers.cooldown_ms.to_string()
+        },
         timers.idle_ms
     ));
     lines.push(format!(

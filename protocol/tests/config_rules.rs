@@ -591,6 +591,16 @@ const RULES: &[Rule] = &[
         message: "expected a boolean",
     },
     Rule {
+        name: "cooldown_max_ms is at least cooldown_ms",
+        valid: |v| v["cooldown_max_ms"] = json!(600_000),
+        invalid: |v| {
+            v["cooldown_ms"] = json!(30_000);
+            v["cooldown_max_ms"] = json!(29_999)
+        },
+        path: "cooldown_max_ms",
+        message: "must be at least cooldown_ms (30000), got 29999",
+    },
+    Rule {
         name: "readiness is auto, ready_file or health",
         valid: |v| v["readiness"] = json!("auto"),
         invalid: |v| v["readiness"] = json!("ready-file"),
@@ -938,6 +948,14 @@ fn defaults_of_the_non_integer_keys() {
     );
     assert!(!config.require_socket_activation);
     assert_eq!(config.readiness, Readiness::Auto);
+    // No growth unless asked: the spec's fixed cooldown.
+    assert_eq!(config.timers.cooldown_max_ms, config.timers.cooldown_ms);
+    assert_eq!(
+        ok(|v| v["cooldown_ms"] = json!(1_000))
+            .timers
+            .cooldown_max_ms,
+        1_000
+    );
     assert_eq!(
         ok(|v| v["readiness"] = json!("health")).readiness,
         Readiness::Health
@@ -1401,6 +1419,7 @@ fn fingerprint_changes_with_every_setting() {
         ("response_ms", |v| v["response_ms"] = json!(5)),
         ("startup_ms", |v| v["startup_ms"] = json!(5)),
         ("cooldown_ms", |v| v["cooldown_ms"] = json!(5)),
+        ("cooldown_max_ms", |v| v["cooldown_max_ms"] = json!(600_000)),
         ("idle_ms", |v| v["idle_ms"] = json!(5)),
         ("shutdown_ms", |v| v["shutdown_ms"] = json!(5)),
         ("drain_ms", |v| v["drain_ms"] = json!(5)),

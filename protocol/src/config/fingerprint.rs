@@ -160,6 +160,10 @@ fn settings_text(config: &Config) -> String {
     }
     // Written only when not the default, so configs without the key keep the
     // fingerprint they had before it existed.
+    // Only when growth is on, so configs without the key keep their fingerprint.
+    if config.timers.cooldown_max_ms != config.timers.cooldown_ms {
+        let _ = writeln!(text, "cooldown_max {}", config.timers.cooldown_max_ms);
+    }
     if config.readiness != Readiness::Auto {
         let _ = writeln!(text, "readiness {}", config.readiness.as_str());
     }

@@ -41,6 +41,7 @@
 //! | `stream_idle_ms` | integer | 0 | 0..=86400000; a streaming response silent this long ends (0: off) |
 //! | `startup_ms` | integer | 120000 | 1..=86400000 |
 //! | `cooldown_ms` | integer | 30000 | 0..=86400000 |
+//! | `cooldown_max_ms` | integer | `cooldown_ms` | `cooldown_ms`..=86400000; consecutive failed starts of a model double its cooldown up to this |
 //! | `idle_ms` | integer | 900000 | 1..=86400000 |
 //! | `shutdown_ms` | integer | 10000 | 1..=86400000 |
 //! | `drain_ms` | integer | legacy `shutdown_ms`, wait-first 0 | 0..=86400000; 0 waits for all accepted work |
@@ -141,7 +142,7 @@ pub const DEFAULT_MAX_REQUEST_BODY_BYTES: u64 = 268_435_456;
 pub const MAX_MAX_REQUEST_BODY_BYTES: u64 = 1_073_741_824;
 
 /// Every key the top-level object may carry.
-pub const TOP_LEVEL_KEYS: [&str; 36] = [
+pub const TOP_LEVEL_KEYS: [&str; 37] = [
     "python",
     "strata_dir",
     "listen",
@@ -161,6 +162,7 @@ pub const TOP_LEVEL_KEYS: [&str; 36] = [
     "response_ms",
     "startup_ms",
     "cooldown_ms",
+    "cooldown_max_ms",
     "idle_ms",
     "shutdown_ms",
     "drain_ms",

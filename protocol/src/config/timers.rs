@@ -56,6 +56,10 @@ pub struct Timers {
     pub startup_ms: u64,
     /// `cooldown_ms`: after a failed start, requests get 503 this long.
     pub cooldown_ms: u64,
+    /// `cooldown_max_ms`: consecutive failed starts of one model double its
+    /// cooldown from `cooldown_ms` up to this; equal to `cooldown_ms` (the
+    /// default) keeps the spec's fixed cooldown.
+    pub cooldown_max_ms: u64,
     /// `idle_ms`: unload after this long without requests.
     pub idle_ms: u64,
     /// `shutdown_ms`: SIGTERM to SIGKILL for the backend process group.
@@ -95,12 +99,23 @@ pub(crate) fn parse(root: &Obj<'_>) -> Result<(Scheduling, Timers), ConfigError>
         (1..=MAX_DURATION_MS, 1)
     };
     let shutdown_ms = duration("shutdown_ms", 1, DEFAULT_SHUTDOWN_MS)?;
+    let cooldown_ms = duration("cooldown_ms", 0, DEFAULT_COOLDOWN_MS)?;
+    let cooldown_max_ms = match root.opt_u64_in("cooldown_max_ms", 0..=MAX_DURATION_MS)? {
+        None => cooldown_ms,
+        Some(max) if max < cooldown_ms => {
+            return Err(root.path().field("cooldown_max_ms").error(format!(
+                "must be at least cooldown_ms ({cooldown_ms}), got {max}"
+            )));
+        }
+        Some(max) => max,
+    };
     let drain = root.opt_u64_in("drain_ms", 0..=MAX_DURATION_MS)?;
     let timers = Timers {
         queue_ms: root.u64_or("queue_ms", queue_range, DEFAULT_QUEUE_MS)?,
         response_ms: duration("response_ms", response_min, DEFAULT_RESPONSE_MS)?,
         startup_ms: duration("startup_ms", 1, DEFAULT_STARTUP_MS)?,
-        cooldown_ms: duration("cooldown_ms", 0, DEFAULT_COOLDOWN_MS)?,
+        cooldown_ms,
+        cooldown_max_ms,
         idle_ms: duration("idle_ms", 1, DEFAULT_IDLE_MS)?,
         shutdown_ms,
         drain_ms: drain.unwrap_or(if wait_first { 0 } else { shutdown_ms }),

@@ -75,6 +75,34 @@ enum RunningOp {
     },
 }
 
+/// How long a model cools down after failed starts: `cooldown_ms` after
+/// the first, twice as long after each further one in a row, at most
+/// `cooldown_max_ms` (equal by default: the spec's fixed cooldown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cooldown {
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl Cooldown {
+    pub fn from_config(config: &Config) -> Cooldown {
+        Cooldown {
+            base: Duration::from_millis(config.timers.cooldown_ms),
+            max: Duration::from_millis(config.timers.cooldown_max_ms),
+        }
+    }
+
+    /// The cooldown after `failures` failed starts in a row (1 for the
+    /// first).
+    pub fn after_failures(self, failures: u32) -> Duration {
+        // 2^40 times any base is past every allowed maximum (a day).
+        let doublings = failures.saturating_sub(1).min(40);
+        let grown = self.base.as_millis().saturating_mul(1u128 << doublings);
+        let capped = grown.min(self.max.as_millis()).max(self.base.as_millis());
+        Duration::from_millis(capped as u64)
+    }
+}
+
 /// What a finished op means for the engine.
 #[derive(Debug)]
 pub enum Finished {
@@ -94,13 +122,14 @@ pub enum Finished {
         /// `Cancelled`).
         reason: Option<CancelReason>,
     },
-    /// Load `seq` failed; its model cools down.
+    /// Load `seq` failed; its model cools down for `cooldown_ms`.
     Failed {
         seq: u64,
         model: String,
         message: String,
         switch: bool,
         load_ms: u64,
+        cooldown_ms: u64,
     },
     Stopped {
         pid: u32,
@@ -140,6 +169,9 @@ pub struct BackendSlot {
     /// Per model: the generic cause of its last failed start, until it
     /// starts.
     start_errors: BTreeMap<String, String>,
+    /// Per model: failed starts in a row (since its last verified start or
+    /// an operator's `on` of it), which lengthen its cooldown.
+    failure_streaks: BTreeMap<String, u32>,
     /// Per model: how long its verified loads took.
     load_times: LoadTimes,
     op: Option<RunningOp>,
@@ -335,6 +367,10 @@ impl BackendSlot {
         self.op_seq += 1;
         let (cancel, cancel_rx) = watch::channel(false);
         let model = spec.model_id.clone();
+        // An operator's `on` starts the model's streak afresh.
+        if started_by_control {
+            self.failure_streaks.remove(&model);
+        }
         self.op = Some(RunningOp::Load {
             seq: self.op_seq,
             switch: self.selected.as_deref() != Some(model.as_str()),
@@ -441,8 +477,9 @@ impl BackendSlot {
     }
 
     /// Takes the outcome of the running op; a failed start cools its model
-    /// down for `cooldown` from `now`.
-    pub fn finished(&mut self, outcome: OpOutcome, now: Instant, cooldown: Duration) -> Finished {
+    /// down from `now` for as long as `cooldown` says after its failures in
+    /// a row.
+    pub fn finished(&mut self, outcome: OpOutcome, now: Instant, cooldown: Cooldown) -> Finished {
         let running_seq = match &self.op {
             Some(RunningOp::Load { seq, .. } | RunningOp::Stop { seq, .. }) => *seq,
             None => return Finished::Stale,
@@ -480,6 +517,9 @@ impl BackendSlot {
                         let message = err.to_string();
                         self.last_startup_error = Some(message.clone());
                         self.start_errors.insert(model.clone(), message.clone());
+                        let streak = self.failure_streaks.entry(model.clone()).or_default();
+                        *streak = streak.saturating_add(1);
+                        let cooldown = cooldown.after_failures(*streak);
                         self.cooldowns.insert(model.clone(), now + cooldown);
                         Finished::Failed {
                             seq,
@@ -487,6 +527,7 @@ impl BackendSlot {
                             message,
                             switch,
                             load_ms,
+                            cooldown_ms: cooldown.as_millis() as u64,
                         }
                     }
                 }
@@ -529,6 +570,7 @@ impl BackendSlot {
         self.verified.insert(model.clone());
         self.cooldowns.remove(&model);
         self.start_errors.remove(&model);
+        self.failure_streaks.remove(&model);
         self.load_times.learn(&model, load_ms);
         Finished::Verified {
             seq,
@@ -575,5 +617,39 @@ pub fn launch_spec(config: &Config, model: &str) -> LaunchSpec {
             .profile_info
             .as_ref()
             .and_then(|info| info.engine_log.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cooldown_doubles_per_failure_up_to_its_maximum() {
+        let secs = Duration::from_secs;
+        let growing = Cooldown {
+            base: secs(30),
+            max: secs(600),
+        };
+        let after: Vec<Duration> = (1..=7).map(|n| growing.after_failures(n)).collect();
+        assert_eq!(
+            after,
+            [30, 60, 120, 240, 480, 600, 600].map(secs),
+            "doubling from cooldown_ms, capped at cooldown_max_ms"
+        );
+        assert_eq!(growing.after_failures(u32::MAX), secs(600));
+        let fixed = Cooldown {
+            base: secs(30),
+            max: secs(30),
+        };
+        assert!(
+            (1..10).all(|n| fixed.after_failures(n) == secs(30)),
+            "the spec's default"
+        );
+        let off = Cooldown {
+            base: Duration::ZERO,
+            max: secs(60),
+        };
+        assert_eq!(off.after_failures(5), Duration::ZERO);
     }
 }

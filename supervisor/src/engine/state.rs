@@ -910,7 +910,7 @@ impl Engine {
     }
 
     fn op_finished(&mut self, outcome: OpOutcome, now: Now) {
-        let cooldown = Duration::from_millis(self.config.timers.cooldown_ms);
+        let cooldown = backend_slot::Cooldown::from_config(&self.config);
         let (model, result) = match self.slot.finished(outcome, now.at, cooldown) {
             Finished::Verified {
                 seq,
@@ -952,15 +952,16 @@ impl Engine {
                 message,
                 switch,
                 load_ms,
+                cooldown_ms,
             } => {
-                tracing::warn!(model, error = %message, "backend start failed");
+                tracing::warn!(model, error = %message, cooldown_ms, "backend start failed");
                 self.counters.count_load(&model, "failed");
                 for key in self.queue.admitted_to(seq) {
                     let failure = LeaseFailure::LoadFailed {
                         message: message.clone(),
                         model_switch: switch,
                         load_ms: Some(load_ms),
-                        cooldown_ms: self.config.timers.cooldown_ms,
+                        cooldown_ms,
                         typical_load_ms: self.slot.typical_load_ms(&model),
                     };
                     self.fail(key, failure);
