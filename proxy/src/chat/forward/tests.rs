@@ -266,20 +266,21 @@ async fn the_stall_limit_counts_from_the_last_chunk_the_client_took() {
 // ---- keepalives --------------------------------------------------------------------
 
 /// While the backend is quiet, a waiting SSE client gets a comment every
-/// `KEEPALIVE_INTERVAL` counted from the last thing it was sent: at 5 s and
-/// 10 s, then (after a chunk at 12 s) at 17 s.
+/// `KEEPALIVE_INTERVAL` (4 s) counted from the last thing it was sent: at
+/// 4 s and 8 s, then (after a chunk at 10 s) at 14 s.
 #[tokio::test(start_paused = true)]
 async fn keepalives_fill_the_backends_silences() {
+    assert_eq!(KEEPALIVE_INTERVAL, Duration::from_secs(4));
     let mut run = start(Setup::sse());
-    for at in [5, 10] {
+    for at in [4, 8] {
         assert_eq!(run.read_bytes().await, KEEPALIVE_COMMENT);
         assert_eq!(run.elapsed(), Duration::from_secs(at));
     }
-    tokio::time::sleep_until(run.started + Duration::from_secs(12)).await;
+    tokio::time::sleep_until(run.started + Duration::from_secs(10)).await;
     run.send(FIRST);
     assert_eq!(run.read_bytes().await, FIRST);
     assert_eq!(run.read_bytes().await, KEEPALIVE_COMMENT);
-    assert_eq!(run.elapsed(), Duration::from_secs(17));
+    assert_eq!(run.elapsed(), Duration::from_secs(14));
     run.send(DONE);
     run.end_backend();
     assert_eq!(run.read_bytes().await, DONE);
@@ -400,23 +401,23 @@ async fn the_response_deadline_ends_the_stream() {
 /// restarts the count, the router's keepalives do not.
 #[tokio::test(start_paused = true)]
 async fn the_backend_s_silence_ends_the_stream_at_stream_idle_ms() {
-    // 12 s, so that no router keepalive (every 5 s of quiet) is due at the
+    // 13 s, so that no router keepalive (every 4 s of quiet) is due at the
     // same instant as the timeout: the loop's order between two timers due
     // together is not fixed.
     let mut run = start(Setup {
-        idle: Some(Duration::from_secs(12)),
+        idle: Some(Duration::from_secs(13)),
         ..Setup::sse()
     });
     run.send(FIRST);
     assert_eq!(run.read_bytes().await, FIRST);
-    // The router's own keepalives (at 5 s, and every 5 s after the
+    // The router's own keepalives (at 4 s, and every 4 s after the
     // backend's comment) do not count as the backend's bytes.
     assert_eq!(run.read_bytes().await, KEEPALIVE_COMMENT);
     tokio::time::sleep(Duration::from_secs(3)).await;
     run.send(": strata keep-alive\n\n");
     assert_eq!(run.read_bytes().await, ": strata keep-alive\n\n");
-    assert_eq!(run.elapsed(), Duration::from_secs(8));
-    for at in [13, 18] {
+    assert_eq!(run.elapsed(), Duration::from_secs(7));
+    for at in [11, 15, 19] {
         assert_eq!(run.read_bytes().await, KEEPALIVE_COMMENT);
         assert_eq!(run.elapsed(), Duration::from_secs(at));
     }

@@ -38,10 +38,9 @@ use super::respond::{StrataHeaders, end_reason, reject, respond_passthrough, sse
 use super::trace::Trace;
 
 /// How long a wait-first stream's head is held at most: its first
-/// keepalive is due then. A second inside the keepalive period, because a
-/// client counts its read timeout from sending the request, and raw httpx's
-/// default is exactly five seconds; the comments after it come every
-/// [`KEEPALIVE_INTERVAL`].
+/// keepalive is due then. A second inside httpx's default five-second read
+/// timeout, which a client counts from sending the request; the comments
+/// after it come every [`KEEPALIVE_INTERVAL`].
 pub const HEADER_HOLD: Duration = Duration::from_secs(4);
 
 /// How much of a backend error body is read to find its error `type` for

@@ -260,7 +260,7 @@ async fn the_head_waits_for_the_first_byte() {
 
 /// Without a byte, the head goes out with the first keepalive, 4 s after
 /// arrival (a second before raw httpx's 5 s read timeout); the comments
-/// after it come every 5 s and say where the request is. The stream then
+/// after it come every 4 s and say where the request is. The stream then
 /// carries the backend's body once it is admitted.
 #[tokio::test(start_paused = true)]
 async fn without_a_byte_the_head_goes_out_with_the_first_keepalive() {
@@ -271,7 +271,7 @@ async fn without_a_byte_the_head_goes_out_with_the_first_keepalive() {
     assert_eq!(run.elapsed(), HEADER_HOLD);
     assert_sse_head(&head);
     assert_eq!(run.read_text().await, queued(4));
-    assert_eq!(run.read_text().await, queued(9));
+    assert_eq!(run.read_text().await, queued(8));
     assert_eq!(run.elapsed(), HEADER_HOLD + KEEPALIVE_INTERVAL);
     let mut backend = run.admit(200, "text/event-stream");
     backend.send(FIRST);
