@@ -619,7 +619,7 @@ async fn the_frame_reader_refuses_what_read_frame_refuses() {
 }
 
 /// The proxy frame limit is sized from the largest real messages: a record with the longest
-/// names a config allows (three 128-byte model names, a `unlinked-` request ID with the
+/// names a config allows (three 128-byte model names, a proxy-made request ID with the
 /// largest numbers, a long upstream name) and every other field at its widest, an `Enqueue`
 /// of such names, and a cache-lookup answer for the 256 tickets the engine asks at most.
 /// Each fits with room to spare; and the limit stays far below the general frame limit.
@@ -629,7 +629,7 @@ fn the_largest_real_proxy_messages_fit_the_proxy_frame_limit() {
     let limit = proxy_frame_limit(upstream.len());
     let name = "m".repeat(128);
     let mut record = sample_record();
-    record.request_id = format!("unlinked-{}-{}", u32::MAX, u64::MAX);
+    record.request_id = format!("proxy-{}-{}-{}", u32::MAX, u128::MAX, u64::MAX);
     record.model_requested = Some(name.clone());
     record.model_resolved = Some(name.clone());
     record.upstream_model = Some(upstream.clone());

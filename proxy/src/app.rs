@@ -29,6 +29,11 @@ pub struct LastStream {
 pub struct App {
     pub config: Arc<Config>,
     pub link: SupervisorLink,
+    /// This proxy's own instance identifier, `proxy-PID-STARTMS` (its PID and
+    /// start time, as a supervisor's, marked as a proxy's): the request IDs
+    /// it assigns while no supervisor numbers its requests are
+    /// `proxy-PID-STARTMS-N`, unique across its restarts and PID reuse.
+    pub proxy_instance: String,
     /// Local fallback numbering when the supervisor cannot allocate one.
     pub unlinked_requests: AtomicU64,
     /// Forwarding tasks and body drains, for the drain to wait for.
@@ -49,6 +54,12 @@ impl App {
         Arc::new(App {
             config,
             link,
+            proxy_instance: strata_protocol::ids::proxy_instance_id(
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |since| since.as_millis()),
+            ),
             unlinked_requests: AtomicU64::new(0),
             tasks: Tasks::default(),
             upstream_pool: Arc::default(),

@@ -532,17 +532,16 @@ pub fn assert_schema(rec: &Record) {
         fail("a recognised model is resolved");
     }
     // A request that arrived while the supervisor was unreachable has a proxy-made ID
-    // (`unlinked-PROXYPID-N`, see the README's decisions); its arrival_seq is assigned later.
+    // (`proxy-PID-STARTMS-N`, see the README's decisions); its arrival_seq is assigned later.
     let request_id = &rec.request_id;
-    if !request_id.starts_with("unlinked-")
-        && !request_id.ends_with(&format!("-{}", rec.arrival_seq))
+    if !request_id.starts_with("proxy-") && !request_id.ends_with(&format!("-{}", rec.arrival_seq))
     {
         fail("request_id ends with the arrival sequence");
     }
 }
 
 /// [`assert_schema`] for each record, plus: seqs, arrival numbers and request IDs unique, every
-/// request ID of the form `INSTANCE-ARRIVAL_SEQ` (except `unlinked-` ones).
+/// request ID of the form `INSTANCE-ARRIVAL_SEQ` (except the proxy-made `proxy-` ones).
 pub fn assert_all_schema(records: &[Record], instance_id: &str) {
     let mut seqs = HashSet::new();
     let mut ids = HashSet::new();
@@ -558,7 +557,7 @@ pub fn assert_all_schema(records: &[Record], instance_id: &str) {
             arrivals.insert(rec.arrival_seq),
             "duplicate arrival_seq: {rec}"
         );
-        if !rec.request_id.starts_with("unlinked-") {
+        if !rec.request_id.starts_with("proxy-") {
             assert_eq!(
                 rec.request_id,
                 format!("{instance_id}-{}", rec.arrival_seq),

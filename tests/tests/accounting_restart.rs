@@ -210,7 +210,7 @@ fn proxy_restart_during_traffic_keeps_records_cursors_and_one_writer() {
 
 /// A request finished while the supervisor is unreachable still gets its one record: the
 /// proxy keeps it and submits it after the next hello (here to a new supervisor, a new
-/// instance), which assigns its arrival number. Its ID is the proxy-made `unlinked-PID-N`.
+/// instance), which assigns its arrival number. Its ID is the proxy-made `proxy-PID-STARTMS-N`, from the proxy's own instance.
 #[test]
 fn records_made_while_the_supervisor_is_away_are_submitted_when_it_returns() {
     let mut config = ConfigBuilder::new("acct-away")
@@ -247,10 +247,7 @@ fn records_made_while_the_supervisor_is_away_are_submitted_when_it_returns() {
         .map(|r| r.header("x-strata-request-id").unwrap().to_owned())
         .collect();
     for id in &away_ids {
-        assert!(
-            id.starts_with(&format!("unlinked-{}-", proxy.pid())),
-            "{id}"
-        );
+        assert!(id.starts_with(&format!("proxy-{}-", proxy.pid())), "{id}");
     }
 
     // A new supervisor: a new instance. The proxy reconnects and hands over both records.

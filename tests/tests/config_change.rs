@@ -6,7 +6,7 @@
 
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-use strata_e2e::accounting::chat_request;
+use strata_e2e::accounting::{Record, all_records, chat_request, jsonl_lines, with_request_log};
 use strata_e2e::http;
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, DEADLINE, Daemon, ModelSpec, poll_until};
@@ -31,8 +31,10 @@ fn wait_link(stack: &Stack, link: LinkStatus) {
     });
 }
 
-/// While the two differ: 503 `config_mismatch` for a chat, `/health` 503 naming it.
-fn assert_mismatch(stack: &Stack) {
+/// While the two differ: 503 `config_mismatch` for a chat, `/health` 503 naming it. Returns
+/// the request IDs told to the clients of three such answers (the proxy's own instance: no
+/// supervisor numbered them).
+fn assert_mismatch(stack: &Stack) -> Vec<String> {
     wait_link(stack, LinkStatus::ConfigMismatch);
     let health = stack.get("/health");
     assert_eq!(health.status, 503, "{health}");
@@ -40,9 +42,35 @@ fn assert_mismatch(stack: &Stack) {
         health.document::<Health>().status,
         HealthStatus::Unavailable
     );
-    let response = stack.chat(&chat_request(A, false, "during the change", Value::Null));
-    assert_eq!(response.status, 503, "{response}");
-    assert_eq!(response.error().code, "config_mismatch", "{response}");
+    (0..3)
+        .map(|_| {
+            let response = stack.chat(&chat_request(A, false, "during the change", Value::Null));
+            assert_eq!(response.status, 503, "{response}");
+            assert_eq!(response.error().code, "config_mismatch", "{response}");
+            let id = response.request_id().to_owned();
+            assert!(id.starts_with("proxy-"), "a proxy-made ID: {id}");
+            id
+        })
+        .collect()
+}
+
+/// Every request ID told to a client during the mismatch has exactly one record, in
+/// `/requests` and in the file, saying what the client got.
+fn assert_recorded_once(stack: &Stack, log: &std::path::Path, ids: &[String]) {
+    poll_until(DEADLINE, "the mismatch's records", || {
+        let records = all_records(stack.addr());
+        ids.iter()
+            .all(|id| records.iter().any(|r| &r.request_id == id))
+    });
+    let records = all_records(stack.addr());
+    let lines: Vec<Record> = jsonl_lines(log).iter().map(|l| Record::new(l)).collect();
+    for id in ids {
+        let in_ring: Vec<&Record> = records.iter().filter(|r| &r.request_id == id).collect();
+        assert_eq!(in_ring.len(), 1, "{id} in /requests: {in_ring:?}");
+        assert_eq!(in_ring[0].status, Some(503));
+        let in_file = lines.iter().filter(|r| &r.request_id == id).count();
+        assert_eq!(in_file, 1, "{id} in the file");
+    }
 }
 
 fn assert_serving(stack: &Stack) {
@@ -59,12 +87,12 @@ fn assert_proxy_alive(stack: &mut Stack) {
 
 #[test]
 fn a_config_change_converges_in_either_restart_order() {
-    let mut stack = Stack::start(
-        ConfigBuilder::new("config-change")
-            .model(ModelSpec::new(A))
-            .model_grace_ms(100)
-            .build(),
-    );
+    let mut config = ConfigBuilder::new("config-change")
+        .model(ModelSpec::new(A))
+        .model_grace_ms(100)
+        .build();
+    let log = with_request_log(&mut config, json!({}));
+    let mut stack = Stack::start(config);
     assert_serving(&stack);
 
     // Proxy first: the new proxy has the new settings, the supervisor the old ones.
@@ -72,11 +100,13 @@ fn a_config_change_converges_in_either_restart_order() {
     stack.kill_proxy(Signal::SIGTERM);
     assert!(stack.wait_proxy_exit(DEADLINE).success());
     stack.spawn_proxy_with(|command| command);
-    assert_mismatch(&stack);
+    let told = assert_mismatch(&stack);
     assert_proxy_alive(&mut stack);
     stack.supervisor().restart();
     assert_serving(&stack);
     assert_proxy_alive(&mut stack);
+    // Kept by the proxy and handed to the supervisor with its settings.
+    assert_recorded_once(&stack, &log, &told);
     // It said hello again until the matching supervisor answered, and
     // logged the mismatch once, not at every hello.
     assert_eq!(
@@ -92,10 +122,19 @@ fn a_config_change_converges_in_either_restart_order() {
     // Supervisor first: the old proxy meets a supervisor with the new settings.
     edit_config(&stack, |v| v["model_grace_ms"] = json!(300));
     stack.supervisor().restart();
-    assert_mismatch(&stack);
+    let told = assert_mismatch(&stack);
     assert_proxy_alive(&mut stack);
     stack.restart_proxy();
     assert_serving(&stack);
+    // The old proxy handed them over on its way out, although the settings differed.
+    assert_recorded_once(&stack, &log, &told);
+    assert!(
+        stack
+            .supervisor_stderr()
+            .contains("stored the records of a proxy with other settings"),
+        "{}",
+        stack.supervisor_stderr()
+    );
     stack.stop();
 }
 

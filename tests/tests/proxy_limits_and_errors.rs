@@ -362,7 +362,7 @@ fn strata_headers_on_success_and_on_every_error() {
         let mut check = |what: &str, response: &Response| {
             let id = response.request_id().to_owned();
             assert!(
-                id.contains('-') && !id.starts_with("unlinked"),
+                id.contains('-') && !id.starts_with("proxy-"),
                 "{what}: {id}"
             );
             assert!(ids.insert(id), "{what}: request id repeated");

@@ -348,8 +348,8 @@ fn soak_with_every_process_hurt_loses_no_record_and_leaves_nothing_behind() {
     let mut per_instance: HashMap<String, Vec<Record>> = HashMap::new();
     for record in &records {
         let id = &record.request_id;
-        let instance = if id.starts_with("unlinked-") {
-            "unlinked".to_owned()
+        let instance = if id.starts_with("proxy-") {
+            "proxy".to_owned()
         } else {
             id.rsplit_once('-').unwrap().0.to_owned()
         };
@@ -359,7 +359,7 @@ fn soak_with_every_process_hurt_loses_no_record_and_leaves_nothing_behind() {
             .push(record.clone());
     }
     for (instance, records) in &per_instance {
-        if instance != "unlinked" {
+        if instance != "proxy" {
             assert_all_schema(records, instance);
         }
     }

@@ -724,23 +724,48 @@ fn edit_config(stack: &SdStack, key: &str, value: Value) {
 
 /// While the two units run different settings: `/health` 503 naming the mismatch, a chat 503
 /// `config_mismatch`.
-fn assert_mismatch(stack: &SdStack) {
+fn assert_mismatch(stack: &SdStack) -> Vec<String> {
     poll_until(DEADLINE, "GET /health: 503, config_mismatch", || {
         http::try_request(stack.addr(), "GET", "/health", &[], b"").is_ok_and(|response| {
             response.status == 503
                 && response.document::<Health>().supervisor == LinkStatus::ConfigMismatch
         })
     });
-    let response = http::try_request(
-        stack.addr(),
-        "POST",
-        http::CHAT_PATH,
-        &[("content-type", "application/json")],
-        body(ALIAS, false, json!({})).to_string().as_bytes(),
-    )
-    .unwrap_or_else(|err| panic!("a chat during the change: {err}"));
-    assert_eq!(response.status, 503, "{response}");
-    assert_eq!(response.error().code, "config_mismatch", "{response}");
+    (0..3)
+        .map(|_| {
+            let response = http::try_request(
+                stack.addr(),
+                "POST",
+                http::CHAT_PATH,
+                &[("content-type", "application/json")],
+                body(ALIAS, false, json!({})).to_string().as_bytes(),
+            )
+            .unwrap_or_else(|err| panic!("a chat during the change: {err}"));
+            assert_eq!(response.status, 503, "{response}");
+            assert_eq!(response.error().code, "config_mismatch", "{response}");
+            response.request_id().to_owned()
+        })
+        .collect()
+}
+
+/// Every request ID told during a mismatch has exactly one line in the records file.
+fn assert_recorded_once(stack: &SdStack, told: &[String]) {
+    let count = |id: &str| {
+        std::fs::read_to_string(&stack.request_log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| {
+                serde_json::from_str::<Value>(line)
+                    .is_ok_and(|record| record["request_id"] == json!(id))
+            })
+            .count()
+    };
+    poll_until(DEADLINE, "the mismatch's records in the file", || {
+        told.iter().all(|id| count(id) >= 1)
+    });
+    for id in told {
+        assert_eq!(count(id), 1, "{id}: one line");
+    }
 }
 
 /// Linked and serving again.
@@ -754,7 +779,8 @@ fn assert_serving(stack: &SdStack) {
 /// restarted first. The proxy restarted first meets the old supervisor, and the old proxy
 /// meets a restarted supervisor; either way the proxy answers 503 `config_mismatch` and keeps
 /// running (same main PID, `NRestarts` 0, the socket unit not failed) until the other unit is
-/// restarted too; and the README's one command, both units at once, serves at once.
+/// restarted too; and the README's one command, both units at once, serves at once. The
+/// requests answered 503 during each mismatch have one line each in the records file.
 #[test]
 fn a_config_change_converges_in_either_restart_order() {
     if skip() {
@@ -782,21 +808,23 @@ fn a_config_change_converges_in_either_restart_order() {
     edit_config(&stack, "model_grace_ms", json!(200));
     stack.systemctl(&["restart", &proxy]);
     let (second_proxy, _) = stack.wait_new_main(&proxy, first_proxy);
-    assert_mismatch(&stack);
+    let told = assert_mismatch(&stack);
     proxy_kept(second_proxy, "proxy first, before the supervisor's restart");
     stack.systemctl(&["restart", &supervisor]);
     assert_serving(&stack);
     proxy_kept(second_proxy, "proxy first, after the supervisor's restart");
+    assert_recorded_once(&stack, &told);
     eprintln!("check 7: proxy first converged (proxy pid {first_proxy} -> {second_proxy})");
 
     // Supervisor first: the running proxy meets a supervisor with the new settings.
     edit_config(&stack, "model_grace_ms", json!(300));
     stack.systemctl(&["restart", &supervisor]);
-    assert_mismatch(&stack);
+    let told = assert_mismatch(&stack);
     proxy_kept(second_proxy, "supervisor first, before the proxy's restart");
     stack.systemctl(&["restart", &proxy]);
     let (third_proxy, _) = stack.wait_new_main(&proxy, second_proxy);
     assert_serving(&stack);
+    assert_recorded_once(&stack, &told);
     eprintln!("check 7: supervisor first converged (proxy pid {second_proxy} -> {third_proxy})");
 
     // The README's one command.

@@ -97,8 +97,9 @@ impl Trace {
 
     /// Takes the request's place from the supervisor's first answer: its
     /// arrival number (and so its request ID) and the counts it found.
-    /// `None`: the supervisor could not be reached, so the ID is a local
-    /// `unlinked-PID-N` and the counts stay 0.
+    /// `None`: the supervisor could not be reached, so the ID is this
+    /// proxy's own instance and its own count (`proxy-PID-STARTMS-N`) and
+    /// the counts stay 0.
     pub fn numbered(&mut self, arrival: Option<ArrivalInfo>) {
         let instance = self.app.link.routing_view().instance_id;
         match (arrival, instance) {
@@ -114,7 +115,9 @@ impl Trace {
                     .unlinked_requests
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
                     + 1;
-                self.request_id = format!("unlinked-{}-{n}", std::process::id());
+                // The record's arrival_seq is left to the supervisor that
+                // stores it (its own arrival order); the ID keeps this count.
+                self.request_id = ids::request_id(&self.app.proxy_instance, n);
             }
         }
     }

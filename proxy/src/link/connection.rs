@@ -46,12 +46,12 @@ pub(super) async fn run(
     state: watch::Sender<LinkState>,
 ) {
     let mut draining = false;
-    let mut unsent = VecDeque::new();
+    let mut unsent = Unsent::default();
     let mut backoff = BACKOFF_START;
     loop {
         match UnixStream::connect(&socket).await {
             Ok(stream) => {
-                match serve(
+                let ended = serve(
                     stream,
                     fingerprint,
                     &mut commands,
@@ -59,8 +59,9 @@ pub(super) async fn run(
                     &mut draining,
                     &mut unsent,
                 )
-                .await
-                {
+                .await;
+                unsent.publish(&state);
+                match ended {
                     Ended::Stop => return,
                     Ended::Lost => {
                         backoff = BACKOFF_START;
@@ -74,6 +75,8 @@ pub(super) async fn run(
             }
             Err(err) => {
                 tracing::debug!(socket = %socket.display(), error = %err, "supervisor not reachable");
+                // Nobody to hand the records to: a flush that waited for this try says so.
+                unsent.flushes.clear();
             }
         }
         // Keep answering commands while disconnected: nothing may wait for
@@ -85,7 +88,16 @@ pub(super) async fn run(
                 _ = &mut sleep => break,
                 command = commands.recv() => match command {
                     None => return,
-                    Some(command) => refuse_while_disconnected(command, &mut draining, &mut unsent),
+                    Some(LinkCommand::Flush { reply }) => {
+                        // An exiting proxy: try to hand its records over now, not after
+                        // the backoff (a supervisor with other settings takes them too).
+                        unsent.flushes.push(reply);
+                        break;
+                    }
+                    Some(command) => {
+                        refuse_while_disconnected(command, &mut draining, &mut unsent);
+                        unsent.publish(&state);
+                    }
                 },
             }
         }
@@ -97,34 +109,75 @@ pub(super) async fn run(
 /// the oldest are dropped (and the loss logged).
 const MAX_UNSENT_RECORDS: usize = 8192;
 
-fn keep_unsent(unsent: &mut VecDeque<Box<SubmittedRecord>>, record: Box<SubmittedRecord>) {
-    if unsent.len() == MAX_UNSENT_RECORDS {
-        unsent.pop_front();
-        tracing::warn!("supervisor unreachable too long: dropped an accounting record");
-    }
-    unsent.push_back(record);
+/// While a supervisor with other settings answers, records are handed to it
+/// once this many wait (otherwise only when the proxy exits).
+const HAND_OVER_AT: usize = MAX_UNSENT_RECORDS / 2;
+
+/// What waits for a supervisor: the records not yet handed over, and the
+/// flushes that wait for them.
+#[derive(Default)]
+struct Unsent {
+    records: VecDeque<Box<SubmittedRecord>>,
+    flushes: Vec<oneshot::Sender<()>>,
 }
 
-fn refuse_while_disconnected(
-    command: LinkCommand,
-    draining: &mut bool,
-    unsent: &mut VecDeque<Box<SubmittedRecord>>,
-) {
+impl Unsent {
+    fn keep(&mut self, record: Box<SubmittedRecord>) {
+        if self.records.len() == MAX_UNSENT_RECORDS {
+            self.records.pop_front();
+            tracing::warn!("supervisor unreachable too long: dropped an accounting record");
+        }
+        self.records.push_back(record);
+    }
+
+    /// Every kept record is written: the waiting flushes are answered.
+    fn all_sent(&mut self) {
+        for reply in self.flushes.drain(..) {
+            let _ = reply.send(());
+        }
+    }
+
+    fn publish(&self, state: &watch::Sender<LinkState>) {
+        let count = self.records.len();
+        state.send_if_modified(|state| {
+            let changed = state.unsent_records != count;
+            state.unsent_records = count;
+            changed
+        });
+    }
+
+    /// Writes the kept records, in order; on a failed write the rest (and
+    /// the one that failed) stay kept.
+    async fn write(&mut self, writer: &mut OwnedWriteHalf) -> bool {
+        while let Some(record) = self.records.pop_front() {
+            let message = ProxyMessage::SubmitRecord { record };
+            if write_frame(writer, &message).await.is_err() {
+                if let ProxyMessage::SubmitRecord { record } = message {
+                    self.records.push_front(record);
+                }
+                return false;
+            }
+        }
+        self.all_sent();
+        true
+    }
+}
+
+fn refuse_while_disconnected(command: LinkCommand, draining: &mut bool, unsent: &mut Unsent) {
     match command {
         LinkCommand::Enqueue { events, .. } => {
             let _ = events.send(TicketEvent::LinkLost);
         }
-        // Dropping the reply senders answers `None`; a flush answers
-        // `false` at once, and records stay in `unsent`.
+        // Dropping the reply senders answers `None`.
         LinkCommand::HeadersReceived { .. }
         | LinkCommand::Arrive { .. }
         | LinkCommand::QueryRecords { .. }
-        | LinkCommand::QueryMetrics { .. }
-        | LinkCommand::Flush { .. } => {}
+        | LinkCommand::QueryMetrics { .. } => {}
+        LinkCommand::Flush { reply } => unsent.flushes.push(reply),
         LinkCommand::SetDraining(value) => *draining = value,
         // The ticket died with the old connection; the record is kept.
         LinkCommand::SubmitRecord(record) | LinkCommand::Finish { record, .. } => {
-            keep_unsent(unsent, record)
+            unsent.keep(record)
         }
     }
 }
@@ -136,7 +189,7 @@ async fn serve(
     commands: &mut mpsc::UnboundedReceiver<LinkCommand>,
     state: &watch::Sender<LinkState>,
     draining: &mut bool,
-    unsent: &mut VecDeque<Box<SubmittedRecord>>,
+    unsent: &mut Unsent,
 ) -> Ended {
     let (reader, mut writer) = stream.into_split();
     let mut reader = FrameReader::new(reader);
@@ -179,6 +232,24 @@ async fn serve(
                 );
             }
             state.send_modify(|state| state.mismatch = Some(mismatch));
+            // Other settings, same build: the supervisor still takes this proxy's records on
+            // the refused connection (a record does not depend on the settings; another
+            // build's encoding might differ, so a version mismatch keeps them). They are
+            // kept for a supervisor that matches (it is usually the next to answer, and
+            // then they are in its `/requests`) unless this proxy is exiting or holds many.
+            let hand_over = !unsent.flushes.is_empty() || unsent.records.len() >= HAND_OVER_AT;
+            if mismatch == Mismatch::Config && hand_over {
+                let count = unsent.records.len();
+                if unsent.write(&mut writer).await {
+                    let _ = writer.shutdown().await;
+                    if count > 0 {
+                        tracing::info!(
+                            records = count,
+                            "handed this proxy's accounting records to the supervisor despite the mismatch"
+                        );
+                    }
+                }
+            }
             return Ended::Mismatch;
         }
         Ok(Ok(Some(other))) => {
@@ -195,15 +266,10 @@ async fn serve(
     {
         return Ended::Lost;
     }
-    while let Some(record) = unsent.pop_front() {
-        let message = ProxyMessage::SubmitRecord { record };
-        if write_frame(&mut writer, &message).await.is_err() {
-            if let ProxyMessage::SubmitRecord { record } = message {
-                unsent.push_front(record);
-            }
-            return Ended::Lost;
-        }
+    if !unsent.write(&mut writer).await {
+        return Ended::Lost;
     }
+    unsent.publish(state);
 
     let (lookups_tx, mut lookups) = mpsc::unbounded_channel();
     let mut session = Session {
@@ -253,7 +319,7 @@ async fn serve(
                     if let Err(err) = session.writer.write_all(&batch.out).await {
                         tracing::warn!(error = %err, "writing to the supervisor failed");
                         for record in batch.records {
-                            keep_unsent(unsent, record);
+                            unsent.keep(record);
                         }
                         break Ended::Lost;
                     }

@@ -51,6 +51,10 @@ pub struct LinkState {
     /// saying hello (with backoff) until one with the same answers, and
     /// requests get 503 naming the mismatch meanwhile.
     pub mismatch: Option<Mismatch>,
+    /// Records finished here and not yet handed to a supervisor (kept while
+    /// it is unreachable; a supervisor with other settings still takes
+    /// them).
+    pub unsent_records: usize,
 }
 
 /// Why the supervisor that answers is not this proxy's.

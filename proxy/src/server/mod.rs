@@ -283,7 +283,10 @@ pub async fn run(
     // The last requests' records are still on their way to the supervisor,
     // which keeps them for the next proxy.
     if !link.flush(RECORD_FLUSH_LIMIT).await {
-        tracing::warn!("could not hand every accounting record to the supervisor before exiting");
+        tracing::warn!(
+            records = link.state().unsent_records,
+            "could not hand every accounting record to the supervisor before exiting; they are lost"
+        );
     }
     Ok(())
 }

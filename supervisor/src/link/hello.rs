@@ -59,14 +59,24 @@ pub(super) fn hello(
     Ok(pid)
 }
 
-/// The whole hello exchange of one connection: the proxy's pid and its
-/// frame reader once it is welcomed; `None` when the connection is over
-/// (refused, closed, or silent for [`HELLO_TIMEOUT`]).
+/// How a hello ended.
+pub(super) enum Greeted {
+    /// Welcomed: the proxy's pid and its frame reader.
+    Welcome(u32, FrameReader<OwnedReadHalf>),
+    /// Refused for its settings alone (the same build, another config): the
+    /// connection stays open for that proxy's records, which do not depend
+    /// on the settings, so requests it answered during the mismatch are not
+    /// lost. Nothing else is taken from it.
+    RecordsOnly(FrameReader<OwnedReadHalf>),
+}
+
+/// The whole hello exchange of one connection; `None` when the connection
+/// is over (refused, closed, or silent for [`HELLO_TIMEOUT`]).
 pub(super) async fn greet(
     reader: OwnedReadHalf,
     writer: &mut OwnedWriteHalf,
     shared: &LinkShared,
-) -> Option<(u32, FrameReader<OwnedReadHalf>)> {
+) -> Option<Greeted> {
     if !sockets::peer_is_allowed(reader.as_ref()) {
         shared.refused(&RefuseReason::WrongUser);
         let _ = write_frame(writer, &SupervisorMessage::from(RefuseReason::WrongUser)).await;
@@ -91,8 +101,11 @@ pub(super) async fn greet(
         Ok(pid) => pid,
         Err(reason) => {
             shared.refused(&reason);
-            let _ = write_frame(writer, &SupervisorMessage::from(reason)).await;
-            return None;
+            let records_only = reason == RefuseReason::Fingerprint;
+            write_frame(writer, &SupervisorMessage::from(reason))
+                .await
+                .ok()?;
+            return records_only.then_some(Greeted::RecordsOnly(reader));
         }
     };
     let welcome = SupervisorMessage::Welcome {
@@ -101,5 +114,31 @@ pub(super) async fn greet(
         supervisor_pid: std::process::id(),
     };
     write_frame(writer, &welcome).await.ok()?;
-    Some((pid, reader))
+    Some(Greeted::Welcome(pid, reader))
+}
+
+/// The records of a proxy refused for its settings ([`Greeted::RecordsOnly`]):
+/// each `SubmitRecord` is stored; anything else, the end of the connection,
+/// or [`HELLO_TIMEOUT`] without a frame ends it.
+pub(super) async fn take_records(mut reader: FrameReader<OwnedReadHalf>, shared: &LinkShared) {
+    let mut taken = 0usize;
+    loop {
+        match tokio::time::timeout(HELLO_TIMEOUT, reader.next::<ProxyMessage>()).await {
+            Ok(Ok(Some(ProxyMessage::SubmitRecord { record }))) => {
+                shared.store(*record);
+                taken += 1;
+            }
+            Ok(Ok(Some(_))) => {
+                tracing::debug!("a proxy with other settings sent more than records; closed");
+                break;
+            }
+            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => break,
+        }
+    }
+    if taken > 0 {
+        tracing::info!(
+            records = taken,
+            "stored the records of a proxy with other settings"
+        );
+    }
 }

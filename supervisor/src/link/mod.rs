@@ -135,8 +135,14 @@ async fn handle_connection(
     hello_slot: Option<HelloSlot>,
 ) {
     let (reader, mut writer) = stream.into_split();
-    let Some((pid, mut reader)) = hello::greet(reader, &mut writer, &shared).await else {
-        return;
+    let (pid, mut reader) = match hello::greet(reader, &mut writer, &shared).await {
+        Some(hello::Greeted::Welcome(pid, reader)) => (pid, reader),
+        // Still counted among the connections without a welcome (its slot is held).
+        Some(hello::Greeted::RecordsOnly(reader)) => {
+            hello::take_records(reader, &shared).await;
+            return;
+        }
+        None => return,
     };
     drop(hello_slot);
     let (events, events_rx) = mpsc::unbounded_channel();

@@ -361,15 +361,56 @@ async fn a_different_protocol_version_is_refused_naming_both_versions() {
 }
 
 /// A proxy started with another config: refused (the version check passed,
-/// so it is the fingerprint message), closed, unknown to the engine.
+/// so it is the fingerprint message) and unknown to the engine; but its
+/// records, which do not depend on the settings, are still stored from that
+/// connection. Anything else ends it.
 #[tokio::test]
-async fn a_different_config_fingerprint_is_refused() {
+async fn a_different_config_fingerprint_is_refused_but_its_records_are_kept() {
     let (engine, mut commands) = EngineHandle::detached();
-    let (mut proxy, task) = start(engine, shared(8));
+    let shared = shared(8);
+    let (mut proxy, task) = start(engine, shared.clone());
     proxy
         .send(&hello_frame(PROTOCOL_VERSION, FINGERPRINT ^ 1))
         .await;
     assert_eq!(proxy.recv().await, RefuseReason::Fingerprint.into());
+    for id in ["proxy-1-2-1", "proxy-1-2-2"] {
+        proxy
+            .send(&ProxyMessage::SubmitRecord {
+                record: Box::new(submitted(0, id)),
+            })
+            .await;
+    }
+    // A ticket is not taken from it: the connection ends.
+    proxy
+        .send(&ProxyMessage::SetDraining { draining: true })
+        .await;
+    proxy.expect_closed().await;
+    ended(task).await;
+    engine_heard_nothing(&mut commands);
+    let page = shared.accounting.page(Some(0), 10);
+    let ids: Vec<String> = page
+        .records
+        .iter()
+        .map(|text| {
+            serde_json::from_str::<serde_json::Value>(text).unwrap()["request_id"].to_string()
+        })
+        .collect();
+    assert_eq!(ids, ["\"proxy-1-2-1\"", "\"proxy-1-2-2\""]);
+}
+
+/// A proxy of another protocol version is refused and closed at once: its
+/// records' encoding may differ.
+#[tokio::test]
+async fn another_protocol_version_is_closed_at_once() {
+    let (engine, mut commands) = EngineHandle::detached();
+    let (mut proxy, task) = start(engine, shared(8));
+    proxy
+        .send(&hello_frame(PROTOCOL_VERSION + 1, FINGERPRINT))
+        .await;
+    assert!(matches!(
+        proxy.recv().await,
+        SupervisorMessage::Refused { .. }
+    ));
     proxy.expect_closed().await;
     ended(task).await;
     engine_heard_nothing(&mut commands);
