@@ -127,6 +127,12 @@ impl Supervisor {
         self.start_next();
     }
 
+    /// After the current process exited (a test killed it through [`daemon`](Self::daemon)):
+    /// a new supervisor on the same config, waited for until it serves.
+    pub fn start_again(&mut self) {
+        self.start_next();
+    }
+
     /// After the current process exited: a new supervisor on the same config, kept as the
     /// current one (the old one's output stays in the test directory), waited for until it
     /// serves.

@@ -507,6 +507,9 @@ pub enum BackendState {
     Unresponsive,
     /// No backend runs, and a failed start's cooldown does.
     Cooling,
+    /// Only the proxy says this (`/health`): it cannot reach its supervisor
+    /// (or that one has other settings), so it does not know.
+    Unknown,
 }
 
 impl BackendState {
@@ -517,6 +520,7 @@ impl BackendState {
             BackendState::Idle => "idle",
             BackendState::Unresponsive => "unresponsive",
             BackendState::Cooling => "cooling",
+            BackendState::Unknown => "unknown",
         }
     }
 }

@@ -56,6 +56,12 @@ pub struct Dispatched<B = UpstreamBody> {
     pub deadline: Option<Instant>,
 }
 
+/// How long a request that arrives while a starting proxy first tries to
+/// reach its supervisor waits for that try (a hello takes milliseconds; an
+/// unreachable socket fails at once; this bounds a supervisor that accepts
+/// and does not answer).
+const FIRST_ATTEMPT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Enqueues the request's ticket for `model` and takes the supervisor's
 /// first answer, which numbers the request and may already be the grant.
 pub async fn enqueue(
@@ -64,6 +70,7 @@ pub async fn enqueue(
     chat: &ChatRequest,
     trace: &mut Trace,
 ) -> Result<(TicketEvents, Option<Grant>), ChatError> {
+    app.link.first_attempt(FIRST_ATTEMPT_WAIT).await;
     let view = app.link.routing_view();
     if !view.connected {
         trace.numbered(None);

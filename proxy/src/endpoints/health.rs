@@ -47,10 +47,29 @@ pub fn health(app: &App) -> hyper::Response<ProxyBody> {
         routing: router.map(|r| r.routing),
         loaded_model: router.and_then(|r| r.loaded.clone()),
         draining: router.map(|r| r.draining),
-        backend_state: backend.map(|backend| backend.state),
+        // What the supervisor last said is not repeated once it cannot be reached: the
+        // backend may have died with it.
+        backend_state: if state.connected {
+            backend.map(|backend| backend.state)
+        } else {
+            Some(BackendState::Unknown)
+        },
         last_good_probe_age_ms: backend
+            .filter(|_| state.connected)
             .and_then(|backend| backend.last_good_probe_age_ms(now_unix_ms)),
-        cause: backend.and_then(|backend| backend.cause.clone()),
+        cause: match supervisor {
+            LinkStatus::Connected => backend.and_then(|backend| backend.cause.clone()),
+            LinkStatus::Disconnected if !state.first_attempt_done => {
+                Some("connecting to the supervisor".to_owned())
+            }
+            LinkStatus::Disconnected => Some("the supervisor cannot be reached".to_owned()),
+            LinkStatus::ConfigMismatch => Some(
+                "the supervisor runs with other settings (a config change half applied)".to_owned(),
+            ),
+            LinkStatus::VersionMismatch => {
+                Some("the supervisor is another build (an upgrade half done)".to_owned())
+            }
+        },
     };
     json_response(code, &body)
 }

@@ -61,6 +61,7 @@ pub(super) async fn run(
                 )
                 .await;
                 unsent.publish(&state);
+                attempted(&state);
                 match ended {
                     Ended::Stop => return,
                     Ended::Lost => {
@@ -75,6 +76,7 @@ pub(super) async fn run(
             }
             Err(err) => {
                 tracing::debug!(socket = %socket.display(), error = %err, "supervisor not reachable");
+                attempted(&state);
                 // Nobody to hand the records to: a flush that waited for this try says so.
                 unsent.flushes.clear();
             }
@@ -103,6 +105,11 @@ pub(super) async fn run(
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }
+}
+
+/// The first try to reach a supervisor is over (whatever its outcome).
+fn attempted(state: &watch::Sender<LinkState>) {
+    state.send_if_modified(|state| !std::mem::replace(&mut state.first_attempt_done, true));
 }
 
 /// Records kept for the supervisor while it is unreachable; beyond this
@@ -231,7 +238,10 @@ async fn serve(
                      saying hello again until one with the same answers"
                 );
             }
-            state.send_modify(|state| state.mismatch = Some(mismatch));
+            state.send_modify(|state| {
+                state.mismatch = Some(mismatch);
+                state.first_attempt_done = true;
+            });
             // Other settings, same build: the supervisor still takes this proxy's records on
             // the refused connection (a record does not depend on the settings; another
             // build's encoding might differ, so a version mismatch keeps them). They are
@@ -466,6 +476,7 @@ impl Session {
                     state.router = Some(router);
                     state.router_at = Some(std::time::Instant::now());
                     state.connected = true;
+                    state.first_attempt_done = true;
                 });
             }
             SupervisorMessage::Queued { ticket, arrival } => {

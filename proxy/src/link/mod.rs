@@ -51,6 +51,11 @@ pub struct LinkState {
     /// saying hello (with backoff) until one with the same answers, and
     /// requests get 503 naming the mismatch meanwhile.
     pub mismatch: Option<Mismatch>,
+    /// The first try to reach a supervisor is over (it was reached, refused
+    /// or found unreachable). Until then a chat request waits for it rather
+    /// than being refused: a proxy that just started has usually not said
+    /// hello yet.
+    pub first_attempt_done: bool,
     /// Records finished here and not yet handed to a supervisor (kept while
     /// it is unreachable; a supervisor with other settings still takes
     /// them).
@@ -220,6 +225,14 @@ impl SupervisorLink {
                 .as_ref()
                 .and_then(|router| router.loaded.clone()),
         }
+    }
+
+    /// Waits (at most `limit`) until the first try to reach a supervisor is
+    /// over, so a request that arrives while a starting proxy says hello is
+    /// routed instead of refused.
+    pub async fn first_attempt(&self, limit: std::time::Duration) {
+        let mut state = self.shared.state.clone();
+        let _ = tokio::time::timeout(limit, state.wait_for(|state| state.first_attempt_done)).await;
     }
 
     /// Queues a ticket for `model` in the supervisor. `body` is what the
@@ -474,6 +487,7 @@ impl DetachedSupervisor {
     pub(crate) fn connect(&self, instance_id: &str) {
         self.state.send_modify(|state| {
             state.connected = true;
+            state.first_attempt_done = true;
             state.instance_id = Some(instance_id.to_owned());
         });
     }

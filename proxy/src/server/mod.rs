@@ -46,8 +46,9 @@ use memory::ConnectionGauge;
 /// this long is dropped.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How long a starting proxy waits for its supervisor before it takes
-/// connections anyway.
+/// How long a starting proxy waits for its first try to reach the
+/// supervisor before it tells systemd it is ready anyway (it serves from the
+/// start either way).
 const STARTUP_LINK_WAIT: Duration = Duration::from_secs(10);
 
 /// How long an exiting proxy waits to hand its last records over.
@@ -111,6 +112,14 @@ async fn accept_after(
     listener.accept().await
 }
 
+/// READY=1 for systemd, once: the first try to reach the supervisor is over.
+fn notify_ready(unreachable: bool) {
+    if unreachable {
+        tracing::warn!("the supervisor is not reachable yet; serving anyway");
+    }
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+}
+
 /// Sleeps until `at`; never returns for `None`.
 async fn sleep_until_some(at: Option<Instant>) {
     match at {
@@ -153,38 +162,16 @@ pub async fn run(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
-    // Reach the supervisor before taking connections: after an upgrade the
-    // backlog holds requests that waited for this proxy, and answering them
-    // 503 because the hello has not finished yet would drop them. Bounded,
-    // so a proxy whose supervisor is down still serves /health (503).
-    let reached = tokio::time::timeout(STARTUP_LINK_WAIT, async {
-        loop {
-            {
-                let state = link_state.borrow_and_update();
-                if let Some(reason) = state.refused.clone() {
-                    return Err(RunError::Refused(reason));
-                }
-                // A supervisor with other settings or another build: serve
-                // (503 naming the mismatch) while the link waits for one
-                // that matches, so a restart order never takes this proxy
-                // down.
-                if state.connected || state.mismatch.is_some() {
-                    return Ok(());
-                }
-            }
-            if link_state.changed().await.is_err() {
-                return Ok(());
-            }
-        }
-    })
-    .await;
-    match reached {
-        Ok(Err(refused)) => return Err(refused),
-        Ok(Ok(())) => {}
-        Err(_) => tracing::warn!("the supervisor is not reachable yet; serving anyway"),
-    }
+    // Serve at once, whatever the supervisor does: /health/live, /health (503 naming the
+    // cause) and chat answers (503 with a request ID and a record) from the moment the
+    // proxy listens. A chat request that arrives while this proxy says its first hello waits
+    // for that (bounded; see `chat::admit`), so the backlog an upgrade leaves is routed, not
+    // refused. systemd hears READY=1 once that first try is over (or after
+    // STARTUP_LINK_WAIT), as before.
     tracing::info!(listen = %config.listen, "proxy serving");
-    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+    let mut ready_sent = false;
+    let ready_deadline = tokio::time::sleep(STARTUP_LINK_WAIT);
+    tokio::pin!(ready_deadline);
 
     // After a failed accept the accept branch waits until the backoff allows the next try,
     // inside its own future, so the signal and link branches are served meanwhile.
@@ -236,11 +223,28 @@ pub async fn run(
                 }
             }
             changed = link_state.changed() => {
-                if changed.is_ok()
-                    && let Some(reason) = link_state.borrow().refused.clone()
-                {
+                if changed.is_err() {
+                    continue;
+                }
+                let (refused, attempted, unreachable) = {
+                    let state = link_state.borrow();
+                    (
+                        state.refused.clone(),
+                        state.first_attempt_done,
+                        !state.connected && state.mismatch.is_none(),
+                    )
+                };
+                if let Some(reason) = refused {
                     return Err(RunError::Refused(reason));
                 }
+                if attempted && !ready_sent {
+                    ready_sent = true;
+                    notify_ready(unreachable);
+                }
+            }
+            () = &mut ready_deadline, if !ready_sent => {
+                ready_sent = true;
+                notify_ready(true);
             }
         }
     }
