@@ -47,11 +47,11 @@ pub enum ChatError {
     // The request itself (`invalid_request`).
     /// The body is over `max_request_body_bytes`.
     BodyTooLarge,
-    /// The body's framing is invalid (a bad chunk size line, say).
+    /// The body's framing is invalid (a bad chunk size line, say), or it
+    /// ended before its length: a client that half-closed mid-upload reads
+    /// this 400, and one that left entirely cannot be told from it (the
+    /// answer is written either way, and the record says what was answered).
     BodyUnreadable,
-    /// The client went away mid-upload; the answer is for form's sake and
-    /// the record keeps status null.
-    BodyAbandoned,
     InvalidJson,
     NotAnObject,
     ModelMissing,
@@ -206,9 +206,6 @@ impl ChatError {
                 "request body exceeds max_request_body_bytes"),
             BodyUnreadable => row(
                 S::BAD_REQUEST, invalid, "incomplete_body", R::InvalidRequest,
-                "the request body could not be read"),
-            BodyAbandoned => row(
-                S::BAD_REQUEST, invalid, "incomplete_body", R::ClientDisconnect,
                 "the request body could not be read"),
             InvalidJson => row(
                 S::BAD_REQUEST, invalid, "invalid_json", R::InvalidRequest,
@@ -418,7 +415,6 @@ mod tests {
         let all = vec![
             BodyTooLarge,
             BodyUnreadable,
-            BodyAbandoned,
             InvalidJson,
             NotAnObject,
             ModelMissing,
@@ -455,7 +451,6 @@ mod tests {
             match error {
                 BodyTooLarge
                 | BodyUnreadable
-                | BodyAbandoned
                 | InvalidJson
                 | NotAnObject
                 | ModelMissing
@@ -544,16 +539,14 @@ mod tests {
             );
             assert_eq!(reply.should_retry, cooling.then_some(false), "{error:?}");
             // The request's own faults are the client's, in status and type,
-            // and its record's reason (one the client abandoned aside).
+            // and its record's reason.
             let client_fault = reply.kind == "invalid_request_error";
             assert_eq!(
                 client_fault,
                 matches!(reply.status.as_u16(), 400 | 404 | 413),
                 "{error:?}"
             );
-            if error != ChatError::BodyAbandoned {
-                assert_eq!(client_fault, reason == Reason::InvalidRequest, "{error:?}");
-            }
+            assert_eq!(client_fault, reason == Reason::InvalidRequest, "{error:?}");
             if let ChatError::UpstreamStatus { status, kind } = error {
                 assert_eq!((reply.status, reply.kind), (status, kind));
             } else {
@@ -597,12 +590,12 @@ mod tests {
             )
         );
         assert_eq!(
-            row(ChatError::BodyAbandoned),
+            row(ChatError::BodyUnreadable),
             (
                 400,
                 invalid,
                 "incomplete_body",
-                Reason::ClientDisconnect,
+                Reason::InvalidRequest,
                 None,
                 None
             )

@@ -107,7 +107,7 @@ async fn route(
                 ChatError::BodyTooLarge
             }
             BodyError::Malformed => ChatError::BodyUnreadable,
-            BodyError::Client => ChatError::BodyAbandoned,
+            BodyError::Client => ChatError::BodyUnreadable,
         })?;
 
     let chat = request::parse(body)?;

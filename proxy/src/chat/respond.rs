@@ -48,8 +48,6 @@ impl StrataHeaders {
 
 /// Answers with a router-made error and finishes the trace.
 pub fn reject(mut trace: Trace, headers: &StrataHeaders, error: ChatError) -> Response<ProxyBody> {
-    // A client that went away mid-upload reads no answer (it is sent for
-    // form's sake), so its record keeps status null.
     // A failed or cooling start says why (the supervisor's generic cause).
     let start = trace.start_failure.take().filter(|_| {
         matches!(
@@ -57,10 +55,8 @@ pub fn reject(mut trace: Trace, headers: &StrataHeaders, error: ChatError) -> Re
             ChatError::LoadFailed { .. } | ChatError::Cooldown { .. }
         )
     });
-    if error != ChatError::BodyAbandoned {
-        trace.status = Some(error.status().as_u16());
-        trace.router_body_bytes = error.reply().body_with(start.as_ref()).len() as u64;
-    }
+    trace.status = Some(error.status().as_u16());
+    trace.router_body_bytes = error.reply().body_with(start.as_ref()).len() as u64;
     let mut response = error.reply().into_response_with(start.as_ref());
     headers.apply(response.headers_mut());
     trace.finish(error.reason());
