@@ -1027,11 +1027,21 @@ def main(argv=None):
         )
         log.event("grandchild", child_pid=child.pid)
 
+    def die_loading():
+        """Strata installs its SIGTERM handler only once it serves: a stop signal while the
+        engine loads ends the server by that signal (its engine then sees EOF)."""
+        log.event("stop", signal=signals.stop_signal, loading=True)
+        signum = getattr(signal, signals.stop_signal)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        time.sleep(5)
+        finish(log, 1, reason="the stop signal did not end the process")
+
     # The load is the engine's: the HTTP port stays closed until it says READY.
     proc = engine.start()
     while not proc.ready.wait(0.01):
         if poll_signals():
-            stop_now()
+            die_loading()
         if proc.ended.is_set() and not proc.ready.is_set():
             code = proc.exit_code()
             if start["start_failure"] == "exit":
