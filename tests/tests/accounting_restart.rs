@@ -1,7 +1,9 @@
 //! A proxy restart during traffic (issue 5, item 9). The old proxy gets SIGTERM while several
 //! streams are in flight: it closes its listener and drains them. A new proxy starts as soon
-//! as the listener is free and serves new requests while the old one is still draining. The
-//! supervisor owns the accounting, so afterwards:
+//! as the listener is free and takes new requests while the old one is still draining (it
+//! answers one itself at once; the ones for the backend wait there, as Strata generates one at
+//! a time, and are served after the old streams). The supervisor owns the accounting, so
+//! afterwards:
 //!
 //! - `/requests`, now served by the new proxy, has the old proxy's last records;
 //! - `instance_id` is unchanged and a cursor taken before the restart continues without a gap;
@@ -19,11 +21,13 @@ use strata_e2e::accounting::{
 };
 use strata_e2e::http::{self, Frame};
 use strata_e2e::stack::{Stack, proxy_command};
-use strata_e2e::{ConfigBuilder, DEADLINE, Daemon, ModelSpec, poll_until};
+use strata_e2e::{ConfigBuilder, DEADLINE, Daemon, ModelSpec, poll_for, poll_until};
 use strata_protocol::api::Metrics;
 
 const A: &str = "flash-a";
-const IN_FLIGHT: usize = 4;
+const IN_FLIGHT: usize = 3;
+/// Tokens of each old stream, 50 ms apart.
+const SLOW_TOKENS: u64 = 40;
 
 /// Waits until every request in `ids` has its record; on timeout names the missing ones and
 /// which proxy served them.
@@ -81,14 +85,17 @@ fn proxy_restart_during_traffic_keeps_records_cursors_and_one_writer() {
     let cursor = before.next_seq();
     assert_eq!(cursor, 2);
 
-    // Slow streams through the old proxy (5 s each, ample time for the new proxy to start and
-    // serve while the old one drains), each past its first content delta.
-    let slow = json!({"tokens": 100, "token_delay_ms": 50});
+    // Slow streams through the old proxy (2 s each, one after the other in the backend: ample
+    // time for the new proxy to start and answer while the old one drains). The first is past
+    // its first content delta; the others have their head and role frame and wait for the
+    // engine.
+    let slow = json!({"tokens": SLOW_TOKENS, "token_delay_ms": 50});
     let mut streams: Vec<http::Stream> = (0..IN_FLIGHT)
         .map(|_| stack.open_chat(&chat_request(A, true, "x", slow.clone())))
         .collect();
-    for stream in &mut streams {
-        stream.frames_until(DEADLINE, "a content delta", content_delta);
+    streams[0].frames_until(DEADLINE, "a content delta", content_delta);
+    for stream in &mut streams[1..] {
+        stream.frames_until(DEADLINE, "the role frame", Frame::is_data);
     }
     let old_ids: Vec<String> = streams
         .iter()
@@ -125,22 +132,38 @@ fn proxy_restart_during_traffic_keeps_records_cursors_and_one_writer() {
     );
 
     // New requests while the old proxy still streams: numbers come from the one supervisor.
+    // One the new proxy answers itself (a body that is not an object) ...
+    let rejected = http::request(addr, "POST", http::CHAT_PATH, &[], b"[]");
+    rejected.expect_status(400);
+    ids.push(rejected.request_id().to_owned());
+    // ... and some for the backend, which wait there behind the old streams.
     let mut new_streams: Vec<http::Stream> = (0..2)
         .map(|_| stack.open_chat(&chat_request(A, true, "x", json!({"tokens": 3}))))
         .collect();
-    for _ in 0..2 {
-        let response = stack.chat(&chat_request(A, false, "x", Value::Null));
-        response.expect_status(200);
-        ids.push(response.header("x-strata-request-id").unwrap().to_owned());
-    }
-    // Records written by the old proxy's streams will come later; the cursor moves on now.
-    let during = page(addr, &format!("after={cursor}"));
+    let new_answers: Vec<_> = (0..2)
+        .map(|_| http::spawn_chat(addr, chat_request(A, false, "x", Value::Null)))
+        .collect();
+    // Records written by the old proxy's streams will come later; the cursor moves on now,
+    // with the new proxy's answer.
+    let during = poll_for(DEADLINE, "the new proxy's answer's record", || {
+        let during = page(addr, &format!("after={cursor}"));
+        during
+            .records
+            .iter()
+            .any(|record| record.request_id == rejected.request_id())
+            .then_some(during)
+    });
     assert_eq!(during.instance_id(), instance);
     assert_eq!(during.dropped(), 0);
     assert!(
         stack.proxy().is_running(),
         "the two proxies overlapped: the old one still drains"
     );
+    for answer in new_answers {
+        let response = answer.join().expect("a new proxy's request");
+        response.expect_status(200);
+        ids.push(response.header("x-strata-request-id").unwrap().to_owned());
+    }
     for stream in &mut new_streams {
         let frames = stream.remaining_frames(DEADLINE);
         assert!(frames.last().is_some_and(Frame::is_done), "{frames:#?}");
@@ -174,7 +197,7 @@ fn proxy_restart_during_traffic_keeps_records_cursors_and_one_writer() {
         assert_fields(
             rec,
             json!({"reason": "completed", "success": true, "stream": true,
-                   "completion_tokens": 100}),
+                   "completion_tokens": SLOW_TOKENS}),
         );
     }
 

@@ -184,7 +184,7 @@ fn restart_fails_the_lease_on_the_wedged_backend_and_loads_it_again() {
         A,
         true,
         "held",
-        json!({"tokens": 2, "token_delay_ms": 60_000, "keepalive_ms": 1000}),
+        json!({"tokens": 2, "token_delay_ms": 60_000}),
     ));
     let id = stream.header("x-strata-request-id").unwrap().to_owned();
     stream.frames_until(DEADLINE, "the first data frame", Frame::is_data);

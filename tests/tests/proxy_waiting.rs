@@ -482,9 +482,9 @@ fn legacy_delivers_what_the_backend_sent_before_dying() {
 }
 
 /// Keep-alive comments also flow while a stream is queued behind another model and while a
-/// generation pauses: a 6 s gap between deltas of A (the fake's own comments are set to come
-/// later than that) gets a comment from the router at a frame boundary, and B, queued behind A
-/// meanwhile, gets comments before its first data frame.
+/// generation pauses: a 6 s gap between deltas of A (the fake's own comments, its engine's
+/// heartbeat, come only after 10 s) gets a comment from the router at a frame boundary, and B,
+/// queued behind A meanwhile, gets comments before its first data frame.
 #[test]
 fn keepalive_comments_while_queued_and_while_generating() {
     let config = ConfigBuilder::new("ka-gen")
@@ -494,7 +494,7 @@ fn keepalive_comments_while_queued_and_while_generating() {
         .build();
     let stack = Stack::start(config);
     let mut body = chat_body(A, true);
-    body["fake"] = json!({"tokens": 1, "token_delay_ms": 6000, "keepalive_ms": 60000});
+    body["fake"] = json!({"tokens": 1, "token_delay_ms": 6000});
     let mut holder = stack.open_chat(&body);
     holder.frames_until(DEADLINE, "A's role frame", Frame::is_data);
     let mut queued = stack.open_chat(&chat_body(B, true));

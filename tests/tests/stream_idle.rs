@@ -3,8 +3,9 @@
 //! 504, code `timeout`), or a real 504 while a wait-first head is still held; either way
 //! the record says `reason: "timeout"` and the lease is free for the next request at once.
 //! The backend's own keep-alive comments count as bytes; a non-streaming answer, silent
-//! until it is whole, is not bounded by it. The stalls are the fake's `token_delay_ms`
-//! (with its `keepalive_ms` longer) and `header_delay_ms`.
+//! until it is whole, is not bounded by it. The stalls are the fake's `token_delay_ms` (its
+//! engine's heartbeat comes only after 10 s of silence, as Strata's) and `header_delay_ms`;
+//! the comments are its prompt-progress lines (`prefill_ms`, `prompt_progress`).
 
 use std::time::{Duration, Instant};
 
@@ -53,7 +54,7 @@ fn a_stream_that_goes_silent_ends_at_stream_idle_ms_with_its_record() {
     let mut stream = stack.open_chat(&body(
         "stall",
         true,
-        json!({"tokens": 2, "token_delay_ms": 30_000, "keepalive_ms": 60_000}),
+        json!({"tokens": 2, "token_delay_ms": 30_000}),
     ));
     assert_eq!(stream.status, 200);
     let id = stream.header("x-strata-request-id").unwrap().to_owned();
@@ -104,11 +105,12 @@ fn a_backend_silent_before_its_headers_gets_a_real_504() {
 #[test]
 fn backend_comments_keep_a_slow_stream_alive_and_non_streams_are_not_bounded() {
     let stack = stack("idle-alive");
-    // 2.5 s between tokens, a backend comment every 0.5 s: never 1.5 s without a byte.
+    // A 2.5 s prompt read reported in 5 progress lines, each a backend comment (one every
+    // 0.5 s): never 1.5 s without a byte.
     let slow = stack.chat(&body(
         "slow",
         true,
-        json!({"tokens": 2, "token_delay_ms": 2500, "keepalive_ms": 500}),
+        json!({"tokens": 2, "prefill_ms": 2500, "prompt_progress": 5}),
     ));
     assert_eq!(slow.status, 200, "{slow}");
     assert!(slow.frames().last().is_some_and(Frame::is_done), "{slow}");

@@ -557,7 +557,10 @@ fn cache_lookup_fallbacks_keep_arrival_order() {
 }
 
 /// A busy backend (409: another generation runs) falls back too: two slots, one taken by a long
-/// generation, so every lookup finds the engine busy.
+/// generation, so the lookup when the other slot frees finds the engine busy. (The backend
+/// generates one request at a time, as Strata: the long one then ends so that the rest can be
+/// served; c10 takes 1.5 s, so the lookup when the long one's slot frees finds it busy too, and
+/// c90 and c50 are dispatched one at a time.)
 #[test]
 fn a_busy_backend_falls_back_to_arrival_order() {
     let stack = Stack::start(
@@ -573,17 +576,23 @@ fn a_busy_backend_falls_back_to_arrival_order() {
     let long = stack.hold(A, "long");
     let short = stack.hold(A, "short");
     let mut handles = Vec::new();
-    for (tag, cached) in [("c10", 200), ("c90", 1800), ("c50", 1000)] {
-        let extra = json!({"prompt_tokens": 2000, "cached_tokens": cached});
+    for (tag, cached, delay_ms) in [("c10", 200, 300), ("c90", 1800, 0), ("c50", 1000, 0)] {
+        let extra =
+            json!({"prompt_tokens": 2000, "cached_tokens": cached, "token_delay_ms": delay_ms});
         handles.push(spawn_chat(stack.addr(), tagged(A, false, tag, extra)));
         let n = handles.len();
         poll_until(DEADLINE, format!("{tag} queued"), || stack.waiting() == n);
     }
     release(short);
+    poll_until(DEADLINE, "a lookup that found the backend busy", || {
+        log.events_named("cache_lookup")
+            .iter()
+            .any(|event| event["status"] == 409)
+    });
+    release(long);
     for handle in handles {
         ok(handle);
     }
-    release(long);
     assert_eq!(order(&log), ["long", "short", "c10", "c90", "c50"]);
     let statuses: Vec<u64> = log
         .events_named("cache_lookup")

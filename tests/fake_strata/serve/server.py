@@ -913,8 +913,10 @@ def port_problem(host, port):
         s.close()
 
 
-def write_ready_file(path, contents):
-    """Atomic: a temp file in the same directory, then rename over `path`."""
+def write_ready_file(path, contents, before_publish):
+    """Atomic: a temp file in the same directory, then rename over `path`. `before_publish`
+    runs just before the rename (the `ready` event is logged there, so whoever sees the file
+    finds the event, even if it kills the process at once)."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ready-", suffix=".tmp")
     try:
@@ -922,6 +924,7 @@ def write_ready_file(path, contents):
             f.write(json.dumps(contents))
             f.flush()
             os.fsync(f.fileno())
+        before_publish()
         os.rename(tmp, path)
     except BaseException:
         try:
@@ -1027,11 +1030,21 @@ def main(argv=None):
         )
         log.event("grandchild", child_pid=child.pid)
 
+    def die_loading():
+        """Strata installs its SIGTERM handler only once it serves: a stop signal while the
+        engine loads ends the server by that signal (its engine then sees EOF)."""
+        log.event("stop", signal=signals.stop_signal, loading=True)
+        signum = getattr(signal, signals.stop_signal)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        time.sleep(5)
+        finish(log, 1, reason="the stop signal did not end the process")
+
     # The load is the engine's: the HTTP port stays closed until it says READY.
     proc = engine.start()
     while not proc.ready.wait(0.01):
         if poll_signals():
-            stop_now()
+            die_loading()
         if proc.ended.is_set() and not proc.ready.is_set():
             code = proc.exit_code()
             if start["start_failure"] == "exit":
@@ -1063,9 +1076,13 @@ def main(argv=None):
         ready["pid"] = os.getpid() + 1000000
     elif failure == "wrong_port":
         ready["port"] = args.port + 1
+    def log_ready():
+        log.event("ready", ready_file=args.ready_file, contents=ready)
+
     if args.ready_file:
-        write_ready_file(args.ready_file, ready)
-    log.event("ready", ready_file=args.ready_file, contents=ready)
+        write_ready_file(args.ready_file, ready, log_ready)
+    else:
+        log_ready()
     url = "http://%s:%d" % (host, args.port)
     sys.stdout.write("ready: %s/v1  (OpenAI: %s/v1/chat/completions, context %d tokens)\n"
                      % (url, url, engine.ctx))
