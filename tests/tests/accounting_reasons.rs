@@ -21,8 +21,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use strata_e2e::accounting::{
-    Record, assert_all_schema, assert_fields, assert_schema, chat_request, page, wait_jsonl_within,
-    wait_record, wait_record_where, wait_records, with_request_log,
+    Record, assert_all_schema, assert_fields, assert_schema, by_request_id, chat_request, page,
+    wait_jsonl_within, wait_record, wait_record_where, wait_records, with_request_log,
 };
 use strata_e2e::http::{self, CHAT_PATH};
 use strata_e2e::stack::Stack;
@@ -661,25 +661,28 @@ fn shutdown_reason() {
         Some("error"),
         "{frames:#?}"
     );
-    let rec = wait_record(addr, &waiting_id);
-    assert_schema(&rec);
-    assert_fields(&rec, never_admitted());
-    assert_fields(
-        &rec,
-        json!({"reason": "shutdown", "status": 200, "stream": true}),
-    );
     let frames = active.remaining_frames(DEADLINE);
     let last = frames.last().unwrap();
     assert_eq!(last.event.as_deref(), Some("error"), "{frames:#?}");
     assert_eq!(last.error().code, "shutting_down");
-    let rec = wait_record(addr, &active_id);
-    assert_fields(&rec, json!({"reason": "shutdown", "status": 200}));
 
+    // A forced shutdown kills the backend at once, so the supervisor may be gone before
+    // `/requests` could be asked: the records are read from the file it wrote before exiting.
     let status = stack.supervisor().daemon().wait_exit(DEADLINE);
     assert!(status.success(), "{status}");
     let lines = wait_jsonl_within(&log, 3, Duration::from_secs(1));
-    let reasons: Vec<Reason> = lines.iter().map(|line| Record::new(line).reason).collect();
+    let records: Vec<Record> = lines.iter().map(|line| Record::new(line)).collect();
+    let reasons: Vec<Reason> = records.iter().map(|record| record.reason).collect();
     assert_eq!(reasons, [Reason::Shutdown; 3]);
+    let rec = by_request_id(&records, &waiting_id);
+    assert_schema(rec);
+    assert_fields(rec, never_admitted());
+    assert_fields(
+        rec,
+        json!({"reason": "shutdown", "status": 200, "stream": true}),
+    );
+    let rec = by_request_id(&records, &active_id);
+    assert_fields(rec, json!({"reason": "shutdown", "status": 200}));
     // The proxy lost its supervisor; stop it.
     stack.kill_proxy(Signal::SIGTERM);
     stack.wait_proxy_exit(DEADLINE);
