@@ -8,8 +8,9 @@
 //!   900 by default, before Strata binds HTTP;
 //! - a request body over `STRATA_MAX_BODY_MIB` MiB, 256 by default, gets 413
 //!   before it is read;
-//! - one generation runs at a time; a request queued behind it inside Strata
-//!   gets no byte until it starts (so `stream_idle_ms` would cut it).
+//! - one generation runs at a time; a stream queued behind it inside Strata
+//!   gets its headers and role frame, then no byte until it starts (so
+//!   `stream_idle_ms` would cut it).
 
 use std::time::Duration;
 
@@ -60,9 +61,9 @@ pub fn warnings(config: &Config) -> Vec<String> {
         warnings.push(format!(
             "stream_idle_ms {idle_ms} with max_pending {} and no cache_max_active: 1: up to {} \
              requests can be inside Strata at once, and Strata runs one generation at a time and \
-             sends nothing at all to a request queued behind another, so a healthy queued stream \
-             is cut as a timeout after {} s; set cache_max_active: 1 (requests then wait in the \
-             router, which keeps them alive) or stream_idle_ms: 0",
+             sends a request queued behind another nothing past its role frame, so a healthy \
+             queued stream is cut as a timeout after {} s; set cache_max_active: 1 (requests \
+             then wait in the router, which keeps them alive) or stream_idle_ms: 0",
             scheduling.max_pending,
             scheduling.max_pending,
             idle_ms / 1000
