@@ -12,8 +12,8 @@
 //! something else, in particular as soon as any load starts
 //! ([`Prefetch::load_starting`]), so it never competes with a load. When a
 //! load starts, the fraction of its weights already resident is measured
-//! on a short thread of its own, at normal priority, and kept for
-//! `/metrics`.
+//! (`residency.rs`, in bounded time) on a short thread of its own, at
+//! normal priority, and kept for `/metrics`.
 //!
 //! Nothing here decides anything about scheduling, and nothing here can
 //! fail a request: every problem is a log line (once per model and cause,
@@ -21,6 +21,7 @@
 
 mod files;
 mod memory;
+mod residency;
 mod worker;
 
 use std::collections::{BTreeMap, HashSet};
@@ -153,20 +154,17 @@ impl Prefetch {
             .spawn(move || {
                 let found = files::expand(&source.paths());
                 found.warn_unusable(&model, &source, &said);
-                let total = found.total_bytes();
+                let measured = residency::measure(&found.files);
+                let (total, resident) = (measured.total, measured.resident);
                 if total == 0 {
                     return;
                 }
-                let resident: u64 = found
-                    .files
-                    .iter()
-                    .map(|file| worker::resident_of(&file.path, file.len))
-                    .sum();
                 let fraction = resident as f64 / total as f64;
                 tracing::info!(
                     model,
                     bytes = total,
                     resident_percent = resident * 100 / total,
+                    estimated = !measured.exact,
                     "weights resident at load start"
                 );
                 counters.set_resident_at_load(&model, fraction);

@@ -20,7 +20,7 @@ use strata_os::page_cache;
 use strata_protocol::config::{PrefetchConfig, WeightsSource};
 
 use super::files::{self, Problem};
-use super::{Said, memory};
+use super::{Said, memory, residency};
 use crate::engine::Counters;
 
 /// Bytes read per step: small enough that a stop takes effect within one
@@ -130,13 +130,12 @@ impl Worker {
             }
             return;
         }
-        let resident: u64 = found
-            .files
-            .iter()
-            .map(|file| resident_of(&file.path, file.len))
-            .sum();
+        let measured = residency::measure(&found.files);
+        let resident = measured.resident;
         let left = total.saturating_sub(resident);
-        if left == 0 {
+        // An estimate of all resident may still miss a chunk: the loop
+        // below reads only the chunks that are not, so it runs anyway.
+        if left == 0 && measured.exact {
             tracing::debug!(model, bytes = total, "weights already resident");
             return;
         }
@@ -255,11 +254,4 @@ impl Worker {
         }
         false
     }
-}
-
-/// Resident bytes of the file at `path` (0 if it cannot be opened).
-pub(super) fn resident_of(path: &std::path::Path, len: u64) -> u64 {
-    File::open(path)
-        .and_then(|file| page_cache::resident_bytes(&file, 0, len))
-        .unwrap_or(0)
 }
