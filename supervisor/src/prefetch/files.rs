@@ -176,11 +176,21 @@ struct Walk {
     seen_directories: HashSet<(u64, u64)>,
     /// Directory entries examined so far.
     entries: usize,
+    /// The walk reached [`MAX_ENTRIES`] (and said where).
+    stopped: bool,
 }
 
 impl Walk {
     fn unusable(&mut self, path: &Path, problem: Problem) {
         self.found.unusable.push((path.to_path_buf(), problem));
+    }
+
+    /// The walk is over its bound of entries at `dir`: said the first time.
+    fn stop_at(&mut self, dir: &Path) {
+        if !self.stopped {
+            self.stopped = true;
+            self.unusable(dir, Problem::TooManyEntries);
+        }
     }
 
     /// Adds a regular file, once, if it can be opened for reading.
@@ -247,7 +257,11 @@ impl Walk {
         level: usize,
         pending: &mut Vec<(PathBuf, usize)>,
     ) {
-        if self.entries >= MAX_ENTRIES || !self.seen_directories.insert((meta.dev(), meta.ino())) {
+        if !self.seen_directories.insert((meta.dev(), meta.ino())) {
+            return;
+        }
+        if self.entries >= MAX_ENTRIES {
+            self.stop_at(dir);
             return;
         }
         let entries = match fs::read_dir(dir) {
@@ -260,7 +274,7 @@ impl Walk {
         let mut paths = Vec::new();
         for entry in entries {
             if self.entries >= MAX_ENTRIES {
-                self.unusable(dir, Problem::TooManyEntries);
+                self.stop_at(dir);
                 break;
             }
             match entry {
@@ -337,7 +351,9 @@ mod tests {
     /// file on the 64th, and says once that the 65th is not read.
     #[test]
     fn a_directory_chain_2000_deep_is_read_to_the_depth_bound_and_said() {
-        let dir = TempDir::new("weights-deep");
+        // On a tmpfs where there is one: 2,000 nested mkdirs (and their
+        // removal) take seconds on a busy disk.
+        let dir = TempDir::fast("weights-deep");
         let mut path = dir.path().to_path_buf();
         let mut levels = Vec::new();
         for _ in 0..2000 {
@@ -358,32 +374,40 @@ mod tests {
         );
     }
 
-    /// A directory with more entries than the walk examines: it stops there
-    /// and says where.
+    /// The walk examines [`MAX_ENTRIES`] entries, then says once where it
+    /// stopped: at the next directory when the bound was reached exactly,
+    /// inside a directory that has more. Listed files are still read.
     #[test]
     fn the_walk_stops_after_max_entries_and_says_where() {
-        let dir = TempDir::new("weights-many");
+        let dir = TempDir::fast("weights-many"); // 10,000 files: a tmpfs if any
         let many = dir.path().join("many");
         fs::create_dir(&many).unwrap();
-        for index in 0..=MAX_ENTRIES {
+        for index in 0..MAX_ENTRIES - 1 {
             fs::File::create(many.join(index.to_string())).unwrap();
         }
-        let after = dir.write("z.bin", "z");
+        // The bound's last entry, sorted last: a directory, not read.
+        let last = many.join("z");
+        fs::create_dir(&last).unwrap();
+        fs::write(last.join("z.bin"), "z").unwrap();
+        let listed = dir.write("listed.bin", "l");
         let other = dir.path().join("other");
         fs::create_dir(&other).unwrap();
         fs::write(other.join("o.bin"), "o").unwrap();
 
-        let found = expand(&[many.clone(), after.clone(), other]);
+        let found = expand(&[many.clone(), listed.clone(), other.clone()]);
         assert_eq!(
             found.files.len(),
-            MAX_ENTRIES + 1,
-            "the entries read, and z.bin"
+            MAX_ENTRIES,
+            "many's files, and listed.bin"
         );
-        assert_eq!(
-            found.files.last().unwrap().path,
-            after,
-            "a listed file is still read"
-        );
+        assert_eq!(found.files.last().unwrap().path, listed);
+        assert_eq!(found.unusable, [(last, Problem::TooManyEntries)]);
+
+        // One entry more: the walk stops inside many (which entries it read
+        // first is the file system's order).
+        fs::File::create(many.join("one-more")).unwrap();
+        let found = expand(&[many.clone(), other]);
+        assert!(found.files.len() < MAX_ENTRIES, "{}", found.files.len());
         assert_eq!(found.unusable, [(many, Problem::TooManyEntries)]);
     }
 
