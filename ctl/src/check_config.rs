@@ -4,17 +4,19 @@
 //!
 //! Exit status 0 when the config is valid (models with a bad profile are
 //! shown with their status: they do not stop the daemons either; neither do
-//! the warnings, the config's own and those of `strata_limits`), 1 with
+//! the warnings, the config's own, those of `strata_limits` and the weights
+//! paths that cannot be used), 1 with
 //! `NAME: config error: PATH: MESSAGE` on stderr otherwise (NAME:
 //! `strata-router` or `strata-ctl`, the name this program runs under).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use strata_protocol::config::{
-    Config, ModelStatus, Readiness, ReadinessBasis, ReadinessChoice, ReadinessMode,
+    Config, ModelStatus, Readiness, ReadinessBasis, ReadinessChoice, ReadinessMode, WeightsSource,
 };
 
 #[derive(clap::Args)]
@@ -205,11 +207,62 @@ fn summary(path: &Path, config: &Config) -> String {
         .warnings
         .iter()
         .chain(&crate::strata_limits::warnings(config))
+        .chain(&weights_warnings(config))
     {
         lines.push(format!("warning: {warning}"));
     }
     lines.push(String::new());
     lines.join("\n")
+}
+
+/// One warning for each model's weights path that does not exist or cannot
+/// be read by this user (run it as the supervisor's): a file is opened, a
+/// directory read (its own entries, not the tree below: the supervisor's
+/// walk says what it meets there). A path from the profile is not named
+/// (profiles may hold secrets).
+fn weights_warnings(config: &Config) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for model in config.registry.models() {
+        let source = model.weights_source();
+        for path in source.paths() {
+            let Some(problem) = weights_path_problem(&path) else {
+                continue;
+            };
+            warnings.push(match &source {
+                WeightsSource::FromProfile(derived) => format!(
+                    "model {}: the weights path its profile's args name ({}) {problem}; the \
+                     prefetch leaves it out, and a load will likely fail",
+                    model.id, derived.flag
+                ),
+                _ => format!(
+                    "model {}: weights path {} {problem}; the prefetch leaves it out",
+                    model.id,
+                    path.display()
+                ),
+            });
+        }
+    }
+    warnings
+}
+
+/// What is wrong with a weights path, if anything.
+fn weights_path_problem(path: &Path) -> Option<String> {
+    let describe = |err: std::io::Error| match err.kind() {
+        std::io::ErrorKind::NotFound => "does not exist".to_owned(),
+        kind => format!("cannot be read by this user ({kind})"),
+    };
+    match std::fs::metadata(path) {
+        Err(err) => Some(describe(err)),
+        Ok(meta) if meta.is_dir() => std::fs::read_dir(path).err().map(describe),
+        // Non-blocking, should it have become a FIFO since: never waits.
+        Ok(meta) if meta.is_file() => std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(path)
+            .err()
+            .map(describe),
+        Ok(_) => Some("is not a regular file or directory".to_owned()),
+    }
 }
 
 /// What `readiness` means for this config; for `auto`, what the supervisor will choose,

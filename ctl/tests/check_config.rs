@@ -4,6 +4,9 @@
 
 mod common;
 
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Output;
 
@@ -26,6 +29,7 @@ under_both_names!(
     stream_idle_with_a_backlog_inside_strata_warns,
     each_profiles_engine_log_is_shown,
     the_weights_source_and_prefetch_are_shown,
+    weights_paths_that_cannot_be_used_are_warned_about,
 );
 
 fn the_example_config_passes(exe: Exe) {
@@ -409,4 +413,94 @@ fn the_weights_source_and_prefetch_are_shown(exe: Exe) {
         "{stdout}"
     );
     assert!(stdout.contains("prefetch            off"), "{stdout}");
+}
+
+/// Each model's weights paths that this user cannot use are warnings (exit 0 still): one that
+/// does not exist, a file or a directory it may not read, a FIFO; listed in `weights` (named)
+/// or derived from the profile's args (not named: profiles may hold secrets). Readable files
+/// and directories are not. Root reads any file, so as root the command runs as `nobody`
+/// (65534) on files that stay root's.
+fn weights_paths_that_cannot_be_used_are_warned_about(exe: Exe) {
+    let dir = TempDir::new("check-config");
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let readable = dir.write("w.bin", "w");
+    let shards = dir.subdir("shards", 0o755);
+    fs::write(shards.join("a.bin"), "a").unwrap();
+    let closed_file = dir.write("closed.bin", "c");
+    fs::set_permissions(&closed_file, fs::Permissions::from_mode(0o000)).unwrap();
+    let closed_dir = dir.subdir("closed", 0o000);
+    let fifo = dir.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let missing = dir.join("missing.bin");
+    let profile = |name: &str, args: serde_json::Value| {
+        let path = dir.write(
+            name,
+            &serde_json::json!({"model_name": "up", "args": args}).to_string(),
+        );
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        serde_json::json!({"family": "qwen3.8-flash-next", "quantization": "q",
+            "upstream_model": "up", "installed": true, "compatible": true, "profile": path})
+    };
+    let mut listed = profile("listed.json", serde_json::json!([]));
+    listed["weights"] =
+        serde_json::json!([readable, shards, missing, closed_file, closed_dir, fifo]);
+    let config = serde_json::json!({
+        "python": "/usr/bin/python3",
+        "strata_dir": dir.path(),
+        "backend_port": 8095,
+        "control_socket": "/run/x/control.sock",
+        "readiness": "health",
+        "startup_ms": 900000,
+        "models": {
+            "m-listed": listed,
+            "m-gone": profile("gone.json", serde_json::json!(["--native", dir.join("gone.strata")])),
+            "m-closed": profile("closed.json", serde_json::json!(["--pack", closed_file])),
+            // Relative: from strata_dir, as the backend resolves it.
+            "m-fine": profile("fine.json", serde_json::json!(["--native=shards"])),
+            "m-fine-dir": profile("fine-dir.json", serde_json::json!(["--pack", shards])),
+        }
+    });
+    let path = dir.write("config.json", &config.to_string());
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    let output = if nix::unistd::geteuid().is_root() {
+        let mut command = exe.command();
+        command
+            .args(["check-config", path.to_str().unwrap()])
+            .uid(65534)
+            .gid(65534);
+        run(command, LONG)
+    } else {
+        check_config(exe, &path)
+    };
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    let denied = "cannot be read by this user (permission denied)";
+    let listed = |path: &Path, problem: &str| {
+        format!(
+            "model m-listed: weights path {} {problem}; the prefetch leaves it out",
+            path.display()
+        )
+    };
+    let derived = |model: &str, flag: &str, problem: &str| {
+        format!(
+            "model {model}: the weights path its profile's args name ({flag}) {problem}; the \
+             prefetch leaves it out, and a load will likely fail"
+        )
+    };
+    // Models in ID order, each one's paths in list order.
+    let expected = [
+        derived("m-closed", "--pack", denied),
+        derived("m-gone", "--native", "does not exist"),
+        listed(&missing, "does not exist"),
+        listed(&closed_file, denied),
+        listed(&closed_dir, denied),
+        listed(&fifo, "is not a regular file or directory"),
+    ];
+    assert_eq!(warnings(&stdout), expected, "{stdout}");
+    assert!(!stdout.contains("gone.strata"), "{stdout}");
 }

@@ -12,19 +12,21 @@
 //! something else, in particular as soon as any load starts
 //! ([`Prefetch::load_starting`]), so it never competes with a load. When a
 //! load starts, the fraction of its weights already resident is measured
-//! on a short thread of its own, at normal priority, and kept for
-//! `/metrics`.
+//! (`residency.rs`, in bounded time) on a short thread of its own, at
+//! normal priority, and kept for `/metrics`.
 //!
 //! Nothing here decides anything about scheduling, and nothing here can
-//! fail a request: every problem is a log line (once per model and cause).
+//! fail a request: every problem is a log line (once per model and cause,
+//! whichever thread meets it first: [`Said`]).
 
 mod files;
 mod memory;
+mod residency;
 mod worker;
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use strata_protocol::config::{Config, WeightsSource};
@@ -48,6 +50,22 @@ pub struct Prefetch {
     wanted: Option<String>,
     shared: Option<Arc<Shared>>,
     counters: Arc<Counters>,
+    said: Arc<Said>,
+}
+
+/// What was said once already, by (model, what): shared by the prefetch
+/// thread and the residency measurements.
+#[derive(Debug, Default)]
+pub(crate) struct Said(Mutex<HashSet<(String, String)>>);
+
+impl Said {
+    /// True the first time `what` is said of `model`.
+    pub(crate) fn first_time(&self, model: &str, what: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .insert((model.to_owned(), what.to_owned()))
+    }
 }
 
 impl Prefetch {
@@ -64,6 +82,7 @@ impl Prefetch {
         for (model, source) in &sources {
             tracing::debug!(model, source = %source.describe(), "weights to prefetch");
         }
+        let said = Arc::new(Said::default());
         let shared = (config.prefetch.enabled && !sources.is_empty()).then(|| {
             let shared = Arc::new(Shared::default());
             let worker = Worker {
@@ -71,7 +90,7 @@ impl Prefetch {
                 counters: counters.clone(),
                 bounds: config.prefetch.clone(),
                 pause: test_pause(),
-                said: HashSet::new(),
+                said: said.clone(),
             };
             std::thread::Builder::new()
                 .name("weights-prefetch".into())
@@ -84,6 +103,7 @@ impl Prefetch {
             wanted: None,
             shared,
             counters,
+            said,
         }
     }
 
@@ -127,25 +147,24 @@ impl Prefetch {
             return;
         };
         let counters = self.counters.clone();
+        let said = self.said.clone();
         let model = model.to_owned();
         let _ = std::thread::Builder::new()
             .name("weights-resident".into())
             .spawn(move || {
                 let found = files::expand(&source.paths());
-                let total = found.total_bytes();
+                found.warn_unusable(&model, &source, &said);
+                let measured = residency::measure(&found.files);
+                let (total, resident) = (measured.total, measured.resident);
                 if total == 0 {
                     return;
                 }
-                let resident: u64 = found
-                    .files
-                    .iter()
-                    .map(|file| worker::resident_of(&file.path, file.len))
-                    .sum();
                 let fraction = resident as f64 / total as f64;
                 tracing::info!(
                     model,
                     bytes = total,
                     resident_percent = resident * 100 / total,
+                    estimated = !measured.exact,
                     "weights resident at load start"
                 );
                 counters.set_resident_at_load(&model, fraction);

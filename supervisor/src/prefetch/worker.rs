@@ -10,7 +10,6 @@
 //! resident for sure: a hint may be dropped under memory pressure, a read
 //! cannot.
 
-use std::collections::HashSet;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
@@ -20,8 +19,8 @@ use std::time::{Duration, Instant};
 use strata_os::page_cache;
 use strata_protocol::config::{PrefetchConfig, WeightsSource};
 
-use super::files::{self, Found};
-use super::memory;
+use super::files::{self, Problem};
+use super::{Said, memory, residency};
 use crate::engine::Counters;
 
 /// Bytes read per step: small enough that a stop takes effect within one
@@ -63,8 +62,8 @@ pub(super) struct Worker {
     pub bounds: PrefetchConfig,
     /// The test hook's pause after each chunk read (`STRATA_TEST_PREFETCH_PAUSE_MS`).
     pub pause: Duration,
-    /// What was said once already: (model, what).
-    pub said: HashSet<(String, String)>,
+    /// What was said once already, shared with the residency measurements.
+    pub said: Arc<Said>,
 }
 
 impl Worker {
@@ -105,14 +104,14 @@ impl Worker {
     }
 
     /// True the first time `what` is said of `model`.
-    fn first_time(&mut self, model: &str, what: &str) -> bool {
-        self.said.insert((model.to_owned(), what.to_owned()))
+    fn first_time(&self, model: &str, what: &str) -> bool {
+        self.said.first_time(model, what)
     }
 
     fn prefetch(&mut self, job: &Job) {
         let model = job.model.as_str();
         let found = files::expand(&job.source.paths());
-        self.warn_unusable(job, &found);
+        found.warn_unusable(model, &job.source, &self.said);
         let total = found.total_bytes();
         if total == 0 {
             return;
@@ -131,13 +130,12 @@ impl Worker {
             }
             return;
         }
-        let resident: u64 = found
-            .files
-            .iter()
-            .map(|file| resident_of(&file.path, file.len))
-            .sum();
+        let measured = residency::measure(&found.files);
+        let resident = measured.resident;
         let left = total.saturating_sub(resident);
-        if left == 0 {
+        // An estimate of all resident may still miss a chunk: the loop
+        // below reads only the chunks that are not, so it runs anyway.
+        if left == 0 && measured.exact {
             tracing::debug!(model, bytes = total, "weights already resident");
             return;
         }
@@ -156,8 +154,14 @@ impl Worker {
         let mut since_check = 0u64;
         let mut buffer = vec![0u8; CHUNK as usize];
         for file in &found.files {
-            let Ok(handle) = File::open(&file.path) else {
-                continue;
+            let handle = match File::open(&file.path) {
+                Ok(handle) => handle,
+                Err(err) => {
+                    // It could be opened when the list was made a moment ago.
+                    let problem = Problem::of(&err);
+                    files::warn_unusable(model, &job.source, &self.said, &file.path, problem);
+                    continue;
+                }
             };
             let resident_in = |offset: u64| {
                 let len = CHUNK.min(file.len - offset);
@@ -228,7 +232,7 @@ impl Worker {
 
     /// Whether `MemAvailable` minus the `left` bytes still to read stays at
     /// or above `prefetch_min_free_bytes`; says why not, once per model.
-    fn memory_allows(&mut self, model: &str, left: u64, what: &str) -> bool {
+    fn memory_allows(&self, model: &str, left: u64, what: &str) -> bool {
         let min_free = self.bounds.min_free_bytes;
         let available = memory::available_bytes();
         let allowed = available
@@ -250,34 +254,4 @@ impl Worker {
         }
         false
     }
-
-    /// Says once per path why a listed path is not read. A path from the
-    /// profile is not named (profiles are not logged).
-    fn warn_unusable(&mut self, job: &Job, found: &Found) {
-        for (path, why) in &found.unusable {
-            let key = format!("unusable {}", path.display());
-            if !self.first_time(&job.model, &key) {
-                continue;
-            }
-            match &job.source {
-                WeightsSource::FromProfile(derived) => tracing::warn!(
-                    model = job.model,
-                    "the weights the profile's args name ({}) {why}; nothing to prefetch",
-                    derived.flag
-                ),
-                _ => tracing::warn!(
-                    model = job.model,
-                    path = %path.display(),
-                    "a weights path {why}; it is not prefetched"
-                ),
-            }
-        }
-    }
-}
-
-/// Resident bytes of the file at `path` (0 if it cannot be opened).
-pub(super) fn resident_of(path: &std::path::Path, len: u64) -> u64 {
-    File::open(path)
-        .and_then(|file| page_cache::resident_bytes(&file, 0, len))
-        .unwrap_or(0)
 }
