@@ -10,9 +10,10 @@
 mod baselines;
 pub mod generate;
 pub mod metrics;
+mod queue;
 pub mod records;
 mod rng;
-mod run;
+pub(super) mod run;
 pub mod timeline;
 pub mod workload;
 
