@@ -289,3 +289,83 @@ fn the_example_config_is_the_default_and_a_given_config_names_the_models() {
         given["policies"]["router"]["swaps"]
     );
 }
+
+/// Runs `simulate` expecting it to refuse with a message containing each
+/// of `messages`.
+fn refused(args: &[&str], messages: &[&str]) -> String {
+    let output = simulate(args);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+    for message in messages {
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+    stderr
+}
+
+#[test]
+fn a_workload_value_out_of_range_is_refused_with_its_line() {
+    let dir = TempDir::new("simulate-workload-range");
+    let head =
+        "{\"strata_workload\": {\"version\": 1}}\n{\"model\": {\"id\": \"a\", \"load_ms\": 1}}\n";
+    for (line, message) in [
+        (
+            "{\"request\": {\"at_ms\": 0, \"model\": \"a\", \"service_ms\": 1, \"cache_rank\": -1}}",
+            "line 3: cache_rank -1 is out of range (0 to 1)",
+        ),
+        (
+            "{\"request\": {\"at_ms\": 18446744073709551615, \"model\": \"a\", \"service_ms\": 1}}",
+            "line 3: at_ms 18446744073709551615 is out of range",
+        ),
+        (
+            "{\"agent\": {\"model\": \"a\", \"steps\": [{\"service_ms\": 99999999999999}]}}",
+            "line 3: steps[0].service_ms 99999999999999 is out of range",
+        ),
+    ] {
+        let path = dir.write("w.jsonl", &format!("{head}{line}\n"));
+        let file = path.to_str().unwrap();
+        refused(
+            &["--workload", file],
+            &[&format!("workload {file}: "), message],
+        );
+    }
+}
+
+#[test]
+fn a_workload_file_that_never_ends_is_read_up_to_256_mib() {
+    refused(
+        &["--workload", "/dev/zero"],
+        &["workload /dev/zero: more than 268435456 bytes: not read past them"],
+    );
+}
+
+#[test]
+fn every_param_is_checked_and_named() {
+    for (args, message) in [
+        (
+            ["--workload", "bursty", "--param", "burst_min=9"].as_slice(),
+            "--param burst_min=9 is more than burst_max=8 (its default)",
+        ),
+        (
+            &["--param", "gen_min_ms=5000", "--param", "gen_max_ms=1000"],
+            "--param gen_min_ms=5000 is more than gen_max_ms=1000",
+        ),
+        (
+            &["--param", "models=0"],
+            "--param models=0: out of range (1 to 26)",
+        ),
+        (
+            &["--param", "steps=-1"],
+            "--param steps: \"-1\" is not a whole number",
+        ),
+        (
+            &["--param", "agents=1000000", "--param", "steps=2"],
+            "agents x steps make 2000000 requests, more than 1000000",
+        ),
+        (
+            &["--param", "seed=1", "--param", "seed=2"],
+            "--param seed: given twice",
+        ),
+    ] {
+        refused(args, &[message]);
+    }
+}

@@ -19,6 +19,7 @@ mod svg;
 mod table;
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -30,6 +31,10 @@ use strata_scheduler::sim::{
 
 /// The built-in default rules: the example config's.
 const EXAMPLE_CONFIG: &str = include_str!("../../../config.example.json");
+
+/// The most bytes read from a workload file: 256 MiB (a million requests
+/// take about 120 MB).
+pub const MAX_WORKLOAD_BYTES: u64 = 256 << 20;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -273,12 +278,20 @@ fn load_workload(args: &Args, config: &Config) -> Result<Loaded, Failed> {
         ));
     }
     let path = &args.workload;
-    let text = std::fs::read_to_string(path).map_err(|err| {
-        Failed(format!(
-            "--workload {path}: not a built-in workload ({}) and cannot be read: {err}",
-            sim::BUILT_IN.join(", ")
-        ))
-    })?;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_WORKLOAD_BYTES + 1).read_to_string(&mut text))
+        .map_err(|err| {
+            Failed(format!(
+                "--workload {path}: not a built-in workload ({}) and cannot be read: {err}",
+                sim::BUILT_IN.join(", ")
+            ))
+        })?;
+    if text.len() as u64 > MAX_WORKLOAD_BYTES {
+        return Err(Failed(format!(
+            "workload {path}: more than {MAX_WORKLOAD_BYTES} bytes: not read past them"
+        )));
+    }
     let workload =
         Workload::parse(&text).map_err(|err| Failed(format!("workload {path}: {err}")))?;
     Ok((workload, None, None))

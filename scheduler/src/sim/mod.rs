@@ -22,7 +22,7 @@ pub use metrics::{Metrics, Percentiles};
 pub use records::{Replay, replay};
 pub use run::{Policy, Settings, simulate};
 pub use timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
-pub use workload::{Agent, ModelParams, Request, Step, Workload, WorkloadError};
+pub use workload::{Agent, MAX_MS, ModelParams, Request, Step, Workload, WorkloadError};
 
 #[cfg(test)]
 mod tests;
