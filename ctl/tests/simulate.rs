@@ -303,6 +303,33 @@ fn refused(args: &[&str], messages: &[&str]) -> String {
 }
 
 #[test]
+fn a_record_of_365_days_is_drawn_on_a_few_ticks() {
+    // The most a record may last: the drawing's axis keeps to a few ticks,
+    // and the drawing to a few kilobytes per run.
+    let dir = TempDir::new("simulate-record-long");
+    let good = record(1, "m-a", 0, Some(3000), 5000);
+    let year = 365 * 86_400_000;
+    let mut long = record(2, "m-a", 1000, None, year);
+    long["reason"] = json!("client_disconnect");
+    let path = dir.write("long.jsonl", &format!("{good}\n{long}\n"));
+    let svg = dir.join("long.svg");
+    ok_json(&[
+        "--records",
+        path.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    let drawing = std::fs::read_to_string(&svg).unwrap();
+    let tree = roxmltree::Document::parse(&drawing).expect("valid XML");
+    let ticks = tree
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("tick"))
+        .count();
+    assert!((2..=11).contains(&ticks), "{ticks} ticks");
+    assert!(drawing.len() < 50_000, "{} bytes", drawing.len());
+}
+
+#[test]
 fn a_workload_value_out_of_range_is_refused_with_its_line() {
     let dir = TempDir::new("simulate-workload-range");
     let head =
