@@ -303,6 +303,38 @@ fn refused(args: &[&str], messages: &[&str]) -> String {
 }
 
 #[test]
+fn a_record_out_of_range_is_refused_with_its_line() {
+    let dir = TempDir::new("simulate-record-range");
+    let good = record(1, "m-a", 0, Some(3000), 5000);
+    for (field, value, message) in [
+        (
+            "total_ms",
+            json!(u64::MAX),
+            "total_ms 18446744073709551615 is out of range",
+        ),
+        (
+            "queue_wait_ms",
+            json!(u64::MAX),
+            "queue_wait_ms 18446744073709551615 is out of range",
+        ),
+        (
+            "model_load_ms",
+            json!(-3),
+            "model_load_ms -3 is out of range",
+        ),
+    ] {
+        let mut bad = record(2, "m-a", 1000, Some(3000), 5000);
+        bad[field] = value;
+        let path = dir.write(&format!("{field}.jsonl"), &format!("{good}\n\n{bad}\n"));
+        let file = path.to_str().unwrap();
+        refused(
+            &["--records", file],
+            &[&format!("records {file}: line 3: "), message],
+        );
+    }
+}
+
+#[test]
 fn a_record_of_365_days_is_drawn_on_a_few_ticks() {
     // The most a record may last: the drawing's axis keeps to a few ticks,
     // and the drawing to a few kilobytes per run.
@@ -327,6 +359,15 @@ fn a_record_of_365_days_is_drawn_on_a_few_ticks() {
         .count();
     assert!((2..=11).contains(&ticks), "{ticks} ticks");
     assert!(drawing.len() < 50_000, "{} bytes", drawing.len());
+}
+
+#[test]
+fn a_records_file_that_never_ends_is_read_up_to_one_gib() {
+    let stderr = refused(
+        &["--records", "/dev/zero"],
+        &["records /dev/zero: more than 1073741824 bytes"],
+    );
+    assert!(stderr.contains("not read past them"), "{stderr}");
 }
 
 #[test]

@@ -19,7 +19,7 @@ pub mod workload;
 
 pub use generate::{BUILT_IN, Params, generate};
 pub use metrics::{Metrics, Percentiles};
-pub use records::{Replay, replay};
+pub use records::{Reader, RecordError, Replay, replay};
 pub use run::{Policy, Settings, simulate};
 pub use timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
 pub use workload::{Agent, MAX_MS, ModelParams, Request, Step, Workload, WorkloadError};
