@@ -433,6 +433,10 @@ fn every_param_is_checked_and_named() {
             &["--param", "seed=1", "--param", "seed=2"],
             "--param seed: given twice",
         ),
+        (
+            &["--records", "/dev/null", "--param", "agents=2"],
+            "--param is for the built-in workloads, not --records",
+        ),
     ] {
         refused(args, &[message]);
     }

@@ -242,6 +242,11 @@ type Loaded = (Workload, Option<Timeline>, Option<RecordsSource>);
 
 fn load_workload(args: &Args, config: &Config) -> Result<Loaded, Failed> {
     if !args.records.is_empty() {
+        if !args.params.is_empty() {
+            return Err(Failed(
+                "--param is for the built-in workloads, not --records".into(),
+            ));
+        }
         let mut reader = Reader::new();
         for path in &args.records {
             let file = std::fs::File::open(path)
