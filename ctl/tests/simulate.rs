@@ -289,3 +289,155 @@ fn the_example_config_is_the_default_and_a_given_config_names_the_models() {
         given["policies"]["router"]["swaps"]
     );
 }
+
+/// Runs `simulate` expecting it to refuse with a message containing each
+/// of `messages`.
+fn refused(args: &[&str], messages: &[&str]) -> String {
+    let output = simulate(args);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+    for message in messages {
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+    stderr
+}
+
+#[test]
+fn a_record_out_of_range_is_refused_with_its_line() {
+    let dir = TempDir::new("simulate-record-range");
+    let good = record(1, "m-a", 0, Some(3000), 5000);
+    for (field, value, message) in [
+        (
+            "total_ms",
+            json!(u64::MAX),
+            "total_ms 18446744073709551615 is out of range",
+        ),
+        (
+            "queue_wait_ms",
+            json!(u64::MAX),
+            "queue_wait_ms 18446744073709551615 is out of range",
+        ),
+        (
+            "model_load_ms",
+            json!(-3),
+            "model_load_ms -3 is out of range",
+        ),
+    ] {
+        let mut bad = record(2, "m-a", 1000, Some(3000), 5000);
+        bad[field] = value;
+        let path = dir.write(&format!("{field}.jsonl"), &format!("{good}\n\n{bad}\n"));
+        let file = path.to_str().unwrap();
+        refused(
+            &["--records", file],
+            &[&format!("records {file}: line 3: "), message],
+        );
+    }
+}
+
+#[test]
+fn a_record_of_365_days_is_drawn_on_a_few_ticks() {
+    // The most a record may last: the drawing's axis keeps to a few ticks,
+    // and the drawing to a few kilobytes per run.
+    let dir = TempDir::new("simulate-record-long");
+    let good = record(1, "m-a", 0, Some(3000), 5000);
+    let year = 365 * 86_400_000;
+    let mut long = record(2, "m-a", 1000, None, year);
+    long["reason"] = json!("client_disconnect");
+    let path = dir.write("long.jsonl", &format!("{good}\n{long}\n"));
+    let svg = dir.join("long.svg");
+    ok_json(&[
+        "--records",
+        path.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    let drawing = std::fs::read_to_string(&svg).unwrap();
+    let tree = roxmltree::Document::parse(&drawing).expect("valid XML");
+    let ticks = tree
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("tick"))
+        .count();
+    assert!((2..=11).contains(&ticks), "{ticks} ticks");
+    assert!(drawing.len() < 50_000, "{} bytes", drawing.len());
+}
+
+#[test]
+fn a_records_file_that_never_ends_is_read_up_to_one_gib() {
+    let stderr = refused(
+        &["--records", "/dev/zero"],
+        &["records /dev/zero: more than 1073741824 bytes"],
+    );
+    assert!(stderr.contains("not read past them"), "{stderr}");
+}
+
+#[test]
+fn a_workload_value_out_of_range_is_refused_with_its_line() {
+    let dir = TempDir::new("simulate-workload-range");
+    let head =
+        "{\"strata_workload\": {\"version\": 1}}\n{\"model\": {\"id\": \"a\", \"load_ms\": 1}}\n";
+    for (line, message) in [
+        (
+            "{\"request\": {\"at_ms\": 0, \"model\": \"a\", \"service_ms\": 1, \"cache_rank\": -1}}",
+            "line 3: cache_rank -1 is out of range (0 to 1)",
+        ),
+        (
+            "{\"request\": {\"at_ms\": 18446744073709551615, \"model\": \"a\", \"service_ms\": 1}}",
+            "line 3: at_ms 18446744073709551615 is out of range",
+        ),
+        (
+            "{\"agent\": {\"model\": \"a\", \"steps\": [{\"service_ms\": 99999999999999}]}}",
+            "line 3: steps[0].service_ms 99999999999999 is out of range",
+        ),
+    ] {
+        let path = dir.write("w.jsonl", &format!("{head}{line}\n"));
+        let file = path.to_str().unwrap();
+        refused(
+            &["--workload", file],
+            &[&format!("workload {file}: "), message],
+        );
+    }
+}
+
+#[test]
+fn a_workload_file_that_never_ends_is_read_up_to_256_mib() {
+    refused(
+        &["--workload", "/dev/zero"],
+        &["workload /dev/zero: more than 268435456 bytes: not read past them"],
+    );
+}
+
+#[test]
+fn every_param_is_checked_and_named() {
+    for (args, message) in [
+        (
+            ["--workload", "bursty", "--param", "burst_min=9"].as_slice(),
+            "--param burst_min=9 is more than burst_max=8 (its default)",
+        ),
+        (
+            &["--param", "gen_min_ms=5000", "--param", "gen_max_ms=1000"],
+            "--param gen_min_ms=5000 is more than gen_max_ms=1000",
+        ),
+        (
+            &["--param", "models=0"],
+            "--param models=0: out of range (1 to 26)",
+        ),
+        (
+            &["--param", "steps=-1"],
+            "--param steps: \"-1\" is not a whole number",
+        ),
+        (
+            &["--param", "agents=1000000", "--param", "steps=2"],
+            "agents x steps make 2000000 requests, more than 1000000",
+        ),
+        (
+            &["--param", "seed=1", "--param", "seed=2"],
+            "--param seed: given twice",
+        ),
+        (
+            &["--records", "/dev/null", "--param", "agents=2"],
+            "--param is for the built-in workloads, not --records",
+        ),
+    ] {
+        refused(args, &[message]);
+    }
+}

@@ -19,17 +19,23 @@ mod svg;
 mod table;
 
 use std::collections::BTreeMap;
+use std::io::{BufReader, Read};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
 use strata_protocol::config::Config;
+use strata_scheduler::sim::records::MAX_LOG_BYTES;
 use strata_scheduler::sim::{
-    self, Metrics, Params, Policy, Settings, Timeline, Workload, generate, replay, simulate,
+    self, Metrics, Params, Policy, Reader, Settings, Timeline, Workload, generate, simulate,
 };
 
 /// The built-in default rules: the example config's.
 const EXAMPLE_CONFIG: &str = include_str!("../../../config.example.json");
+
+/// The most bytes read from a workload file: 256 MiB (a million requests
+/// take about 120 MB).
+pub const MAX_WORKLOAD_BYTES: u64 = 256 << 20;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -106,9 +112,10 @@ fn simulate_all(args: &Args) -> Result<(), Failed> {
             .map_err(|err| Failed(format!("cannot write {}: {err}", path.display())))?;
     }
     let settings = Settings::from_config(&config);
+    let drawn = args.svg.is_some();
     let mut runs = Vec::new();
     if let Some(observed) = observed {
-        runs.push(finish("observed".into(), observed));
+        runs.push(finish("observed".into(), observed, drawn));
     }
     let sweep = args.sweep.as_deref().map(parse_sweep).transpose()?;
     for policy in policies {
@@ -120,12 +127,12 @@ fn simulate_all(args: &Args) -> Result<(), Failed> {
                     let config = parse_config(&json, &format!("--sweep {key}={value}"))?;
                     let settings = Settings::from_config(&config);
                     let timeline = simulate(&workload, &settings, policy);
-                    runs.push(finish(format!("router {key}={value}"), timeline));
+                    runs.push(finish(format!("router {key}={value}"), timeline, drawn));
                 }
             }
             _ => {
                 let timeline = simulate(&workload, &settings, policy);
-                runs.push(finish(policy.name().into(), timeline));
+                runs.push(finish(policy.name().into(), timeline, drawn));
             }
         }
     }
@@ -154,11 +161,13 @@ fn simulate_all(args: &Args) -> Result<(), Failed> {
     Ok(())
 }
 
-fn finish(label: String, timeline: Timeline) -> Run {
+/// A run's figures, and its timeline when it is drawn (a replay of a
+/// million records keeps a few hundred megabytes less without).
+fn finish(label: String, timeline: Timeline, drawn: bool) -> Run {
     let metrics = Metrics::of(&timeline);
     Run {
         label,
-        timeline,
+        timeline: if drawn { timeline } else { Timeline::default() },
         metrics,
     }
 }
@@ -233,16 +242,20 @@ type Loaded = (Workload, Option<Timeline>, Option<RecordsSource>);
 
 fn load_workload(args: &Args, config: &Config) -> Result<Loaded, Failed> {
     if !args.records.is_empty() {
-        let mut texts = Vec::new();
-        for path in &args.records {
-            let text = std::fs::read(path)
-                .map_err(|err| Failed(format!("cannot read {}: {err}", path.display())))?;
-            // A torn last write may end inside a character: such a line
-            // fails to parse and is counted, the rest is read.
-            texts.push(String::from_utf8_lossy(&text).into_owned());
+        if !args.params.is_empty() {
+            return Err(Failed(
+                "--param is for the built-in workloads, not --records".into(),
+            ));
         }
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let replayed = replay(&refs);
+        let mut reader = Reader::new();
+        for path in &args.records {
+            let file = std::fs::File::open(path)
+                .map_err(|err| Failed(format!("cannot read {}: {err}", path.display())))?;
+            reader
+                .read(BufReader::with_capacity(1 << 16, file), MAX_LOG_BYTES)
+                .map_err(|err| Failed(format!("records {}: {err}", path.display())))?;
+        }
+        let replayed = reader.finish();
         let source = RecordsSource {
             files: args
                 .records
@@ -273,12 +286,20 @@ fn load_workload(args: &Args, config: &Config) -> Result<Loaded, Failed> {
         ));
     }
     let path = &args.workload;
-    let text = std::fs::read_to_string(path).map_err(|err| {
-        Failed(format!(
-            "--workload {path}: not a built-in workload ({}) and cannot be read: {err}",
-            sim::BUILT_IN.join(", ")
-        ))
-    })?;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_WORKLOAD_BYTES + 1).read_to_string(&mut text))
+        .map_err(|err| {
+            Failed(format!(
+                "--workload {path}: not a built-in workload ({}) and cannot be read: {err}",
+                sim::BUILT_IN.join(", ")
+            ))
+        })?;
+    if text.len() as u64 > MAX_WORKLOAD_BYTES {
+        return Err(Failed(format!(
+            "workload {path}: more than {MAX_WORKLOAD_BYTES} bytes: not read past them"
+        )));
+    }
     let workload =
         Workload::parse(&text).map_err(|err| Failed(format!("workload {path}: {err}")))?;
     Ok((workload, None, None))

@@ -9,6 +9,13 @@
 //! A generator takes the model names to use (a config's enabled models
 //! when one is given); when fewer are given than it needs, the rest are
 //! named `model-a`, `model-b`, ...
+//!
+//! Every parameter is checked, naming it: `models` 1 to 26; `agents` (of
+//! `agents`), `steps`, `burst`, `batch_workers`, `bursts` (of `bursty`),
+//! `burst_min` and `burst_max` at least 1; every `_ms` at most
+//! [`MAX_MS`] (365 days); each `_min` at most its `_max`; at most
+//! [`MAX_REQUESTS`] requests in all; `bursty`'s arrivals within
+//! [`MAX_MS`]. A key twice is refused too.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,13 +23,70 @@ use std::time::Duration;
 use strata_protocol::wire::ServiceTier;
 
 use super::rng::Rng;
-use super::workload::{Agent, ModelParams, Request, Step, Workload};
+use super::workload::{Agent, MAX_MS, ModelParams, Request, Step, Workload};
 
 /// The built-in workloads, in the order `simulate` lists them.
 pub const BUILT_IN: [&str; 3] = ["agents", "interactive-batch", "bursty"];
 
+/// The most requests a generator makes.
+pub const MAX_REQUESTS: u64 = 1_000_000;
+
+/// One parameter of a generator: its default and the values it takes.
+#[derive(Debug, Clone, Copy)]
+struct Spec {
+    key: &'static str,
+    default: u64,
+    min: u64,
+    max: u64,
+}
+
+/// A count of something that makes requests.
+const fn count(key: &'static str, default: u64, min: u64) -> Spec {
+    Spec {
+        key,
+        default,
+        min,
+        max: MAX_REQUESTS,
+    }
+}
+
+const fn millis(key: &'static str, default: u64) -> Spec {
+    Spec {
+        key,
+        default,
+        min: 0,
+        max: MAX_MS,
+    }
+}
+
+/// Models are named `model-a` to `model-z` when not given.
+const fn models(default: u64) -> Spec {
+    Spec {
+        key: "models",
+        default,
+        min: 1,
+        max: 26,
+    }
+}
+
+const SEED: Spec = Spec {
+    key: "seed",
+    default: 1,
+    min: 0,
+    max: u64::MAX,
+};
+
+/// The pairs of bounds: the first may not be more than the second.
+const BOUNDS: [(&str, &str); 5] = [
+    ("gap_min_ms", "gap_max_ms"),
+    ("gen_min_ms", "gen_max_ms"),
+    ("read_min_ms", "read_max_ms"),
+    ("think_min_ms", "think_max_ms"),
+    ("burst_min", "burst_max"),
+];
+
 /// Parameters given as `KEY=VALUE` (all numbers); each generator refuses a
-/// key it does not know.
+/// key it does not know and a value out of its range.
 #[derive(Debug, Clone, Default)]
 pub struct Params(BTreeMap<String, u64>);
 
@@ -36,7 +100,9 @@ impl Params {
             let value = value
                 .parse()
                 .map_err(|_| format!("--param {key}: {value:?} is not a whole number"))?;
-            params.insert(key.to_owned(), value);
+            if params.insert(key.to_owned(), value).is_some() {
+                return Err(format!("--param {key}: given twice"));
+            }
         }
         Ok(Params(params))
     }
@@ -45,22 +111,77 @@ impl Params {
         self.0.insert(key.to_owned(), value);
     }
 
-    fn get(&self, key: &str, default: u64) -> u64 {
-        self.0.get(key).copied().unwrap_or(default)
-    }
-
-    fn ms(&self, key: &str, default: u64) -> Duration {
-        Duration::from_millis(self.get(key, default))
-    }
-
-    fn check(&self, workload: &str, known: &[&str]) -> Result<(), String> {
-        match self.0.keys().find(|key| !known.contains(&key.as_str())) {
-            Some(key) => Err(format!(
+    /// Every parameter of the workload (`specs`), given or its default,
+    /// each checked, and each pair of bounds.
+    fn check(&self, workload: &str, specs: &[Spec]) -> Result<Values, String> {
+        if let Some(key) = self
+            .0
+            .keys()
+            .find(|key| !specs.iter().any(|spec| spec.key == key.as_str()))
+        {
+            let known: Vec<&str> = specs.iter().map(|spec| spec.key).collect();
+            return Err(format!(
                 "workload {workload} has no parameter {key:?} (it takes: {})",
                 known.join(", ")
-            )),
-            None => Ok(()),
+            ));
         }
+        let mut values = BTreeMap::new();
+        for spec in specs {
+            let value = self.0.get(spec.key).copied().unwrap_or(spec.default);
+            if !(spec.min..=spec.max).contains(&value) {
+                let unit = if spec.key.ends_with("_ms") {
+                    " ms, 365 days"
+                } else {
+                    ""
+                };
+                return Err(format!(
+                    "--param {}={value}: out of range ({} to {}{unit})",
+                    spec.key, spec.min, spec.max
+                ));
+            }
+            values.insert(spec.key, value);
+        }
+        for (low, high) in BOUNDS {
+            if let (Some(&min), Some(&max)) = (values.get(low), values.get(high))
+                && min > max
+            {
+                let given = |key: &str| {
+                    if self.0.contains_key(key) {
+                        ""
+                    } else {
+                        " (its default)"
+                    }
+                };
+                return Err(format!(
+                    "--param {low}={min} is more than {high}={max}{}",
+                    given(high)
+                ));
+            }
+        }
+        Ok(Values(values))
+    }
+}
+
+/// A generator's checked parameters.
+struct Values(BTreeMap<&'static str, u64>);
+
+impl Values {
+    fn get(&self, key: &str) -> u64 {
+        self.0[key]
+    }
+
+    fn ms(&self, key: &str) -> Duration {
+        Duration::from_millis(self.get(key))
+    }
+
+    /// Refuses more than [`MAX_REQUESTS`] requests.
+    fn limit_requests(&self, requests: u128, how: &str) -> Result<(), String> {
+        if requests > u128::from(MAX_REQUESTS) {
+            return Err(format!(
+                "--param: {how} make {requests} requests, more than {MAX_REQUESTS}"
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -102,30 +223,60 @@ pub fn generate(name: &str, params: &Params, models: &[String]) -> Result<Worklo
     }
 }
 
-const AGENT_KEYS: [&str; 10] = [
-    "agents",
-    "models",
-    "steps",
-    "gap_min_ms",
-    "gap_max_ms",
-    "gen_min_ms",
-    "gen_max_ms",
-    "load_ms",
-    "start_max_ms",
-    "seed",
+const AGENTS: [Spec; 10] = [
+    count("agents", 3, 1),
+    models(2),
+    count("steps", 40, 1),
+    millis("gap_min_ms", 500),
+    millis("gap_max_ms", 3_000),
+    millis("gen_min_ms", 2_000),
+    millis("gen_max_ms", 20_000),
+    millis("load_ms", 20_000),
+    millis("start_max_ms", 5_000),
+    SEED,
+];
+
+const INTERACTIVE_BATCH: [Spec; 17] = [
+    count("bursts", 8, 0),
+    count("burst", 3, 1),
+    millis("read_min_ms", 5_000),
+    millis("read_max_ms", 20_000),
+    millis("think_min_ms", 60_000),
+    millis("think_max_ms", 180_000),
+    count("batch", 120, 0),
+    count("batch_workers", 2, 1),
+    count("agents", 2, 0),
+    count("steps", 20, 1),
+    millis("gap_min_ms", 500),
+    millis("gap_max_ms", 3_000),
+    millis("gen_min_ms", 2_000),
+    millis("gen_max_ms", 20_000),
+    millis("load_ms", 20_000),
+    millis("start_max_ms", 5_000),
+    SEED,
+];
+
+const BURSTY: [Spec; 10] = [
+    models(4),
+    count("bursts", 100, 1),
+    count("burst_min", 1, 1),
+    count("burst_max", 8, 1),
+    millis("burst_gap_ms", 30_000),
+    millis("gen_min_ms", 1_000),
+    millis("gen_max_ms", 10_000),
+    millis("patience_ms", 0),
+    millis("load_ms", 20_000),
+    SEED,
 ];
 
 /// One agent's closed loop: `steps` requests with gaps and generations
 /// drawn from the parameters.
-fn agent_loop(rng: &mut Rng, params: &Params, model: &str, tier: ServiceTier, steps: u64) -> Agent {
-    let start = rng.between(Duration::ZERO, params.ms("start_max_ms", 5_000));
+fn agent_loop(rng: &mut Rng, params: &Values, model: &str, tier: ServiceTier, steps: u64) -> Agent {
+    let start = rng.between(Duration::ZERO, params.ms("start_max_ms"));
     let steps = (0..steps)
         .map(|_| Step {
-            gap: rng.between(params.ms("gap_min_ms", 500), params.ms("gap_max_ms", 3_000)),
-            service: rng.between(
-                params.ms("gen_min_ms", 2_000),
-                params.ms("gen_max_ms", 20_000),
-            ),
+            gap: rng.between(params.ms("gap_min_ms"), params.ms("gap_max_ms")),
+            service: rng.between(params.ms("gen_min_ms"), params.ms("gen_max_ms")),
             patience: None,
             cache_rank: None,
         })
@@ -139,17 +290,18 @@ fn agent_loop(rng: &mut Rng, params: &Params, model: &str, tier: ServiceTier, st
 }
 
 fn agents(params: &Params, given: &[String]) -> Result<Workload, String> {
-    params.check("agents", &AGENT_KEYS)?;
-    let (count, model_count) = (params.get("agents", 3), params.get("models", 2).max(1));
-    let steps = params.get("steps", 40);
-    let seed = params.get("seed", 1);
+    let params = params.check("agents", &AGENTS)?;
+    let (count, model_count) = (params.get("agents"), params.get("models"));
+    let steps = params.get("steps");
+    params.limit_requests(u128::from(count) * u128::from(steps), "agents x steps")?;
+    let seed = params.get("seed");
     let models = names(given, model_count as usize);
     let mut rng = Rng::new(seed);
     let agents = (0..count as usize)
         .map(|i| {
             agent_loop(
                 &mut rng,
-                params,
+                &params,
                 &models[i % models.len()],
                 ServiceTier::Default,
                 steps,
@@ -162,62 +314,37 @@ fn agents(params: &Params, given: &[String]) -> Result<Workload, String> {
             "{count} agents over {model_count} models, {steps} requests each, seed {seed}"
         ),
         seed,
-        models: declare(&models, params.ms("load_ms", 20_000)),
+        models: declare(&models, params.ms("load_ms")),
         requests: Vec::new(),
         agents,
     })
 }
 
 fn interactive_batch(params: &Params, given: &[String]) -> Result<Workload, String> {
-    params.check(
-        "interactive-batch",
-        &[
-            "bursts",
-            "burst",
-            "read_min_ms",
-            "read_max_ms",
-            "think_min_ms",
-            "think_max_ms",
-            "batch",
-            "batch_workers",
-            "agents",
-            "steps",
-            "gap_min_ms",
-            "gap_max_ms",
-            "gen_min_ms",
-            "gen_max_ms",
-            "load_ms",
-            "start_max_ms",
-            "seed",
-        ],
+    let params = params.check("interactive-batch", &INTERACTIVE_BATCH)?;
+    let wide = |key| u128::from(params.get(key));
+    params.limit_requests(
+        wide("bursts") * wide("burst") + wide("batch") + wide("agents") * wide("steps"),
+        "bursts x burst + batch + agents x steps",
     )?;
-    let seed = params.get("seed", 1);
+    let seed = params.get("seed");
     let models = names(given, 2);
     let mut rng = Rng::new(seed);
     let mut agents = Vec::new();
     // The interactive user: bursts of questions, reading each answer,
     // thinking between bursts.
-    let (bursts, burst) = (params.get("bursts", 8), params.get("burst", 3).max(1));
+    let (bursts, burst) = (params.get("bursts"), params.get("burst"));
     let mut steps = Vec::new();
     for b in 0..bursts {
         for q in 0..burst {
             let gap = match (b, q) {
                 (0, 0) => Duration::ZERO,
-                (_, 0) => rng.between(
-                    params.ms("think_min_ms", 60_000),
-                    params.ms("think_max_ms", 180_000),
-                ),
-                _ => rng.between(
-                    params.ms("read_min_ms", 5_000),
-                    params.ms("read_max_ms", 20_000),
-                ),
+                (_, 0) => rng.between(params.ms("think_min_ms"), params.ms("think_max_ms")),
+                _ => rng.between(params.ms("read_min_ms"), params.ms("read_max_ms")),
             };
             steps.push(Step {
                 gap,
-                service: rng.between(
-                    params.ms("gen_min_ms", 2_000),
-                    params.ms("gen_max_ms", 20_000),
-                ),
+                service: rng.between(params.ms("gen_min_ms"), params.ms("gen_max_ms")),
                 patience: None,
                 cache_rank: None,
             });
@@ -227,15 +354,12 @@ fn interactive_batch(params: &Params, given: &[String]) -> Result<Workload, Stri
         agents.push(Agent {
             model: models[0].clone(),
             tier: ServiceTier::Priority,
-            start: rng.between(Duration::ZERO, params.ms("start_max_ms", 5_000)),
+            start: rng.between(Duration::ZERO, params.ms("start_max_ms")),
             steps,
         });
     }
     // The batch: workers that each take the next item at once.
-    let (batch, workers) = (
-        params.get("batch", 120),
-        params.get("batch_workers", 2).max(1),
-    );
+    let (batch, workers) = (params.get("batch"), params.get("batch_workers"));
     for w in 0..workers {
         let share = batch / workers + u64::from(w < batch % workers);
         if share == 0 {
@@ -244,10 +368,7 @@ fn interactive_batch(params: &Params, given: &[String]) -> Result<Workload, Stri
         let steps = (0..share)
             .map(|_| Step {
                 gap: Duration::ZERO,
-                service: rng.between(
-                    params.ms("gen_min_ms", 2_000),
-                    params.ms("gen_max_ms", 20_000),
-                ),
+                service: rng.between(params.ms("gen_min_ms"), params.ms("gen_max_ms")),
                 patience: None,
                 cache_rank: None,
             })
@@ -260,12 +381,12 @@ fn interactive_batch(params: &Params, given: &[String]) -> Result<Workload, Stri
         });
     }
     // Default-tier agents beside them, over both models.
-    let count = params.get("agents", 2);
-    let agent_steps = params.get("steps", 20);
+    let count = params.get("agents");
+    let agent_steps = params.get("steps");
     for i in 0..count as usize {
         agents.push(agent_loop(
             &mut rng,
-            params,
+            &params,
             &models[i % 2],
             ServiceTier::Default,
             agent_steps,
@@ -278,52 +399,43 @@ fn interactive_batch(params: &Params, given: &[String]) -> Result<Workload, Stri
             models[0], models[1]
         ),
         seed,
-        models: declare(&models, params.ms("load_ms", 20_000)),
+        models: declare(&models, params.ms("load_ms")),
         requests: Vec::new(),
         agents,
     })
 }
 
 fn bursty(params: &Params, given: &[String]) -> Result<Workload, String> {
-    params.check(
-        "bursty",
-        &[
-            "models",
-            "bursts",
-            "burst_min",
-            "burst_max",
-            "burst_gap_ms",
-            "gen_min_ms",
-            "gen_max_ms",
-            "patience_ms",
-            "load_ms",
-            "seed",
-        ],
-    )?;
-    let seed = params.get("seed", 1);
-    let model_count = params.get("models", 4).max(1) as usize;
+    let params = params.check("bursty", &BURSTY)?;
+    let bursts = params.get("bursts");
+    let (low, high) = (params.get("burst_min"), params.get("burst_max"));
+    params.limit_requests(u128::from(bursts) * u128::from(high), "bursts x burst_max")?;
+    let seed = params.get("seed");
+    let model_count = params.get("models") as usize;
     let models = names(given, model_count);
     let mut rng = Rng::new(seed);
-    let bursts = params.get("bursts", 100);
-    let (low, high) = (params.get("burst_min", 1), params.get("burst_max", 8));
-    let patience = params.get("patience_ms", 0);
+    let patience = params.get("patience_ms");
     let mut at = Duration::ZERO;
     let mut requests = Vec::new();
     for b in 0..bursts {
         if b > 0 {
-            at += rng.exponential(params.ms("burst_gap_ms", 30_000));
+            at += rng.exponential(params.ms("burst_gap_ms"));
+            // Each request comes up to 2 s after its burst.
+            if at > Duration::from_millis(MAX_MS - 2_000) {
+                return Err(format!(
+                    "--param bursts={bursts} with burst_gap_ms={}: the arrivals go past {MAX_MS} ms (365 days)",
+                    params.get("burst_gap_ms")
+                ));
+            }
         }
         let model = &models[rng.below(model_count)];
-        let size = low + rng.below((high.max(low) - low + 1) as usize) as u64;
+        let size = low + rng.below((high - low + 1) as usize) as u64;
         for _ in 0..size {
             requests.push(Request {
                 at: at + rng.between(Duration::ZERO, Duration::from_secs(2)),
                 model: model.clone(),
                 tier: ServiceTier::Default,
-                service: rng.between(
-                    params.ms("gen_min_ms", 1_000),
-                    params.ms("gen_max_ms", 10_000),
-                ),
+                service: rng.between(params.ms("gen_min_ms"), params.ms("gen_max_ms")),
                 patience: (patience > 0).then(|| Duration::from_millis(patience)),
                 cache_rank: None,
             });
@@ -336,7 +448,7 @@ fn bursty(params: &Params, given: &[String]) -> Result<Workload, String> {
             "{bursts} open-loop bursts of {low}-{high} requests over {model_count} models, seed {seed}"
         ),
         seed,
-        models: declare(&models, params.ms("load_ms", 20_000)),
+        models: declare(&models, params.ms("load_ms")),
         requests,
         agents: Vec::new(),
     })
@@ -387,5 +499,107 @@ mod tests {
         assert!(Params::parse(&["agents=4".into()]).is_ok());
         assert!(Params::parse(&["agents".into()]).is_err());
         assert!(Params::parse(&["agents=x".into()]).is_err());
+    }
+
+    fn refused(name: &str, pairs: &[&str]) -> String {
+        let pairs: Vec<String> = pairs.iter().map(|pair| pair.to_string()).collect();
+        let params = match Params::parse(&pairs) {
+            Ok(params) => params,
+            Err(err) => return err,
+        };
+        match generate(name, &params, &[]) {
+            Ok(workload) => panic!(
+                "{name} {pairs:?}: accepted ({} requests)",
+                workload.request_count()
+            ),
+            Err(err) => err,
+        }
+    }
+
+    #[test]
+    fn every_parameter_is_checked_and_named() {
+        let cases: [(&str, &[&str], &str); 14] = [
+            (
+                "bursty",
+                &["burst_min=5", "burst_max=2"],
+                "--param burst_min=5 is more than burst_max=2",
+            ),
+            (
+                "agents",
+                &["gen_min_ms=30000", "gen_max_ms=20000"],
+                "gen_min_ms=30000 is more than gen_max_ms=20000",
+            ),
+            (
+                "agents",
+                &["gen_min_ms=30000"],
+                "gen_min_ms=30000 is more than gen_max_ms=20000 (its default)",
+            ),
+            (
+                "agents",
+                &["gap_min_ms=4000"],
+                "gap_min_ms=4000 is more than gap_max_ms=3000",
+            ),
+            (
+                "interactive-batch",
+                &["read_min_ms=30000"],
+                "read_min_ms=30000 is more than read_max_ms",
+            ),
+            (
+                "interactive-batch",
+                &["think_max_ms=1"],
+                "think_min_ms=60000 is more than think_max_ms=1",
+            ),
+            (
+                "agents",
+                &["models=0"],
+                "--param models=0: out of range (1 to 26)",
+            ),
+            (
+                "bursty",
+                &["models=27"],
+                "--param models=27: out of range (1 to 26)",
+            ),
+            (
+                "agents",
+                &["agents=0"],
+                "--param agents=0: out of range (1 to 1000000)",
+            ),
+            (
+                "interactive-batch",
+                &["batch_workers=0"],
+                "--param batch_workers=0: out of range",
+            ),
+            (
+                "agents",
+                &["load_ms=31536000001"],
+                "--param load_ms=31536000001: out of range (0 to 31536000000 ms, 365 days)",
+            ),
+            (
+                "agents",
+                &["agents=1000", "steps=10000"],
+                "agents x steps make 10000000 requests, more than 1000000",
+            ),
+            (
+                "bursty",
+                &["bursts=1000000", "burst_max=1", "burst_gap_ms=31536000000"],
+                "the arrivals go past 31536000000 ms",
+            ),
+            (
+                "agents",
+                &["agents=2", "agents=3"],
+                "--param agents: given twice",
+            ),
+        ];
+        for (name, pairs, message) in cases {
+            let err = refused(name, pairs);
+            assert!(err.contains(message), "{name} {pairs:?}: {err}");
+        }
+        // The bounds themselves are taken.
+        let mut params = Params::default();
+        params.set("models", 26);
+        params.set("gen_min_ms", 20_000);
+        params.set("load_ms", MAX_MS);
+        let workload = generate("agents", &params, &[]).unwrap();
+        assert_eq!(workload.load_time("model-a"), Duration::from_millis(MAX_MS));
     }
 }

@@ -10,18 +10,19 @@
 mod baselines;
 pub mod generate;
 pub mod metrics;
+mod queue;
 pub mod records;
 mod rng;
-mod run;
+pub(super) mod run;
 pub mod timeline;
 pub mod workload;
 
 pub use generate::{BUILT_IN, Params, generate};
 pub use metrics::{Metrics, Percentiles};
-pub use records::{Replay, replay};
+pub use records::{Reader, RecordError, Replay, replay};
 pub use run::{Policy, Settings, simulate};
 pub use timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
-pub use workload::{Agent, ModelParams, Request, Step, Workload, WorkloadError};
+pub use workload::{Agent, MAX_MS, ModelParams, Request, Step, Workload, WorkloadError};
 
 #[cfg(test)]
 mod tests;

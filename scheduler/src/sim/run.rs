@@ -24,6 +24,10 @@
 //!   real one stops at its next readiness poll.
 //!
 //! No sleeps, sockets or threads: time jumps from one event to the next.
+//!
+//! The decision function is shown the part of the queue its decision
+//! depends on ([`Queue`]), so an event costs time independent of the
+//! queue's length and a run is near-linear in its requests.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
@@ -35,6 +39,7 @@ use strata_protocol::wire::ServiceTier;
 use tokio::time::Instant;
 
 use super::baselines;
+use super::queue::Queue;
 use super::rng::Rng;
 use super::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
 use super::workload::Workload;
@@ -100,11 +105,34 @@ impl Settings {
 
 /// Runs `workload` under `policy`.
 pub fn simulate(workload: &Workload, settings: &Settings, policy: Policy) -> Timeline {
-    Sim::new(workload, settings, policy).run()
+    let mut sim = Sim::new(workload, settings, policy);
+    sim.run();
+    sim.timeline()
+}
+
+/// [`simulate`], showing the decision function every ticket when
+/// `show_all`; and the most tickets it was shown at once.
+#[cfg(test)]
+pub(super) fn simulate_counting(
+    workload: &Workload,
+    settings: &Settings,
+    policy: Policy,
+    show_all: bool,
+) -> (Timeline, usize) {
+    let mut sim = Sim::new(workload, settings, policy);
+    if show_all {
+        sim.queue = Queue::new(usize::MAX, false);
+    }
+    sim.run();
+    let largest = sim.largest_view;
+    (sim.timeline(), largest)
 }
 
 /// The simulator's only proxy connection.
 const CONN: ConnId = 1;
+
+/// Where instants past the clock's range are put (a thousand years on).
+const FAR: Duration = Duration::from_secs(1000 * 365 * 86_400);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
@@ -160,8 +188,13 @@ struct Sim<'a> {
     now: Duration,
     events: BinaryHeap<Reverse<(Duration, u64, Event)>>,
     order: u64,
+    /// The open-loop requests by arrival (then index): they arrive from
+    /// here, not the heap, in the order the heap would give them (their
+    /// orders are 1..=N, as if pushed before any other event).
+    arrival_order: Vec<usize>,
+    next_arrival: usize,
     reqs: Vec<Req>,
-    queue: Vec<Waiting>,
+    queue: Queue,
     arrivals: u64,
     leases: HashMap<usize, Lease>,
     backend: Backend,
@@ -182,6 +215,25 @@ struct Sim<'a> {
     /// Ideal: models loaded and those loading (with their timeline entry).
     resident: BTreeSet<String>,
     ideal_loading: BTreeMap<u64, (String, usize)>,
+    /// The most tickets a decision function was shown at once.
+    #[cfg(test)]
+    largest_view: usize,
+}
+
+/// How many tickets of each (tier, model) group the queue shows the
+/// decision function (see [`Queue`]): every one where a rule reads them all.
+fn shown_per_group(settings: &Settings, policy: Policy) -> usize {
+    let legacy = settings.rules.mode == Mode::Legacy;
+    let everything = match policy {
+        Policy::Router => legacy || settings.queue_timeout.is_some(),
+        Policy::Fifo | Policy::Collate => legacy,
+        Policy::Ideal => false,
+    };
+    if everything {
+        usize::MAX
+    } else {
+        baselines::dispatch_limit(&settings.rules) + 1
+    }
 }
 
 impl<'a> Sim<'a> {
@@ -194,8 +246,13 @@ impl<'a> Sim<'a> {
             now: Duration::ZERO,
             events: BinaryHeap::new(),
             order: 0,
+            arrival_order: Vec::new(),
+            next_arrival: 0,
             reqs: Vec::with_capacity(workload.request_count()),
-            queue: Vec::new(),
+            queue: Queue::new(
+                shown_per_group(settings, policy),
+                policy == Policy::Router && settings.rules.cache_lookup,
+            ),
             arrivals: 0,
             leases: HashMap::new(),
             backend: Backend::Empty,
@@ -212,20 +269,59 @@ impl<'a> Sim<'a> {
             agent_steps: vec![0; workload.agents.len()],
             resident: BTreeSet::new(),
             ideal_loading: BTreeMap::new(),
+            #[cfg(test)]
+            largest_view: 0,
         }
     }
 
     fn at(&self, offset: Duration) -> Instant {
-        self.base + offset
+        // Validated workloads stay centuries inside the clock's range.
+        self.base
+            .checked_add(offset)
+            .unwrap_or_else(|| self.base + FAR)
     }
 
+    /// The event at `when`; validated workloads stay far from the largest
+    /// duration, the saturation is for any other.
     fn push(&mut self, when: Duration, event: Event) {
         self.order += 1;
         self.events.push(Reverse((when, self.order, event)));
     }
 
-    fn run(mut self) -> Timeline {
-        for (i, request) in self.workload.requests.iter().enumerate() {
+    /// The next event's time and order.
+    fn next_event(&self) -> Option<(Duration, u64)> {
+        let queued = self
+            .events
+            .peek()
+            .map(|Reverse((at, order, _))| (*at, *order));
+        let arrival = self.next_open_arrival();
+        match (queued, arrival) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn next_open_arrival(&self) -> Option<(Duration, u64)> {
+        let i = *self.arrival_order.get(self.next_arrival)?;
+        Some((self.workload.requests[i].at, i as u64 + 1))
+    }
+
+    /// Takes the next event if it is due now.
+    fn pop_due(&mut self) -> Option<Event> {
+        let next = self.next_event().filter(|(at, _)| *at <= self.now)?;
+        if self.next_open_arrival() == Some(next) {
+            self.next_arrival += 1;
+            return Some(Event::Arrive(self.arrival_order[self.next_arrival - 1]));
+        }
+        self.events.pop().map(|Reverse((_, _, event))| event)
+    }
+
+    fn run(&mut self) {
+        let requests = &self.workload.requests;
+        self.arrival_order = (0..requests.len()).collect();
+        self.arrival_order.sort_by_key(|i| requests[*i].at);
+        self.order = requests.len() as u64;
+        for request in &self.workload.requests {
             self.open += 1;
             self.reqs.push(Req {
                 model: request.model.clone(),
@@ -240,14 +336,13 @@ impl<'a> Sim<'a> {
                 ended: None,
                 load: None,
             });
-            self.push(request.at, Event::Arrive(i));
         }
         for (a, agent) in self.workload.agents.iter().enumerate() {
             let index = self.agent_request(a, 0, agent.start);
             self.push(agent.start, Event::Arrive(index));
         }
         loop {
-            let next_event = self.events.peek().map(|Reverse((at, _, _))| *at);
+            let next_event = self.next_event().map(|(at, _)| at);
             let next = match (next_event, self.wake) {
                 (Some(event), Some(wake)) => event.min(wake),
                 (Some(at), None) | (None, Some(at)) => at,
@@ -258,20 +353,15 @@ impl<'a> Sim<'a> {
                 self.wake = None;
                 self.decide();
             }
-            while let Some(Reverse((at, _, event))) = self.events.peek().copied() {
-                if at > self.now {
-                    break;
-                }
-                self.events.pop();
+            while let Some(event) = self.pop_due() {
                 self.handle(event);
                 self.decide();
             }
-            if self.open == 0 && self.events.is_empty() {
+            if self.open == 0 && self.next_event().is_none() {
                 // Only idle unloads and the like are left.
                 break;
             }
         }
-        self.timeline()
     }
 
     fn agent_request(&mut self, agent: usize, step: usize, at: Duration) -> usize {
@@ -340,8 +430,8 @@ impl<'a> Sim<'a> {
         let deadline = self
             .settings
             .queue_timeout
-            .map(|limit| self.at(self.now + limit));
-        self.queue.push(Waiting {
+            .map(|limit| self.at(self.now.saturating_add(limit)));
+        let ticket = Waiting {
             key: (CONN, i as u64),
             model,
             tier: self.reqs[i].tier,
@@ -349,10 +439,11 @@ impl<'a> Sim<'a> {
             arrived_at: self.at(self.now),
             deadline,
             admitted: false,
-        });
+        };
+        self.queue.push(ticket, self.reqs[i].cache_rank);
         self.cache.invalidate();
         if let Some(patience) = self.reqs[i].patience {
-            self.push(self.now + patience, Event::Patience(i));
+            self.push(self.now.saturating_add(patience), Event::Patience(i));
         }
     }
 
@@ -364,14 +455,14 @@ impl<'a> Sim<'a> {
         if let Some((agent, step)) = self.reqs[i].agent
             && let Some(next) = self.workload.agents[agent].steps.get(step + 1)
         {
-            self.push(self.now + next.gap, Event::AgentNext(agent));
+            self.push(self.now.saturating_add(next.gap), Event::AgentNext(agent));
         }
     }
 
     fn take_ticket(&mut self, i: usize) -> Option<Waiting> {
-        let index = self.queue.iter().position(|t| t.key.1 == i as u64)?;
+        let ticket = self.queue.remove(i)?;
         self.cache.invalidate();
-        Some(self.queue.remove(index))
+        Some(ticket)
     }
 
     /// Ends request `i`'s lease; true if it had one.
@@ -409,8 +500,10 @@ impl<'a> Sim<'a> {
         else {
             unreachable!()
         };
+        // Admitted tickets are always shown.
         let admitted: Vec<usize> = self
             .queue
+            .shown()
             .iter()
             .filter(|t| t.admitted && self.reqs[t.key.1 as usize].load == Some(seq))
             .map(|t| t.key.1 as usize)
@@ -418,16 +511,14 @@ impl<'a> Sim<'a> {
         if cancelled {
             self.loads[span].outcome = LoadOutcome::Abandoned;
             for i in admitted {
-                if let Some(ticket) = self.queue.iter_mut().find(|t| t.key.1 == i as u64) {
-                    ticket.admitted = false;
-                }
+                self.queue.unadmit(i);
                 self.reqs[i].load = None;
             }
             return;
         }
         if fails {
             self.loads[span].outcome = LoadOutcome::Failed;
-            let until = self.at(self.now + self.settings.cooldown);
+            let until = self.at(self.now.saturating_add(self.settings.cooldown));
             self.cooldowns.insert(model, until);
             for i in admitted {
                 self.take_ticket(i);
@@ -435,7 +526,7 @@ impl<'a> Sim<'a> {
             }
             return;
         }
-        let wanted = !admitted.is_empty() || self.queue.iter().any(|t| t.model == model);
+        let wanted = !admitted.is_empty() || self.queue.holds_model(&model);
         self.loads[span].outcome = LoadOutcome::Verified { wasted: !wanted };
         self.cooldowns.remove(&model);
         self.backend = Backend::Serving { model };
@@ -468,7 +559,7 @@ impl<'a> Sim<'a> {
             now: self.at(self.now),
             rules: &self.settings.rules,
             backend: self.backend_view(),
-            queue: &self.queue,
+            queue: self.queue.shown(),
             leases: self.leases.len(),
             header_waits: self.leases.values().filter(|l| l.header_wait).count(),
             quiet_since: self.at(self.quiet_since),
@@ -487,6 +578,8 @@ impl<'a> Sim<'a> {
         // As the engine: a few rounds, since applying a plan can make
         // another decision due.
         for _ in 0..4 {
+            #[cfg(test)]
+            self.count_view();
             let plan: Plan = {
                 let view = self.view();
                 match self.policy {
@@ -508,6 +601,11 @@ impl<'a> Sim<'a> {
         }
     }
 
+    #[cfg(test)]
+    fn count_view(&mut self) {
+        self.largest_view = self.largest_view.max(self.queue.shown().len());
+    }
+
     fn apply(&mut self, decision: Decision) {
         match decision {
             Decision::Grant((_, i)) => {
@@ -519,8 +617,7 @@ impl<'a> Sim<'a> {
                 let Backend::Loading { seq, .. } = self.backend else {
                     return;
                 };
-                if let Some(ticket) = self.queue.iter_mut().find(|t| t.key.1 == i) {
-                    ticket.admitted = true;
+                if self.queue.admit(i as usize) {
                     self.cache.invalidate();
                     let req = &mut self.reqs[i as usize];
                     req.admitted = Some(self.now);
@@ -528,13 +625,23 @@ impl<'a> Sim<'a> {
                 }
             }
             Decision::StartLoad { model } => self.start_load(model),
-            Decision::Fail((_, i), failure) => {
+            Decision::Fail((_, i), Failure::QueueTimeout) => {
                 if self.take_ticket(i as usize).is_some() {
-                    let reason = match failure {
-                        Failure::QueueTimeout => Reason::QueueTimeout,
-                        Failure::Cooldown => Reason::ModelLoadError,
-                    };
-                    self.end(i as usize, reason);
+                    self.end(i as usize, Reason::QueueTimeout);
+                }
+            }
+            // A launch cooling down fails every waiting ticket for its
+            // model, in arrival order, starting with this one (the
+            // earliest); the queue shows only some of them (see [`Queue`]),
+            // so all of them fail here and the plan's other failures for
+            // the model find their tickets gone.
+            Decision::Fail((_, i), Failure::Cooldown) => {
+                if self.queue.contains(i as usize) {
+                    let model = self.reqs[i as usize].model.clone();
+                    for j in self.queue.waiting_for(&model) {
+                        self.take_ticket(j);
+                        self.end(j, Reason::ModelLoadError);
+                    }
                 }
             }
             Decision::Unload => self.backend = Backend::Empty,
@@ -549,7 +656,7 @@ impl<'a> Sim<'a> {
             }
             Decision::StartLookup(keys) => {
                 self.lookups += 1;
-                let until = self.at(self.now + Duration::from_secs(1));
+                let until = self.at(self.now.saturating_add(Duration::from_secs(1)));
                 self.cache.start(self.lookups, until, HashSet::from([CONN]));
                 let ranks = keys
                     .iter()
@@ -573,9 +680,9 @@ impl<'a> Sim<'a> {
         req.granted = Some(self.now);
         let (service, header) = (req.service, self.settings.header_delay.min(req.service));
         if legacy {
-            self.push(self.now + header, Event::Headers(i));
+            self.push(self.now.saturating_add(header), Event::Headers(i));
         }
-        self.push(self.now + service, Event::GenerationEnd(i));
+        self.push(self.now.saturating_add(service), Event::GenerationEnd(i));
     }
 
     fn start_load(&mut self, model: String) {
@@ -587,10 +694,11 @@ impl<'a> Sim<'a> {
             .get(&model)
             .map_or(0.0, |params| params.fail_rate);
         let fails = fail_rate > 0.0 && self.rng.unit() < fail_rate;
+        let end = self.now.saturating_add(load);
         self.loads.push(LoadSpan {
             model: model.clone(),
             start: self.now,
-            end: self.now + load,
+            end,
             outcome: LoadOutcome::Verified { wasted: false },
         });
         self.backend = Backend::Loading {
@@ -600,13 +708,20 @@ impl<'a> Sim<'a> {
             cancelled: false,
             span: self.loads.len() - 1,
         };
-        self.push(self.now + load, Event::LoadDone(self.load_seq));
+        self.push(end, Event::LoadDone(self.load_seq));
     }
 
     /// The ideal bound: grant whatever is resident, load what is not (in
     /// parallel, once per model).
     fn ideal_round(&mut self) {
-        let waiting: Vec<usize> = self.queue.iter().map(|t| t.key.1 as usize).collect();
+        #[cfg(test)]
+        self.count_view();
+        let waiting: Vec<usize> = self
+            .queue
+            .shown()
+            .iter()
+            .map(|t| t.key.1 as usize)
+            .collect();
         for i in waiting {
             let model = self.reqs[i].model.clone();
             if self.resident.contains(&model) {
@@ -616,16 +731,16 @@ impl<'a> Sim<'a> {
                 }
             } else if !self.ideal_loading.values().any(|(m, _)| *m == model) {
                 self.load_seq += 1;
-                let load = self.workload.load_time(&model);
+                let end = self.now.saturating_add(self.workload.load_time(&model));
                 self.loads.push(LoadSpan {
                     model: model.clone(),
                     start: self.now,
-                    end: self.now + load,
+                    end,
                     outcome: LoadOutcome::Verified { wasted: false },
                 });
                 self.ideal_loading
                     .insert(self.load_seq, (model, self.loads.len() - 1));
-                self.push(self.now + load, Event::LoadDone(self.load_seq));
+                self.push(end, Event::LoadDone(self.load_seq));
             }
         }
     }

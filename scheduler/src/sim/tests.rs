@@ -6,6 +6,7 @@ use std::time::Duration;
 use strata_protocol::record::Reason;
 use strata_protocol::wire::ServiceTier;
 
+use super::run;
 use super::*;
 use crate::{Mode, Rules};
 
@@ -317,4 +318,122 @@ fn an_abandoned_load_is_cancelled_for_the_model_that_waits() {
     assert_eq!(timeline.loads[0].end, ms(2000));
     // b waited only for its own load after a's client left.
     assert_eq!(timeline.requests[1].wait(), Some(ms(2000)));
+}
+
+/// An overloaded random workload: open-loop requests over three models in
+/// every tier, arriving faster than one generation at a time serves them,
+/// some impatient, with tied and distinct cache ranks, loads that sometimes
+/// fail (cooldowns); and three agents beside them.
+fn crowded(seed: u64, count: usize) -> Workload {
+    let mut rng = super::rng::Rng::new(seed);
+    let models = ["a", "b", "c"];
+    let mut w = workload(&[("a", 3000), ("b", 5000), ("c", 2000)]);
+    for params in w.models.values_mut() {
+        params.fail_rate = 0.1;
+    }
+    w.seed = seed;
+    let mut at = 0;
+    for _ in 0..count {
+        at += rng.below(1500) as u64;
+        w.requests.push(Request {
+            at: ms(at),
+            model: models[rng.below(3)].into(),
+            tier: ServiceTier::ALL[rng.below(3)],
+            service: ms(500 + rng.below(4000) as u64),
+            patience: (rng.below(4) == 0).then(|| ms(5000 + rng.below(120_000) as u64)),
+            cache_rank: (rng.below(3) > 0).then(|| [0.0, 0.25, 0.5, 1.0][rng.below(4)]),
+        });
+    }
+    let steps: Vec<(u64, u64)> = (0..20).map(|i| (500 + i * 37, 1500)).collect();
+    w.agents = (0..3)
+        .map(|i| agent(models[i], i as u64 * 100, &steps))
+        .collect();
+    w
+}
+
+/// Rules that make each policy read its queue in every way it can.
+fn crowded_rules() -> Vec<(&'static str, Settings)> {
+    let mut plain = settings(Mode::WaitFirst, 1000);
+    plain.rules.max_pending = 3;
+    let mut cached = settings(Mode::WaitFirst, 2000);
+    cached.rules.cache_lookup = true;
+    cached.rules.cache_max_active = Some(1);
+    cached.rules.hold_max = Some(ms(20_000));
+    let mut two = settings(Mode::WaitFirst, 0);
+    two.rules.max_pending = 4;
+    two.rules.cache_lookup = true;
+    two.rules.cache_max_active = Some(2);
+    let mut one = settings(Mode::WaitFirst, 500);
+    one.rules.max_pending = 1;
+    let mut legacy = settings(Mode::Legacy, 0);
+    legacy.rules.max_pending = 8;
+    legacy.queue_timeout = Some(ms(30_000));
+    vec![
+        ("wait-first, max_pending 3", plain),
+        ("cache order, one slot, hold bound", cached),
+        ("cache order, two slots, no grace", two),
+        ("max_pending 1", one),
+        ("legacy", legacy),
+    ]
+}
+
+#[test]
+fn a_policy_shown_part_of_the_queue_decides_as_if_shown_all_of_it() {
+    let mut hidden = 0;
+    for seed in 1..=3 {
+        let w = crowded(seed, 600);
+        for (name, rules) in crowded_rules() {
+            for policy in Policy::ALL {
+                let (part, shown) = run::simulate_counting(&w, &rules, policy, false);
+                let (all, every) = run::simulate_counting(&w, &rules, policy, true);
+                assert!(
+                    part == all,
+                    "seed {seed}, {name}, {policy:?}: the timelines differ"
+                );
+                if shown < every {
+                    hidden += 1;
+                }
+                // Every way a run can end shows up across the runs.
+                assert!(part.requests.iter().any(|r| r.outcome == Reason::Completed));
+            }
+        }
+    }
+    // The queues grew past what is shown in every run but legacy's (the
+    // router and the baselines refuse past max_pending there, and the
+    // bound's 8 slots keep up).
+    assert_eq!(hidden, 3 * 4 * 4, "runs that hid part of the queue");
+}
+
+#[test]
+fn a_long_queue_shows_the_decision_function_a_bounded_part() {
+    // 4000 requests at once over two models and two tiers: the queue holds
+    // them all; each decision sees a few of each group.
+    let mut w = workload(&[("a", 1000), ("b", 1000)]);
+    w.requests = (0..4000)
+        .map(|i| Request {
+            tier: if i % 3 == 0 {
+                ServiceTier::Flex
+            } else {
+                ServiceTier::Default
+            },
+            cache_rank: Some((i % 7) as f64 / 7.0),
+            ..request(i / 10, if i % 2 == 0 { "a" } else { "b" }, 100)
+        })
+        .collect();
+    let mut rules = settings(Mode::WaitFirst, 0);
+    rules.rules.cache_lookup = true;
+    rules.rules.cache_max_active = Some(2);
+    for policy in Policy::ALL {
+        let (timeline, shown) = run::simulate_counting(&w, &rules, policy, false);
+        assert!(
+            timeline
+                .requests
+                .iter()
+                .all(|r| r.outcome == Reason::Completed),
+            "{policy:?}"
+        );
+        // Four groups, each its first 3 by arrival and best 3 by rank, and
+        // at most 2 admitted.
+        assert!(shown <= 4 * 6 + 2, "{policy:?}: shown {shown} tickets");
+    }
 }

@@ -28,9 +28,11 @@
 //!   ended); the first step's `gap_ms` is ignored. Steps take the request
 //!   keys `service_ms`, `patience_ms` and `cache_rank`.
 //!
-//! Every model a request or agent names must be declared. Unknown keys, a
-//! missing header, another version or any bad line refuse the whole file,
-//! naming the line.
+//! Every model a request or agent names must be declared. Every
+//! millisecond value is a whole number from 0 to [`MAX_MS`] (365 days),
+//! `cache_rank` and `fail_rate` are from 0 to 1. Unknown keys, a missing
+//! header, another version, a value out of range or any bad line refuse
+//! the whole file, naming the line.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -41,6 +43,11 @@ use strata_protocol::wire::ServiceTier;
 
 /// The workload file version this build reads and writes.
 pub const WORKLOAD_VERSION: u32 = 1;
+
+/// The largest millisecond value a workload file, a record or a generator
+/// parameter may hold: 365 days. Far below any overflow of the simulator's
+/// clock, however many requests follow one another.
+pub const MAX_MS: u64 = 365 * 86_400_000;
 
 /// How one model loads.
 #[derive(Debug, Clone, PartialEq)]
@@ -216,7 +223,27 @@ fn ms(ms: u64) -> Duration {
 }
 
 fn to_ms(duration: Duration) -> u64 {
-    duration.as_millis() as u64
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Refuses a millisecond value past [`MAX_MS`].
+fn check_ms(name: &str, value: u64) -> Result<u64, String> {
+    if value > MAX_MS {
+        return Err(format!(
+            "{name} {value} is out of range (0 to {MAX_MS} ms, 365 days)"
+        ));
+    }
+    Ok(value)
+}
+
+/// Refuses a `cache_rank` outside 0 to 1.
+fn check_rank(name: &str, value: Option<f64>) -> Result<Option<f64>, String> {
+    match value {
+        Some(rank) if !(0.0..=1.0).contains(&rank) => {
+            Err(format!("{name} {rank} is out of range (0 to 1)"))
+        }
+        _ => Ok(value),
+    }
 }
 
 impl Workload {
@@ -271,8 +298,9 @@ impl Workload {
                     if !(0.0..=1.0).contains(&line.fail_rate) {
                         return Err(fail(number, "fail_rate must be between 0 and 1".into()));
                     }
+                    let at = |reason| fail(number, reason);
                     let params = ModelParams {
-                        load: ms(line.load_ms),
+                        load: ms(check_ms("load_ms", line.load_ms).map_err(at)?),
                         fail_rate: line.fail_rate,
                     };
                     if workload.models.insert(line.id.clone(), params).is_some() {
@@ -280,35 +308,50 @@ impl Workload {
                     }
                 }
                 Line::Request(line) => {
-                    uses.push((number, line.model.clone()));
-                    workload.requests.push(Request {
-                        at: ms(line.at_ms),
+                    let at = |reason| fail(number, reason);
+                    let request = Request {
+                        at: ms(check_ms("at_ms", line.at_ms).map_err(at)?),
                         tier: tier(&line.tier)?,
                         model: line.model,
-                        service: ms(line.service_ms),
-                        patience: line.patience_ms.map(ms),
-                        cache_rank: line.cache_rank,
-                    });
+                        service: ms(check_ms("service_ms", line.service_ms).map_err(at)?),
+                        patience: match line.patience_ms {
+                            Some(value) => Some(ms(check_ms("patience_ms", value).map_err(at)?)),
+                            None => None,
+                        },
+                        cache_rank: check_rank("cache_rank", line.cache_rank).map_err(at)?,
+                    };
+                    uses.push((number, request.model.clone()));
+                    workload.requests.push(request);
                 }
                 Line::Agent(line) => {
                     if line.steps.is_empty() {
                         return Err(fail(number, "an agent needs at least one step".into()));
                     }
+                    let at = |reason| fail(number, reason);
+                    let mut steps = Vec::with_capacity(line.steps.len());
+                    for (i, step) in line.steps.into_iter().enumerate() {
+                        let name = |key: &str| format!("steps[{i}].{key}");
+                        steps.push(Step {
+                            gap: ms(check_ms(&name("gap_ms"), step.gap_ms).map_err(at)?),
+                            service: ms(
+                                check_ms(&name("service_ms"), step.service_ms).map_err(at)?
+                            ),
+                            patience: match step.patience_ms {
+                                Some(value) => {
+                                    Some(ms(check_ms(&name("patience_ms"), value).map_err(at)?))
+                                }
+                                None => None,
+                            },
+                            cache_rank: check_rank(&name("cache_rank"), step.cache_rank)
+                                .map_err(at)?,
+                        });
+                    }
                     uses.push((number, line.model.clone()));
                     workload.agents.push(Agent {
                         tier: tier(&line.tier)?,
                         model: line.model,
-                        start: ms(line.start_ms),
-                        steps: line
-                            .steps
-                            .into_iter()
-                            .map(|step| Step {
-                                gap: ms(step.gap_ms),
-                                service: ms(step.service_ms),
-                                patience: step.patience_ms.map(ms),
-                                cache_rank: step.cache_rank,
-                            })
-                            .collect(),
+                        start: ms(check_ms("start_ms", line.start_ms).map_err(at)?),
+                        steps,
                     });
                 }
             }
@@ -444,5 +487,61 @@ mod tests {
             assert_eq!(err.line, line, "{text}: {err}");
             assert!(err.reason.contains(reason), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn a_value_out_of_range_is_refused_with_its_line() {
+        let head = "{\"strata_workload\": {\"version\": 1}}\n{\"model\": {\"id\": \"a\", \"load_ms\": 1}}\n";
+        let request = |fields: &str| {
+            format!("{head}{{\"request\": {{\"model\": \"a\", \"service_ms\": 1, {fields}}}}}\n")
+        };
+        let agent = |step: &str| {
+            format!(
+                "{head}{{\"agent\": {{\"model\": \"a\", \"steps\": [{{\"service_ms\": 1}}, {step}]}}}}\n"
+            )
+        };
+        let past = MAX_MS + 1;
+        let cases = [
+            (
+                request("\"at_ms\": 0, \"cache_rank\": -1"),
+                "cache_rank -1 is out of range (0 to 1)",
+            ),
+            (
+                request("\"at_ms\": 0, \"cache_rank\": 1.5"),
+                "cache_rank 1.5 is out of range",
+            ),
+            (
+                request(&format!("\"at_ms\": {past}")),
+                "at_ms 31536000001 is out of range",
+            ),
+            (
+                request(&format!("\"at_ms\": 0, \"patience_ms\": {}", u64::MAX)),
+                "patience_ms 18446744073709551615 is out of range",
+            ),
+            (request("\"at_ms\": -1"), "invalid value: integer `-1`"),
+            (
+                format!("{head}{{\"model\": {{\"id\": \"b\", \"load_ms\": {past}}}}}\n"),
+                "load_ms 31536000001 is out of range",
+            ),
+            (
+                agent(&format!("{{\"gap_ms\": {past}, \"service_ms\": 1}}")),
+                "steps[1].gap_ms 31536000001 is out of range",
+            ),
+            (
+                agent("{\"service_ms\": 1, \"cache_rank\": -0.5}"),
+                "steps[1].cache_rank -0.5 is out of range",
+            ),
+        ];
+        for (text, reason) in cases {
+            let err = Workload::parse(&text).unwrap_err();
+            assert_eq!(err.line, 3, "{text}: {err}");
+            assert!(err.reason.contains(reason), "{text}: {err}");
+        }
+        // The largest values are read.
+        let text = request(&format!("\"at_ms\": {MAX_MS}, \"cache_rank\": 1"));
+        assert_eq!(
+            Workload::parse(&text).unwrap().requests[0].at.as_millis(),
+            u128::from(MAX_MS)
+        );
     }
 }
