@@ -33,6 +33,13 @@ impl TempDir {
             .unwrap_or_else(|(path, err)| panic!("cannot create {}: {err}", path.display()))
     }
 
+    /// Like [`TempDir::new`], in `base` instead of the usual temp dir (for a test that needs a
+    /// particular place, such as `/tmp` whatever `TMPDIR` says).
+    pub fn new_in(base: &Path, tag: &str) -> TempDir {
+        TempDir::create_in(base, tag)
+            .unwrap_or_else(|(path, err)| panic!("cannot create {}: {err}", path.display()))
+    }
+
     /// Like [`TempDir::new`], but on `/dev/shm` when that is usable: a tmpfs makes `fsync` and
     /// `sync_data` nearly free, which tests that sync thousands of lines need (a disk-backed
     /// `/tmp` costs milliseconds a sync). Falls back to the usual temp dir.

@@ -33,6 +33,19 @@
 //! profiles, unit copies, boot script, console, the services' output, the fake backend's log,
 //! the `StateDirectory`) lives in the per-test directory, outside the masked paths.
 //!
+//! # Wherever the checkout is
+//!
+//! The built binaries and the fake Strata (`tests/fake_strata`) live in the checkout, which
+//! may be anywhere: under `/tmp` the private systemd's tmpfs hides them, and so would the
+//! units' own `PrivateTmp=yes` (and `ProtectHome=yes` a build under `/root` or `/home` from the
+//! proxy). So the units never name them where they are: the boot script bind-mounts the
+//! binaries' directory and the fake Strata read-only onto `host/bin` and `host/strata` of the
+//! per-test directory, in the namespace's mount namespace only (the host sees two empty
+//! directories), before it mounts the tmpfs; the unit copies' `ExecStart=`, the config's
+//! `strata_dir` and `strata-ctl` run through `nsenter` use those paths, wherever the checkout
+//! is. The Python interpreter is not moved (a Python install is not relocatable): if it lives
+//! under one of the [`MASKED`] directories, [`unavailable`] says so and the tests skip.
+//!
 //! The namespace is stopped by SIGKILL to its PID 1, by host PID ([`PrivateSystemd`]'s
 //! shutdown or drop); the kernel then kills everything in it. Then the cgroup directory is
 //! removed, and the shutdown fails if a process or a directory is left. As a safety net if the
@@ -79,6 +92,23 @@ const CONTRIB_CONFIG: &str = "/etc/strata-router/config.json";
 /// Where the per-test directories are made, and their name prefix.
 const ROOT_PARENT: &str = "/var/lib";
 const NAME_PREFIX: &str = "strata-sd-test-";
+/// The per-test subdirectory holding the bind targets ([`TestRoot::host_view`]).
+const HOST_VIEWS: &str = "host";
+
+/// The directories the boot script mounts a private tmpfs over (and so hides from everything
+/// in the namespace), in [`BOOT_SCRIPT`]'s order.
+pub const MASKED: [&str; 5] = [
+    "/tmp",
+    "/var/tmp",
+    "/run",
+    "/var/log",
+    "/etc/systemd/system",
+];
+
+/// The directory of [`MASKED`] that hides `path` inside the namespace, if one does.
+pub fn masked_by(path: &Path) -> Option<&'static str> {
+    MASKED.into_iter().find(|dir| path.starts_with(dir))
+}
 
 /// The boot script, run as PID 1 of the new namespaces (`$BASE`: the test directory,
 /// `$HOST_MNT_NS`: the test's mount namespace). See the module docs.
@@ -90,6 +120,17 @@ set -eu
 [ "$(readlink /proc/self/ns/mnt)" != "$HOST_MNT_NS" ] || { echo "boot.sh: still in the test's mount namespace" >&2; exit 91; }
 grep -qx '0::/' /proc/self/cgroup || { echo "boot.sh: not at the root of a new cgroup namespace" >&2; exit 92; }
 mount --make-rprivate /
+# The binaries and the checkout's files the units use, wherever they are (a checkout under /tmp
+# is hidden by the tmpfs below and by the units' own PrivateTmp=): read-only binds, in this
+# namespace only, onto empty directories of the test directory ($BASE/binds: NUL-separated
+# source, target pairs). Done before the tmpfs mounts, which would hide their sources.
+while IFS= read -r -d '' src && IFS= read -r -d '' dst; do
+  case "$dst" in "$BASE"/host/*) ;; *) echo "boot.sh: bind target $dst is outside $BASE/host" >&2; exit 95 ;; esac
+  [ -d "$dst" ] && [ -z "$(ls -A "$dst")" ] || { echo "boot.sh: $dst is not an empty directory" >&2; exit 96; }
+  mount --bind "$src" "$dst"
+  mount -o remount,bind,ro "$dst"
+  mountpoint -q "$dst" || { echo "boot.sh: $dst is not a mount point" >&2; exit 97; }
+done < "$BASE/binds"
 for d in /tmp /var/tmp /run /var/log /etc/systemd/system; do
   case "$d" in /tmp|/var/tmp) mode=1777 ;; *) mode=0755 ;; esac
   mount -t tmpfs -o "mode=$mode" tmpfs "$d"
@@ -135,6 +176,17 @@ pub fn unavailable() -> Option<String> {
     }
     if own_cgroup().is_none() {
         return Some("/proc/self/cgroup has no cgroup2 (0::) line".into());
+    }
+    let python = python();
+    let real = fs::canonicalize(python).unwrap_or_else(|_| python.to_path_buf());
+    if let Some(dir) = masked_by(python).or_else(|| masked_by(&real)) {
+        return Some(format!(
+            "the fake backend's Python, {}, is under {dir}, which the private systemd hides \
+             from its units (a Python install cannot be moved); set STRATA_TEST_PYTHON to an \
+             interpreter outside {}",
+            python.display(),
+            MASKED.join(", ")
+        ));
     }
     None
 }
@@ -229,6 +281,27 @@ impl TestRoot {
         make_dir(&path, mode);
         path
     }
+
+    /// `host/NAME`: where the namespace sees host directory bind `NAME` ([`PrivateSystemd::boot`]).
+    /// On the host it is an empty directory.
+    pub fn host_view(&self, name: &str) -> PathBuf {
+        self.path.join(HOST_VIEWS).join(name)
+    }
+
+    /// Removes the (empty) bind targets under `host/` one by one, never recursively: if one is
+    /// not empty, a bind of the namespace is visible here, and removing the tree would remove
+    /// what it shows (the checkout, the build). Errors name it.
+    fn remove_host_views(&self) -> Result<(), String> {
+        let dir = self.path.join(HOST_VIEWS);
+        let Ok(entries) = fs::read_dir(&dir) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            fs::remove_dir(entry.path())
+                .map_err(|err| format!("{}: {err}", entry.path().display()))?;
+        }
+        fs::remove_dir(&dir).map_err(|err| format!("{}: {err}", dir.display()))
+    }
 }
 
 impl Default for TestRoot {
@@ -245,7 +318,12 @@ impl Drop for TestRoot {
         }
         if self.path.parent() == Some(Path::new(ROOT_PARENT)) && self.name.starts_with(NAME_PREFIX)
         {
-            let _ = fs::remove_dir_all(&self.path);
+            match self.remove_host_views() {
+                Ok(()) => {
+                    let _ = fs::remove_dir_all(&self.path);
+                }
+                Err(err) => eprintln!("not removing {}: {err}", self.path.display()),
+            }
         }
     }
 }
@@ -275,8 +353,15 @@ pub fn sweep_stale(cgroup_parent: Option<&Path>) {
             .unwrap_or_default()
     };
     for dir in entries(Path::new(ROOT_PARENT)) {
-        eprintln!("removing {}, left by a killed test", dir.display());
-        let _ = fs::remove_dir_all(&dir);
+        let root = TestRoot {
+            name: dir
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            path: dir,
+        };
+        eprintln!("removing {}, left by a killed test", root.path.display());
+        drop(root);
     }
     if let Some(parent) = cgroup_parent {
         for dir in entries(parent) {
@@ -364,6 +449,8 @@ pub struct Rewrite {
     pub supervisor_config: PathBuf,
     /// The config passed to `strata-proxy`.
     pub proxy_config: PathBuf,
+    /// Where the namespace sees the built binaries (`ExecStart=` runs them from here).
+    pub bin_dir: PathBuf,
     /// `ListenStream`.
     pub listen: SocketAddr,
     /// `StateDirectory` (relative to /var/lib).
@@ -394,7 +481,8 @@ pub fn contrib_dir() -> PathBuf {
 /// A test copy of contrib unit `name` (text `text`): every directive kept as it is, except
 ///
 /// - `User=` and `Group=` removed (the test runs the daemons as root; no account needed);
-/// - `ExecStart=` runs the built binary (found like [`binary`]) on the test's config;
+/// - `ExecStart=` runs the built binary of that name in `bin_dir` (the namespace's view of the
+///   build, see the module docs) on the test's config;
 /// - `RuntimeDirectory=` is the unique [`UnitNames::prefix`], `StateDirectory=` the test's
 ///   `state_dir`, `ListenStream=` the test's free loopback port;
 /// - unit names in `Requires=`, `After=`, `Wants=` (and other dependency lists) renamed;
@@ -490,7 +578,7 @@ pub fn rewrite_unit(name: &str, text: &str, rewrite: &Rewrite) -> String {
                 );
                 out.push(format!(
                     "ExecStart={} {}",
-                    binary(program_name).display(),
+                    rewrite.bin_dir.join(program_name).display(),
                     args.join(" ")
                 ));
                 exec_start = true;
@@ -562,8 +650,30 @@ pub struct PrivateSystemd {
 
 impl PrivateSystemd {
     /// Boots systemd with the units in `root/units` (plus `TEST.target`) and waits until it is
-    /// `running`. Panics (with the boot log and console) if it does not get there.
-    pub fn boot(root: &TestRoot) -> PrivateSystemd {
+    /// `running`. Each `(NAME, DIR)` of `binds` is bind-mounted read-only onto
+    /// [`TestRoot::host_view`]`(NAME)` inside the namespace, before anything is hidden (module
+    /// docs). Panics (with the boot log and console) if it does not get there.
+    pub fn boot(root: &TestRoot, binds: &[(&str, &Path)]) -> PrivateSystemd {
+        let mut list = Vec::new();
+        if !binds.is_empty() {
+            make_dir(&root.join(HOST_VIEWS), 0o700);
+        }
+        for (name, source) in binds {
+            let source = fs::canonicalize(source)
+                .unwrap_or_else(|err| panic!("bind source {}: {err}", source.display()));
+            assert!(
+                source.is_dir(),
+                "bind source {} is not a directory",
+                source.display()
+            );
+            let target = root.host_view(name);
+            make_dir(&target, 0o755);
+            for path in [&source, &target] {
+                list.extend_from_slice(path.as_os_str().as_encoded_bytes());
+                list.push(0);
+            }
+        }
+        fs::write(root.join("binds"), list).expect("write binds");
         let cgroup = cgroup_parent().join(root.name());
         fs::create_dir(&cgroup)
             .unwrap_or_else(|err| panic!("create cgroup {}: {err}", cgroup.display()));
@@ -915,6 +1025,8 @@ pub struct SdStackBuilder {
     top: Map<String, Value>,
     fake: Map<String, Value>,
     proxy_edit: Option<ConfigEdit>,
+    bin_dir: Option<PathBuf>,
+    strata_dir: Option<PathBuf>,
 }
 
 impl SdStackBuilder {
@@ -936,13 +1048,43 @@ impl SdStackBuilder {
         self
     }
 
+    /// Runs the daemons (and `strata-ctl`) from `dir` instead of the build's directory (found
+    /// like [`binary`]).
+    pub fn binaries_from(mut self, dir: impl Into<PathBuf>) -> SdStackBuilder {
+        self.bin_dir = Some(dir.into());
+        self
+    }
+
+    /// Uses `dir` as the fake Strata instead of [`fake_strata_dir`].
+    pub fn strata_dir_from(mut self, dir: impl Into<PathBuf>) -> SdStackBuilder {
+        self.strata_dir = Some(dir.into());
+        self
+    }
+
     /// Writes everything and boots (holding the binary-wide boot lock until the stack drops).
     pub fn boot(self) -> SdStack {
+        let bin_source = match self.bin_dir {
+            Some(dir) => dir,
+            None => binary("strata-supervisor")
+                .parent()
+                .expect("the binaries' directory")
+                .to_path_buf(),
+        };
+        for name in ["strata-supervisor", "strata-proxy", "strata-ctl"] {
+            assert!(
+                bin_source.join(name).is_file(),
+                "{name} not found in {}: build the workspace binaries first (cargo test --locked \
+                 at the workspace root does)",
+                bin_source.display()
+            );
+        }
+        let strata_source = self.strata_dir.unwrap_or_else(fake_strata_dir);
         let guard = BOOT_LOCK
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         sweep_stale(Some(&cgroup_parent()));
         let root = TestRoot::new();
+        let bin_dir = root.host_view("bin");
         let units_dir = root.subdir("units", 0o700);
         let profiles = root.subdir("profiles", 0o700);
         let rw = root.subdir("rw", 0o700);
@@ -973,7 +1115,7 @@ impl SdStackBuilder {
         );
         let mut config = Map::new();
         config.insert("python".into(), json!(python()));
-        config.insert("strata_dir".into(), json!(fake_strata_dir()));
+        config.insert("strata_dir".into(), json!(root.host_view("strata")));
         config.insert("listen".into(), json!(listen.to_string()));
         config.insert("backend_port".into(), json!(backend_port));
         config.insert("require_socket_activation".into(), json!(true));
@@ -1025,6 +1167,7 @@ impl SdStackBuilder {
             names: names.clone(),
             supervisor_config: config_path.clone(),
             proxy_config: proxy_config_path,
+            bin_dir: bin_dir.clone(),
             listen,
             state_dir,
             rw_dir: rw.clone(),
@@ -1053,9 +1196,10 @@ impl SdStackBuilder {
             ),
         );
 
-        let sd = PrivateSystemd::boot(&root);
+        let sd = PrivateSystemd::boot(&root, &[("bin", &bin_source), ("strata", &strata_source)]);
         SdStack {
             names,
+            bin_dir,
             listen,
             backend_port,
             control_socket,
@@ -1074,6 +1218,8 @@ impl SdStackBuilder {
 /// ([`MODEL`], alias [`ALIAS`]). See the module docs.
 pub struct SdStack {
     pub names: UnitNames,
+    /// Where the namespace sees the binaries the units run.
+    bin_dir: PathBuf,
     /// The socket unit's `ListenStream` (and the config's `listen`).
     pub listen: SocketAddr,
     pub backend_port: u16,
@@ -1101,6 +1247,8 @@ impl SdStack {
             top: Map::new(),
             fake,
             proxy_edit: None,
+            bin_dir: None,
+            strata_dir: None,
         }
     }
 
@@ -1229,10 +1377,16 @@ impl SdStack {
         self.control().status()
     }
 
+    /// The path of binary `name` (`strata-proxy`, ...) inside the namespace: what the units
+    /// run.
+    pub fn ns_binary(&self, name: &str) -> PathBuf {
+        self.bin_dir.join(name)
+    }
+
     /// `strata-ctl status /run/PREFIX/control.sock` run inside the namespace, as an operator
     /// would.
     pub fn ctl_status(&self) -> Status {
-        let mut command = self.sd().nsenter(binary("strata-ctl"));
+        let mut command = self.sd().nsenter(self.ns_binary("strata-ctl"));
         command.arg("status").arg(&self.control_socket);
         let output = output_within(command, DEADLINE)
             .unwrap_or_else(|err| panic!("strata-ctl status: {err}"));

@@ -12,8 +12,8 @@ use nix::sys::resource::{Resource, getrlimit};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use strata_e2e::{
-    ConfigBuilder, DEADLINE, FakeProxy, ModelSpec, Supervisor, TestConfig, poll_until, procs,
-    spawn_supervisor, with_ulimit, wrap_command,
+    ConfigBuilder, DEADLINE, FakeProxy, ModelSpec, Supervisor, TempDir, TestConfig, binary,
+    poll_until, procs, spawn_supervisor, with_ulimit, wrap_command,
 };
 use strata_protocol::wire::LeaseFailure;
 
@@ -476,9 +476,45 @@ fn a_socket_directory_owned_by_another_user_is_refused() {
 /// The unprivileged user the root-only tests act as.
 const NOBODY: u32 = 65534;
 
-/// Runs `e2e-unix-client` as [`NOBODY`] against `socket` with `arg` (see [`as_user`]).
-fn as_nobody(socket: &std::path::Path, arg: &str) -> Vec<u8> {
-    as_user(NOBODY, socket, arg)
+/// Copies of the build's binaries that any user can run. The checkout may be where other users
+/// cannot go (under `/root`, or a 0700 directory under `/tmp`), and the tests below run the
+/// socket client and the daemon as other users; so they run these copies, in a directory
+/// opened to everyone (0711), instead.
+struct Runnable {
+    dir: TempDir,
+}
+
+impl Runnable {
+    /// Copies of `names` (binaries of the build, found like [`binary`]; `e2e-unix-client` is
+    /// this crate's own).
+    fn new(names: &[&str]) -> Runnable {
+        let dir = TempDir::new("anyone");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod the copies' directory");
+        for name in names {
+            let source = match *name {
+                "e2e-unix-client" => PathBuf::from(env!("CARGO_BIN_EXE_e2e-unix-client")),
+                other => binary(other),
+            };
+            let copy = dir.join(name);
+            std::fs::copy(&source, &copy)
+                .unwrap_or_else(|err| panic!("copy {}: {err}", source.display()));
+            std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))
+                .expect("chmod a copy");
+        }
+        Runnable { dir }
+    }
+
+    /// The copy of `name`.
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+/// Runs `e2e-unix-client` (`client`, a copy any user can run) as [`NOBODY`] against `socket`
+/// with `arg` (see [`as_user`]).
+fn as_nobody(client: &Path, socket: &std::path::Path, arg: &str) -> Vec<u8> {
+    as_user(client, NOBODY, socket, arg)
 }
 
 /// Root only: with the file permissions opened up, another user can reach both sockets, and
@@ -492,6 +528,8 @@ fn another_user_is_refused_by_peer_credentials() {
     let config = ConfigBuilder::new("peercred")
         .model(ModelSpec::new(A))
         .build();
+    let runnable = Runnable::new(&["e2e-unix-client"]);
+    let client = runnable.path("e2e-unix-client");
     let supervisor = Supervisor::start(config);
     let config = &supervisor.config;
     let open = |path: &std::path::Path, mode: u32| {
@@ -503,14 +541,14 @@ fn another_user_is_refused_by_peer_credentials() {
     open(&config.control_socket, 0o666);
     open(&config.supervisor_socket, 0o666);
 
-    let reply = as_nobody(&config.control_socket, &hex(b"status\n"));
+    let reply = as_nobody(&client, &config.control_socket, &hex(b"status\n"));
     assert_eq!(
         String::from_utf8_lossy(&reply),
         "{\"error\":\"permission denied\"}\n"
     );
     // A hello with the client's own pid, which the supervisor checks against the connection.
     let hello = format!("hello:{}", config.fingerprint());
-    let reply = as_nobody(&config.supervisor_socket, &hello);
+    let reply = as_nobody(&client, &config.supervisor_socket, &hello);
     assert!(reply.len() > 4, "no reply frame: {reply:?}");
     let message: strata_protocol::wire::SupervisorMessage =
         strata_protocol::wire::decode_payload(&reply[4..]).expect("a supervisor frame");
@@ -537,10 +575,11 @@ fn hex(payload: &[u8]) -> String {
     payload.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// Runs `e2e-unix-client` as `uid` against `socket` with `arg` (HEX or `hello:FINGERPRINT`).
-fn as_user(uid: u32, socket: &std::path::Path, arg: &str) -> Vec<u8> {
+/// Runs `e2e-unix-client` (`client`, a copy any user can run: [`Runnable`]) as `uid` against
+/// `socket` with `arg` (HEX or `hello:FINGERPRINT`).
+fn as_user(client: &Path, uid: u32, socket: &std::path::Path, arg: &str) -> Vec<u8> {
     use std::os::unix::process::CommandExt;
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_e2e-unix-client"))
+    let output = std::process::Command::new(client)
         .arg(socket)
         .arg(arg)
         .uid(uid)
@@ -570,9 +609,21 @@ fn the_daemon_user_and_root_are_accepted_every_other_user_refused() {
     for entry in walk(config.dir.path()) {
         std::os::unix::fs::chown(&entry, Some(NOBODY), Some(NOBODY)).expect("chown");
     }
-    let supervisor = Supervisor::start_with(config, |command| {
+    let runnable = Runnable::new(&["e2e-unix-client", "strata-supervisor"]);
+    let client = runnable.path("e2e-unix-client");
+    let supervisor = Supervisor::start_wrapped(config, |command| {
         use std::os::unix::process::CommandExt;
-        command.uid(NOBODY).gid(NOBODY);
+        // The same command, run from the copy.
+        let mut copy = Command::new(runnable.path("strata-supervisor"));
+        copy.args(command.get_args());
+        for (key, value) in command.get_envs() {
+            match value {
+                Some(value) => copy.env(key, value),
+                None => copy.env_remove(key),
+            };
+        }
+        copy.uid(NOBODY).gid(NOBODY);
+        copy
     });
     let config = &supervisor.config;
     // Root (this test) is accepted on the control socket...
@@ -587,7 +638,7 @@ fn the_daemon_user_and_root_are_accepted_every_other_user_refused() {
         let len = u32::from_be_bytes(reply[..4].try_into().unwrap()) as usize;
         strata_protocol::wire::decode_payload(&reply[4..4 + len]).expect("a supervisor frame")
     };
-    let reply = as_user(0, &config.supervisor_socket, &hello);
+    let reply = as_user(&client, 0, &config.supervisor_socket, &hello);
     assert!(
         matches!(
             welcome(&reply),
@@ -596,7 +647,7 @@ fn the_daemon_user_and_root_are_accepted_every_other_user_refused() {
         "root is welcome"
     );
     // The daemon's own user too.
-    let reply = as_user(NOBODY, &config.control_socket, &hex(b"status\n"));
+    let reply = as_user(&client, NOBODY, &config.control_socket, &hex(b"status\n"));
     assert!(String::from_utf8_lossy(&reply).contains("daemon_pid"));
     // Any other user, even with the file permissions opened up, is refused.
     let open = |path: &std::path::Path, mode: u32| {
@@ -606,12 +657,17 @@ fn the_daemon_user_and_root_are_accepted_every_other_user_refused() {
     open(&config.run_dir, 0o711);
     open(&config.control_socket, 0o666);
     open(&config.supervisor_socket, 0o666);
-    let reply = as_user(NOGROUP_OTHER, &config.control_socket, &hex(b"status\n"));
+    let reply = as_user(
+        &client,
+        NOGROUP_OTHER,
+        &config.control_socket,
+        &hex(b"status\n"),
+    );
     assert_eq!(
         String::from_utf8_lossy(&reply),
         "{\"error\":\"permission denied\"}\n"
     );
-    let reply = as_user(NOGROUP_OTHER, &config.supervisor_socket, &hello);
+    let reply = as_user(&client, NOGROUP_OTHER, &config.supervisor_socket, &hello);
     assert_eq!(
         welcome(&reply),
         strata_protocol::wire::SupervisorMessage::Refused {

@@ -18,19 +18,23 @@
 //!    systemd give up, and the socket unit fails with it and stops listening.
 //! 7. A config change converges whichever unit is restarted first (and with both at once).
 //!
-//! Plus `systemd-analyze verify` of the contrib units (not root-only).
+//! Plus `systemd-analyze verify` of the contrib units and checks of the harness itself (not
+//! root-only), and a stack whose binaries and fake Strata are under `/tmp` (the harness's
+//! binds make them visible to the units wherever the checkout is; `strata_e2e::systemd`).
 //!
 //! Where these tests cannot boot systemd (not root, no `unshare`/`nsenter`, no systemd, no
-//! cgroup2, the Nix sandbox) they print why and pass; where they can, a failed boot fails.
+//! cgroup2, the Nix sandbox, a Python under `/tmp`) they pass as skipped, and one line says why
+//! (once per run of this file, shown by a plain `cargo test`); where they can, a failed boot
+//! fails.
 //!
 //! The strict checks (the activating request, the backlog of a restart and of a SIGKILL are
 //! all served) hold because a new proxy reaches its supervisor before it accepts
 //! (`proxy::server::STARTUP_LINK_WAIT`); with the old order they failed about half the runs.
 
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Write};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -40,10 +44,18 @@ use strata_e2e::{DEADLINE, TempDir, binary, poll_for, poll_until};
 use strata_protocol::api::{Health, LinkStatus};
 use strata_protocol::control::Status;
 
-/// Prints why the systemd tests cannot run here, if they cannot.
+/// Whether the systemd tests cannot run here. If they cannot, says why in one line, once per
+/// run of this file, past the test harness's capture (so a plain `cargo test` shows it).
 fn skip() -> bool {
+    static SAID: Once = Once::new();
     match systemd::unavailable() {
         Some(reason) => {
+            SAID.call_once(|| {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "systemd_restart: the private-systemd tests are skipped: {reason}"
+                );
+            });
             eprintln!("skipped: {reason}");
             true
         }
@@ -1068,6 +1080,7 @@ fn unit_copies_differ_from_contrib_only_where_the_test_needs() {
         names: names.clone(),
         supervisor_config: "/var/lib/strata-sd-test-0-0/config.json".into(),
         proxy_config: "/var/lib/strata-sd-test-0-0/proxy.json".into(),
+        bin_dir: "/var/lib/strata-sd-test-0-0/host/bin".into(),
         listen: "127.0.0.1:4321".parse().expect("an address"),
         state_dir: "strata-sd-test-0-0/state".into(),
         rw_dir: rw.clone(),
@@ -1148,8 +1161,7 @@ fn unit_copies_differ_from_contrib_only_where_the_test_needs() {
             assert_eq!(
                 exec,
                 format!(
-                    "{} /var/lib/strata-sd-test-0-0/{config}",
-                    binary(program).display()
+                    "/var/lib/strata-sd-test-0-0/host/bin/{program} /var/lib/strata-sd-test-0-0/{config}"
                 )
             );
             assert_eq!(value("LimitNOFILE"), ["1024"], "{copy}");
@@ -1171,5 +1183,85 @@ fn unit_copies_differ_from_contrib_only_where_the_test_needs() {
         if std::env::var_os("STRATA_TEST_SHOW_UNITS").is_some() {
             eprintln!("--- {copy_name} ---\n{copy}");
         }
+    }
+}
+
+/// Copies directory `from` into `to` (files and subdirectories, modes kept).
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("create a copy's directory");
+    for entry in std::fs::read_dir(from).expect("read a directory to copy") {
+        let entry = entry.expect("a directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a file type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target)
+                .unwrap_or_else(|err| panic!("copy {}: {err}", entry.path().display()));
+        }
+    }
+}
+
+/// A checkout under `/tmp`: the daemons, `strata-ctl` and the fake Strata copied into a
+/// directory there, which the private systemd's tmpfs and the units' `PrivateTmp=` hide. The
+/// units still run them (through the harness's read-only binds), serve a request, and
+/// `strata-ctl` inside the namespace reads the status; the services' executables are the
+/// bound copies. Without the binds their start fails with 203/EXEC.
+#[test]
+fn binaries_and_fake_strata_under_tmp_still_run() {
+    if skip() {
+        return;
+    }
+    let checkout = TempDir::new_in(std::path::Path::new("/tmp"), "sd-tmp-tree");
+    let bin = checkout.subdir("bin", 0o755);
+    for name in ["strata-supervisor", "strata-proxy", "strata-ctl"] {
+        std::fs::copy(binary(name), bin.join(name))
+            .unwrap_or_else(|err| panic!("copy {name}: {err}"));
+    }
+    let strata = checkout.join("fake_strata");
+    copy_tree(&strata_e2e::fake_strata_dir(), &strata);
+    let stack = SdStack::builder()
+        .binaries_from(&bin)
+        .strata_dir_from(&strata)
+        .boot();
+    assert_eq!(systemd::masked_by(checkout.path()), Some("/tmp"));
+    chat_ok(stack.addr(), ALIAS, false, json!({}))
+        .unwrap_or_else(|err| panic!("a request to the units run from /tmp: {err}"));
+    for (unit, program) in [
+        (stack.names.supervisor(), "strata-supervisor"),
+        (stack.names.proxy(), "strata-proxy"),
+    ] {
+        let (_, host) = stack.wait_main(&unit);
+        let exe = std::fs::read_link(format!("/proc/{host}/exe"))
+            .unwrap_or_else(|err| panic!("/proc/{host}/exe of {unit}: {err}"));
+        assert_eq!(exe, stack.ns_binary(program), "{unit} runs another binary");
+    }
+    let status = stack.ctl_status();
+    assert_eq!(status.loaded.as_deref(), Some(MODEL), "{status:?}");
+    stack.stop_all_and_check();
+}
+
+/// The harness's list of what the boot script hides is the boot script's own list, and a path
+/// is hidden exactly when it is under one of them (whole components). Not root-only.
+#[test]
+fn the_masked_list_is_the_boot_scripts() {
+    assert!(
+        systemd::BOOT_SCRIPT.contains(&format!("for d in {}; do", systemd::MASKED.join(" "))),
+        "systemd::MASKED differs from the directories BOOT_SCRIPT mounts a tmpfs over"
+    );
+    for (path, expected) in [
+        ("/tmp", Some("/tmp")),
+        ("/tmp/sr-clone/target/debug", Some("/tmp")),
+        ("/var/tmp/x", Some("/var/tmp")),
+        ("/run/user/0/x", Some("/run")),
+        ("/tmpfoo/x", None),
+        ("/var/lib/strata-sd-test-1-0", None),
+        ("/root/.pyenv/versions/3.11.7/bin/python3", None),
+        ("/usr/bin/python3", None),
+    ] {
+        assert_eq!(
+            systemd::masked_by(std::path::Path::new(path)),
+            expected,
+            "{path}"
+        );
     }
 }
