@@ -17,7 +17,7 @@
 //!
 //! Nothing here decides anything about scheduling, and nothing here can
 //! fail a request: every problem is a log line (once per model and cause,
-//! whichever thread meets it first: [`Said`]).
+//! whichever thread meets it first: `Said`).
 
 mod files;
 mod memory;
