@@ -281,8 +281,9 @@ impl<'a> Sim<'a> {
             .unwrap_or_else(|| self.base + FAR)
     }
 
-    /// The event at `when`; validated workloads stay far from the largest
-    /// duration, the saturation is for any other.
+    /// Schedules `event` at `when`. Callers add durations saturating:
+    /// validated workloads stay far below the largest duration, the
+    /// saturation is for any other.
     fn push(&mut self, when: Duration, event: Event) {
         self.order += 1;
         self.events.push(Reverse((when, self.order, event)));
