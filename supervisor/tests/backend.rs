@@ -871,10 +871,12 @@ async fn a_stray_listener_on_the_port_is_never_taken_for_the_model() {
     let port = fixture.spec.backend_port;
     let (cancel_tx, cancel) = watch::channel(false);
     let start = start_cancellable(&fixture.spec, &cancel);
-    // The stray appears after the port check, while the child "loads" (never binding).
+    // The stray appears after the fake's own port check (it logs `engine_start` after it),
+    // while the child "loads" (never binding); keyed on `start` the stray could win the
+    // race with that check and the fake would exit 2 on a taken port.
     let stray = async {
-        poll_until_async(Duration::from_secs(10), "the fake's start", || {
-            fixture.event("start").is_some()
+        poll_until_async(Duration::from_secs(10), "the fake's engine start", || {
+            fixture.event("engine_start").is_some()
         })
         .await;
         tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))
