@@ -18,7 +18,11 @@ const BEGIN: &str = "<!-- BEGIN generated config keys: cargo test -p strata-prot
 const END: &str = "<!-- END generated config keys -->";
 
 fn reference_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md")
+    let protocol = Path::new(env!("CARGO_MANIFEST_DIR"));
+    protocol
+        .parent()
+        .unwrap_or(protocol)
+        .join("docs/configuration.md")
 }
 
 /// The text between the marker lines (after BEGIN's line, up to END's),

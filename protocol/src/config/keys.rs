@@ -401,7 +401,7 @@ pub const KEYS: &[Key] = &[
         default: Default::Derived("`cooldown_ms`"),
         scope: Scope::Supervisor,
         fingerprinted: true,
-        doc: "consecutive failed starts of one model double its cooldown from `cooldown_ms` up to this; a verified start of it or an operator `on` resets the streak (the default keeps the spec's fixed cooldown)",
+        doc: "consecutive failed starts of one model double its cooldown from `cooldown_ms` up to this; a verified start of it or an operator `on` resets the streak (the default keeps the spec's fixed cooldown; the example sets 600000)",
     },
     Key {
         name: "idle_ms",

@@ -55,7 +55,7 @@ mod error;
 mod fingerprint;
 mod json_walk;
 pub mod keys;
-mod keys_markdown;
+mod keys_doc;
 #[cfg(test)]
 mod keys_tests;
 mod metadata;
@@ -75,7 +75,7 @@ pub use alias::Alias;
 pub use endpoints::{DEFAULT_LISTEN, DEFAULT_SUPERVISOR_SOCKET_NAME};
 pub use error::ConfigError;
 pub use keys::TOP_LEVEL_KEYS;
-pub use keys_markdown::keys_markdown;
+pub use keys_doc::keys_markdown;
 pub use metadata::ModelMetadata;
 pub use model::{
     Family, MAX_MODEL_ID_LEN, ModelEntry, ModelStatus, WeightsSource, is_valid_model_id,

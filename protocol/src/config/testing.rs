@@ -4,8 +4,8 @@
 //! (`keys_tests.rs`) and `check-config`'s.
 //!
 //! Compiled only for protocol's own tests and with the `testing` feature,
-//! which the supervisor and the proxy enable in their dev-dependencies
-//! alone, so no product build contains it. It lives here because a test
+//! which the supervisor, the proxy and `ctl` enable in their
+//! dev-dependencies alone, so no product build contains it. It lives here because a test
 //! that wants a `Config` without writing a file needs this crate:
 //! `strata-test-support` depends on no workspace crate (protocol's own
 //! tests use it) and can only write config files.
