@@ -89,7 +89,10 @@ pub enum Place {
     Model,
 }
 
-/// Which daemon acts on a key. Both daemons parse the whole file.
+/// Which daemon acts on a key: whose code reads the parsed value (both
+/// daemons parse the whole file). Read off the code, not checked by a test;
+/// it says which daemon a change needs restarting for a key the fingerprint
+/// leaves out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
     Supervisor,
@@ -577,7 +580,7 @@ pub const KEYS: &[Key] = &[
             rule: "non-empty",
         },
         default: Default::Json("null"),
-        scope: Scope::Both,
+        scope: Scope::Proxy,
         fingerprinted: true,
         doc: "fine-tune name; null for base weights",
     },
@@ -589,7 +592,7 @@ pub const KEYS: &[Key] = &[
             rule: "non-empty",
         },
         default: Default::Required,
-        scope: Scope::Both,
+        scope: Scope::Proxy,
         fingerprinted: true,
         doc: "quantization name",
     },
@@ -649,7 +652,7 @@ pub const KEYS: &[Key] = &[
             rule: "only `meta`, `architecture`, `thinking` (any JSON)",
         },
         default: Default::Derived("none"),
-        scope: Scope::Both,
+        scope: Scope::Proxy,
         fingerprinted: true,
         doc: "shown in `/v1/models`, each field ahead of the profile's `router_metadata`",
     },
