@@ -36,8 +36,9 @@
 //!    daemons must agree on is fingerprinted; one a single daemon acts on
 //!    alone may stay out, so changing it needs a restart of that daemon only.
 //! 2. Parse it in the file of its group (`endpoints.rs`, `timers.rs`,
-//!    `request_log.rs`, `prefetch.rs`, `probe.rs`, `model.rs`, ...), using
-//!    the default and bounds you declared.
+//!    `request_log.rs`, `prefetch.rs`, `probe.rs`, `model.rs`, ...), with
+//!    the default and bounds you declared: name the same constants in both
+//!    places, as the existing keys do.
 //! 3. If fingerprinted, add it to `settings_text` in `fingerprint.rs`
 //!    (written only when not at its default, so existing configs keep their
 //!    fingerprint).
@@ -56,14 +57,14 @@ use super::{
     DEFAULT_BACKEND_PROBE_MISSES, DEFAULT_BACKEND_PROBE_MS, DEFAULT_CACHE_LOOKUP_MS,
     DEFAULT_CACHE_MAX_ACTIVE, DEFAULT_COOLDOWN_MS, DEFAULT_IDLE_MS, DEFAULT_MAX_PENDING,
     DEFAULT_MAX_REQUEST_BODY_BYTES, DEFAULT_MODEL_GRACE_MS, DEFAULT_PREFETCH_MAX_BYTES,
-    DEFAULT_PREFETCH_MIN_FREE_BYTES, DEFAULT_REQUEST_LOG_CAPACITY, DEFAULT_REQUEST_LOG_MAX_BYTES,
-    DEFAULT_REQUEST_LOG_ROTATE_FILES, DEFAULT_RESPONSE_MS, DEFAULT_SHUTDOWN_MS, DEFAULT_STARTUP_MS,
-    MAX_BACKEND_PROBE_MISSES, MAX_BACKEND_PROBE_MS, MAX_CACHE_LOOKUP_MS, MAX_CACHE_MAX_ACTIVE,
-    MAX_DURATION_MS, MAX_MAX_PENDING, MAX_MAX_REQUEST_BODY_BYTES, MAX_MODEL_GRACE_MS,
-    MAX_PREFETCH_BYTES, MAX_REQUEST_LOG_CAPACITY, MAX_REQUEST_LOG_MAX_BYTES,
-    MAX_REQUEST_LOG_ROTATE_FILES, MIN_REQUEST_LOG_MAX_BYTES,
+    DEFAULT_PREFETCH_MIN_FREE_BYTES, DEFAULT_QUEUE_MS, DEFAULT_REQUEST_LOG_CAPACITY,
+    DEFAULT_REQUEST_LOG_MAX_BYTES, DEFAULT_REQUEST_LOG_ROTATE_FILES, DEFAULT_RESPONSE_MS,
+    DEFAULT_SHUTDOWN_MS, DEFAULT_STARTUP_MS, MAX_BACKEND_PROBE_MISSES, MAX_BACKEND_PROBE_MS,
+    MAX_CACHE_LOOKUP_MS, MAX_CACHE_MAX_ACTIVE, MAX_DURATION_MS, MAX_MAX_PENDING,
+    MAX_MAX_REQUEST_BODY_BYTES, MAX_MODEL_GRACE_MS, MAX_PREFETCH_BYTES, MAX_REQUEST_LOG_CAPACITY,
+    MAX_REQUEST_LOG_MAX_BYTES, MAX_REQUEST_LOG_ROTATE_FILES, MAX_WEIGHTS_ENTRIES,
+    MIN_REQUEST_LOG_MAX_BYTES,
 };
-use super::{DEFAULT_QUEUE_MS, MAX_WEIGHTS_ENTRIES};
 
 /// One config key.
 #[derive(Clone, Copy, Debug)]
