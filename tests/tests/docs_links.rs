@@ -322,9 +322,10 @@ fn broken_links(
     broken
 }
 
-/// Every `*.md` file under `dir` (relative to `root`), skipping build output,
-/// git's directory, hidden directories and installed packages.
-fn markdown_files(root: &Path, dir: &Path, found: &mut Vec<PathBuf>) {
+/// Every file under `dir` (relative to `root`) whose name ends in one of
+/// `suffixes`, skipping build output, git's directory, hidden directories and
+/// installed packages.
+fn files_ending_in(root: &Path, dir: &Path, suffixes: &[&str], found: &mut Vec<PathBuf>) {
     let entries = std::fs::read_dir(root.join(dir))
         .unwrap_or_else(|e| panic!("read {}: {e}", root.join(dir).display()));
     for entry in entries {
@@ -338,9 +339,9 @@ fn markdown_files(root: &Path, dir: &Path, found: &mut Vec<PathBuf>) {
                 || name == "node_modules"
                 || (dir.as_os_str().is_empty() && (name == "target" || name.starts_with("result")));
             if !skipped {
-                markdown_files(root, &path, found);
+                files_ending_in(root, &path, suffixes, found);
             }
-        } else if name.ends_with(".md") {
+        } else if suffixes.iter().any(|suffix| name.ends_with(suffix)) {
             found.push(path);
         }
     }
@@ -361,7 +362,7 @@ fn every_relative_link_and_anchor_in_the_markdown_resolves() {
     // In the Nix build the source has no `nix/`: links there are taken on trust.
     let in_nix_sandbox = std::env::var_os("STRATA_TEST_IN_NIX_SANDBOX").is_some();
     let mut files = Vec::new();
-    markdown_files(root, Path::new(""), &mut files);
+    files_ending_in(root, Path::new(""), &[".md"], &mut files);
     for expected in ["README.md", "docs/README.md", "ARCHITECTURE.md"] {
         assert!(
             files.iter().any(|f| f == Path::new(expected)),
@@ -390,6 +391,100 @@ fn every_relative_link_and_anchor_in_the_markdown_resolves() {
         broken.is_empty(),
         "{} of {count} links in the Markdown lead nowhere (fix the link, or the heading it \
          names):\n  {}",
+        broken.len(),
+        broken.join("\n  ")
+    );
+}
+
+/// The manual's pages a text names as plain paths (`docs/PAGE.md` or
+/// `docs/PAGE.md#anchor`, as code comments cite them), with their line.
+fn manual_paths(text: &str) -> Vec<Link> {
+    let mut found = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let mut rest = line;
+        while let Some(at) = rest.find("docs/") {
+            let preceded = line.len() - rest.len() + at;
+            let path: String = rest[at..]
+                .chars()
+                .take_while(|&c| c.is_ascii_alphanumeric() || "/._-#".contains(c))
+                .collect();
+            rest = &rest[at + "docs/".len()..];
+            // Only a path that starts there (not `foo/docs/`) and names a page.
+            let starts = line[..preceded]
+                .chars()
+                .next_back()
+                .is_none_or(|c| !(c.is_ascii_alphanumeric() || "/._-".contains(c)));
+            let path = path.trim_end_matches(['.', ',']);
+            let page = path.split('#').next().unwrap_or("");
+            if starts && page.ends_with(".md") {
+                found.push(Link {
+                    line: number + 1,
+                    target: format!("/{path}"),
+                });
+            }
+        }
+    }
+    found
+}
+
+/// Code, scripts and units cite the manual by path (`docs/operating.md#wedged-backends-...`),
+/// where Markdown would link: each page and anchor they name exists. (This file's own made-up
+/// pages are not read.)
+#[test]
+fn every_manual_page_and_anchor_named_in_code_exists() {
+    let root = repo_root();
+    let mut files = Vec::new();
+    files_ending_in(
+        root,
+        Path::new(""),
+        &[".rs", ".py", ".nix", ".sh", ".service", ".socket", ".toml"],
+        &mut files,
+    );
+    let mut pages = Vec::new();
+    files_ending_in(root, Path::new("docs"), &[".md"], &mut pages);
+    let mut documents: BTreeMap<PathBuf, String> = pages
+        .into_iter()
+        .map(|page| {
+            let text = std::fs::read_to_string(root.join(&page)).expect("a page of the manual");
+            (page, text)
+        })
+        .collect();
+    // One made-up document per citing file, holding its citations as links.
+    let mut cited = 0;
+    for file in files.iter().filter(|file| !file.ends_with("docs_links.rs")) {
+        let Ok(text) = std::fs::read_to_string(root.join(file)) else {
+            continue; // not UTF-8: no citations
+        };
+        let citations = manual_paths(&text);
+        if citations.is_empty() {
+            continue;
+        }
+        cited += citations.len();
+        // Keep line numbers: each citation on its own line, at its line.
+        let mut lines = vec![String::new(); citations.last().map_or(0, |c| c.line)];
+        for citation in &citations {
+            lines[citation.line - 1].push_str(&format!("[x]({}) ", citation.target));
+        }
+        // The manual's own pages are checked as Markdown by the test above.
+        documents
+            .entry(file.clone())
+            .or_insert_with(|| lines.join("\n"));
+    }
+    assert!(
+        cited > 10,
+        "only {cited} citations of docs/ found: is the reader broken?"
+    );
+    let broken: Vec<String> = broken_links(
+        &documents,
+        |path| root.join(path).is_file(),
+        |path| root.join(path).is_dir(),
+    )
+    .into_iter()
+    .filter(|message| !message.starts_with("docs/"))
+    .collect();
+    assert!(
+        broken.is_empty(),
+        "{} citations of the manual lead nowhere (fix the path, or the heading it names):\n  {}",
         broken.len(),
         broken.join("\n  ")
     );
@@ -482,6 +577,9 @@ fn links_are_read_outside_code_only() {
     assert!(is_external("mailto:someone@example.com"));
     assert!(!is_external("docs/a.md#b:c"));
     assert!(!is_external("#anchor"));
+    let cited = manual_paths("see docs/a.md#b-c, foo/docs/c.md, docs/ alone\n// docs/d.md.");
+    let cited: Vec<(usize, &str)> = cited.iter().map(|l| (l.line, l.target.as_str())).collect();
+    assert_eq!(cited, [(1, "/docs/a.md#b-c"), (2, "/docs/d.md")]);
     assert!(left_out_by_the_flake(Path::new("nix/tests/README.md")));
     assert!(!left_out_by_the_flake(Path::new("docs/nix.md")));
     assert!(!left_out_by_the_flake(Path::new("nixos.md")));

@@ -1,5 +1,4 @@
-//! The learned load time end to end
-//! (docs/backend.md#faster-swaps-the-weights-prefetch-and-learned-load-times): before a model's
+//! The learned load time end to end (docs/backend.md#learned-load-times): before a model's
 //! first load
 //! `/v1/models` says `typical_load_ms: null` and progress shows the `startup_ms` limit; after
 //! it, the waiting stream's comment (`loading M, 3s, usually 5s`), `strata-ctl on`'s progress,

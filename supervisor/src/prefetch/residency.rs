@@ -148,8 +148,7 @@ mod tests {
     /// A 1 TiB sparse file that nothing has read: the measurement returns,
     /// estimated from its samples, and finds nothing resident. (It used to
     /// ask `mincore` about every page: 20 s of a core; the times are in
-    /// docs/backend.md#faster-swaps-the-weights-prefetch-and-learned-load-times,
-    /// not asserted here.)
+    /// docs/backend.md#what-was-resident-at-a-load-start, not asserted here.)
     #[test]
     fn a_1_tib_sparse_file_is_measured_from_samples() {
         let dir = TempDir::new("weights-sparse");
