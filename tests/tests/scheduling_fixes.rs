@@ -1,4 +1,4 @@
-//! The scheduling fixes the simulator showed (README "Scheduling"), through the real binaries
+//! The scheduling fixes the simulator showed (docs/scheduling.md), through the real binaries
 //! and the fake backend: a load nobody waits for any more is cancelled when another model
 //! waits, and the opt-in `model_hold_max_ms` ends an agent's hold on the model.
 
