@@ -114,7 +114,7 @@ fn every_path_is_absolute() {
 fn sets_every_top_level_key_explicitly() {
     // The example doubles as documentation of every key. Each is set at
     // its default, except the values the spec's example chooses and the
-    // scheduling values README "Tuning model_grace_ms" derives from the
+    // scheduling values docs/scheduling.md#tuning-model_grace_ms-from-your-own-records derives from the
     // simulator.
     let text = std::fs::read_to_string(example_path()).unwrap();
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
