@@ -20,7 +20,7 @@
 //!   of keys it does not show, each with the reason;
 //! - the configuration reference: `docs/configuration.md`'s key tables are
 //!   rendered from the table ([`super::keys_markdown`]) by
-//!   `protocol/tests/config_keys_doc.rs`;
+//!   `protocol/tests/config_keys_doc.rs`, between marker lines;
 //! - `config.example.json` sets every top-level key
 //!   (`protocol/tests/example_config.rs`).
 //!
@@ -77,7 +77,8 @@ pub struct Key {
     /// Whether [`super::Config::fingerprint`] covers it: a proxy and a
     /// supervisor whose configs differ in it refuse each other's hello.
     pub fingerprinted: bool,
-    /// One line: what it does (markdown, no `|`).
+    /// One line: what it does (markdown, no `|`; links are relative to
+    /// `docs/configuration.md`, where it is rendered).
     pub doc: &'static str,
 }
 
@@ -227,7 +228,7 @@ pub const KEYS: &[Key] = &[
         default: Default::Required,
         scope: Scope::Both,
         fingerprinted: true,
-        doc: "concrete model builds, keyed by model ID (see Model entries)",
+        doc: "concrete model builds, keyed by model ID (see [Model entries](#model-entries-modelsid))",
     },
     Key {
         name: "aliases",
@@ -314,7 +315,7 @@ pub const KEYS: &[Key] = &[
         default: Default::Json("\"auto\""),
         scope: Scope::Both,
         fingerprinted: true,
-        doc: "how a started backend is recognised as ready; `auto` asks the Strata's `--help` once (see The Strata it runs)",
+        doc: "how a started backend is recognised as ready; `auto` asks the Strata's `--help` once (see [The Strata it runs](backend.md#the-strata-it-runs))",
     },
     Key {
         name: "max_request_body_bytes",
@@ -375,7 +376,7 @@ pub const KEYS: &[Key] = &[
         default: Default::Integer(0),
         scope: Scope::Proxy,
         fingerprinted: false,
-        doc: "a leased streaming response that receives no byte from the backend this long ends with `reason: \"timeout\"` (see Silent streams)",
+        doc: "a leased streaming response that receives no byte from the backend this long ends with `reason: \"timeout\"` (see [Silent streams](http-api.md#silent-streams-stream_idle_ms))",
     },
     Key {
         name: "startup_ms",
@@ -450,7 +451,7 @@ pub const KEYS: &[Key] = &[
         default: Default::Integer(0),
         scope: Scope::Supervisor,
         fingerprinted: true,
-        doc: "wait-first, opt-in: once another model's request has waited this long, the loaded model gets no new grants (see Scheduling)",
+        doc: "wait-first, opt-in: once another model's request has waited this long, the loaded model gets no new grants (see [Hold bound](scheduling.md#hold-bound))",
     },
     Key {
         name: "cache_lookup_ms",
@@ -515,7 +516,7 @@ pub const KEYS: &[Key] = &[
         default: Default::Integer(DEFAULT_BACKEND_PROBE_MS),
         scope: Scope::Supervisor,
         fingerprinted: false,
-        doc: "how often the serving backend's `GET /health` is probed (see Wedged backends)",
+        doc: "how often the serving backend's `GET /health` is probed (see [Wedged backends](operating.md#wedged-backends-probes-unresponsive-and-a-truthful-health))",
     },
     Key {
         name: "backend_probe_misses",
@@ -543,7 +544,7 @@ pub const KEYS: &[Key] = &[
         default: Default::Json("true"),
         scope: Scope::Supervisor,
         fingerprinted: false,
-        doc: "read the next model's weights into the page cache while it waits (see Faster swaps)",
+        doc: "read the next model's weights into the page cache while it waits (see [Faster swaps](backend.md#faster-swaps-the-weights-prefetch-and-learned-load-times))",
     },
     Key {
         name: "prefetch_max_bytes",
@@ -604,7 +605,7 @@ pub const KEYS: &[Key] = &[
         default: Default::Json("null"),
         scope: Scope::Both,
         fingerprinted: true,
-        doc: "the JSON profile Strata setup wrote for these weights (see Profiles)",
+        doc: "the JSON profile Strata setup wrote for these weights (see [A model's status and its profile](#a-models-status-and-its-profile))",
     },
     Key {
         name: "upstream_model",
@@ -667,7 +668,7 @@ pub const KEYS: &[Key] = &[
         default: Default::Derived("derived from the profile"),
         scope: Scope::Supervisor,
         fingerprinted: false,
-        doc: "the files the backend reads when it loads this model: what the weights prefetch reads ahead (see Faster swaps)",
+        doc: "the files the backend reads when it loads this model: what the weights prefetch reads ahead (see [Faster swaps](backend.md#faster-swaps-the-weights-prefetch-and-learned-load-times))",
     },
 ];
 

@@ -1,22 +1,14 @@
 //! The configuration reference's key tables, rendered from [`KEYS`] as
-//! markdown. `protocol/tests/config_keys_doc.rs` keeps the copy in
+//! markdown, one per [`Place`]. `protocol/tests/config_keys_doc.rs` keeps the copy in
 //! `docs/configuration.md` equal to this.
 
 use super::keys::{Default, Form, KEYS, Key, Place, Unit};
 use std::fmt::Write;
 
-/// Two markdown tables, top-level keys and model entries, each under a
-/// `###` heading, newline-terminated.
-pub fn keys_markdown() -> String {
+/// The markdown table of the keys at `place`, in [`KEYS`] order,
+/// newline-terminated.
+pub fn keys_markdown(place: Place) -> String {
     let mut out = String::new();
-    out.push_str("### Top-level keys\n\n");
-    table(&mut out, Place::TopLevel);
-    out.push_str("\n### Model entries (`models.ID`)\n\n");
-    table(&mut out, Place::Model);
-    out
-}
-
-fn table(out: &mut String, place: Place) {
     out.push_str("| key | type | default | range / form | scope | fingerprint | meaning |\n");
     out.push_str("|---|---|---|---|---|---|---|\n");
     for key in KEYS.iter().filter(|key| key.place == place) {
@@ -32,6 +24,7 @@ fn table(out: &mut String, place: Place) {
         // Writing to a String cannot fail.
         let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
+    out
 }
 
 fn json_type(key: &Key) -> String {
@@ -134,8 +127,10 @@ mod tests {
 
     #[test]
     fn no_cell_can_break_the_table() {
-        for line in keys_markdown().lines().filter(|line| line.starts_with('|')) {
-            assert_eq!(line.matches('|').count(), 8, "{line}");
+        for place in [Place::TopLevel, Place::Model] {
+            for line in keys_markdown(place).lines() {
+                assert_eq!(line.matches('|').count(), 8, "{line}");
+            }
         }
     }
 
