@@ -9,8 +9,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::backend_ops::{OpReport, OpRunner};
 use super::command::Command;
-use super::counters::Counters;
 use super::state::Engine;
+use crate::counters::Counters;
 
 /// A cheap, cloneable handle to the engine task.
 #[derive(Debug, Clone)]
@@ -71,6 +71,7 @@ pub fn spawn(
             });
         }),
         shutdown: Duration::from_millis(config.timers.shutdown_ms),
+        probe: None,
     };
     let engine = Engine::new(
         config,

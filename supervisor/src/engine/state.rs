@@ -15,12 +15,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use strata_protocol::config::{Config, Registry, UnresponsiveAction};
+use strata_protocol::config::{Config, Registry};
 use strata_protocol::control::ControlEvent;
 use strata_protocol::record::unix_ms;
 use strata_protocol::wire::{
-    BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure, RevokeReason,
-    ServiceTier, SupervisorMessage, TicketId, TicketRequest,
+    CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure, RevokeReason, ServiceTier,
+    SupervisorMessage, TicketId, TicketRequest,
 };
 use strata_scheduler::{
     self as scheduler, ConnId, Decision, Failure, Hold, Mode, Refusal, Rules, TicketKey, Waiting,
@@ -28,18 +28,18 @@ use strata_scheduler::{
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::backend_ops::{OpOutcome, OpProgress, OpRunner, ProgressEvent};
+use super::backend_ops::{OpOutcome, OpProgress, OpRunner, ProbeTarget, ProgressEvent};
 use super::backend_slot::{self, BackendSlot, CancelReason, Finished, StopReason};
 use super::command::{Command, ControlOpId};
-use super::counters::Counters;
 use super::drain::{self, Drain, DrainAction};
 use super::leases::{Lease, Leases};
 use super::ledger::Ledger;
 use super::operator::{self, Operator, OperatorAction};
-use super::probe::{BackendWatch, ProbeOutcome, Verdict};
 use super::queue::{Queue, TicketInfo};
-use super::report::Parts;
+use super::report::ReportView;
+use super::watchdog::{self, Watchdog, WatchdogAction};
 use crate::backend::StartProgress;
+use crate::counters::Counters;
 use crate::prefetch::Prefetch;
 
 /// How often the engine checks child death, drain deadlines and lookup
@@ -95,11 +95,8 @@ pub struct Engine {
     wake_at: Option<Instant>,
     /// Reads the next model's weights while it waits.
     prefetch: Prefetch,
-    /// The probes of the serving backend.
-    watch: BackendWatch,
-    /// An unresponsive backend is to be restarted once its revoked leases
-    /// have ended; meanwhile nothing is granted.
-    restart_pending: bool,
+    /// The probes of the serving backend and the restart they may ask for.
+    watchdog: Watchdog,
 }
 
 impl Engine {
@@ -114,6 +111,7 @@ impl Engine {
         let prefetch = Prefetch::start(&config, counters.clone());
         Engine {
             operator: Operator::new(Duration::from_millis(config.timers.startup_ms)),
+            watchdog: Watchdog::new(config.probe.misses, config.probe.action),
             config,
             instance_id,
             daemon_pid: std::process::id(),
@@ -132,8 +130,6 @@ impl Engine {
             finished: false,
             wake_at: None,
             prefetch,
-            watch: BackendWatch::default(),
-            restart_pending: false,
         }
     }
 
@@ -174,7 +170,7 @@ impl Engine {
     pub fn handle(&mut self, command: Command, now: Now) {
         match command {
             Command::Connect { conn, pid, events } => {
-                let _ = events.send(SupervisorMessage::State(self.parts().router_state(now)));
+                let _ = events.send(SupervisorMessage::State(self.report().router_state(now)));
                 self.conns.insert(
                     conn,
                     Conn {
@@ -215,16 +211,18 @@ impl Engine {
                 self.broadcast_state(now);
             }
             Command::ProbeResult { instance, outcome } => {
-                self.probe_result(instance, outcome, now);
+                let facts = self.watchdog_facts();
+                let actions = self.watchdog.observe(instance, outcome, &facts, now.at);
+                self.apply_watchdog(actions, now);
             }
             Command::Status { reply } => {
-                let _ = reply.send(self.parts().status(now));
+                let _ = reply.send(self.report().status(now));
             }
             Command::Models { reply } => {
-                let _ = reply.send(self.parts().models(now));
+                let _ = reply.send(self.report().models(now));
             }
             Command::InFlight { limit, reply } => {
-                let _ = reply.send(self.parts().in_flight_requests(limit, now.unix_ms));
+                let _ = reply.send(self.report().in_flight_requests(limit, now.unix_ms));
             }
             Command::SetRouting { routing, reply } => {
                 self.set_routing(routing, now);
@@ -543,30 +541,36 @@ impl Engine {
     // ---- scheduling -------------------------------------------------------
 
     /// Makes every decision that is due. Called after each command, tick
-    /// and wake-up.
+    /// and wake-up: asks the holds (the drain, the watchdog's restart), then
+    /// decides unless one holds the round, then says what goes next.
     pub fn schedule(&mut self, now: Now) {
+        let next = if self.holds(now) {
+            None
+        } else {
+            self.decide(now)
+        };
+        self.prefetch.want(next.as_deref());
+        self.report().publish_counts(&self.counters);
+    }
+
+    /// True when nothing is to be decided this round: the engine finished,
+    /// the drain's end game runs, or a restart waits for its leases.
+    fn holds(&mut self, now: Now) -> bool {
         if self.finished {
-            return;
+            return true;
         }
         self.queue.expire_lookup(now.at);
         if self.drain_holds(now) {
-            self.prefetch.want(None);
-            self.parts().publish_counts(&self.counters);
-            return;
+            return true;
         }
-        if self.restart_pending {
-            // Nothing new goes to the unresponsive backend; once the revoked
-            // leases have ended it is stopped, and the queue loads it again.
-            if !self.leases.is_empty() {
-                self.prefetch.want(None);
-                self.parts().publish_counts(&self.counters);
-                return;
-            }
-            self.restart_pending = false;
-            if self.slot.serving_instance().is_some() {
-                self.start_stop(StopReason::Unresponsive, now);
-            }
-        }
+        let facts = self.watchdog_facts();
+        let actions = self.watchdog.step(&facts);
+        self.apply_watchdog(actions, now)
+    }
+
+    /// Decides and applies the plans; returns the model that goes next
+    /// without starting yet (for the prefetch).
+    fn decide(&mut self, now: Now) -> Option<String> {
         let mut next = None;
         // A few rounds at most: applying a plan can make another decision
         // due (a queue timeout frees the head in legacy mode).
@@ -604,11 +608,7 @@ impl Engine {
         }
         // A load started by this round stopped the prefetch already, and
         // the loading model is never `next`.
-        if self.slot.op_running() {
-            next = None;
-        }
-        self.prefetch.want(next.as_deref());
-        self.parts().publish_counts(&self.counters);
+        next.filter(|_| !self.slot.op_running())
     }
 
     fn view(&self, now: Now, hold: Hold) -> scheduler::View<'_> {
@@ -740,7 +740,7 @@ impl Engine {
                     message,
                 } => {
                     tracing::info!(op = name, ok, "control operation finished");
-                    let status = self.parts().status(now);
+                    let status = self.report().status(now);
                     let done = strata_protocol::control::Done {
                         ok,
                         message,
@@ -772,7 +772,7 @@ impl Engine {
     /// Starts loading `model`, stopping the current backend first.
     fn start_load(&mut self, model: &str, started_by_control: bool, now: Now) {
         // A switch stops the serving backend: its probes end here.
-        self.watch.stop();
+        self.stop_probes();
         let spec = backend_slot::launch_spec(&self.config, model);
         self.prefetch.load_starting(model);
         let request = self.slot.start_load(spec, started_by_control, now.at);
@@ -782,7 +782,7 @@ impl Engine {
     }
 
     fn start_stop(&mut self, reason: StopReason, now: Now) {
-        self.watch.stop();
+        self.stop_probes();
         // After a forced shutdown nothing waits out `shutdown_ms`.
         let kill_now = self.drain.as_ref().is_some_and(Drain::is_forced);
         if let Some(request) = self.slot.start_stop(reason, kill_now) {
@@ -794,69 +794,59 @@ impl Engine {
     /// Starts probing the backend just verified (unless `backend_probe_ms`
     /// is 0).
     fn start_probes(&mut self, model: &str, now: Now) {
-        let probe = &self.config.probe;
         let Some((addr, instance)) = self.slot.serving() else {
             return;
         };
-        if probe.interval_ms == 0 {
-            self.watch.stop();
-            return;
-        }
-        let expected = self
-            .config
-            .registry
-            .model(model)
-            .map(|entry| entry.upstream_model.clone())
-            .unwrap_or_default();
-        let task = self.ops.spawn_probe(
+        let probe = &self.config.probe;
+        let entry = self.config.registry.model(model);
+        let target = (probe.interval_ms > 0).then(|| ProbeTarget {
             instance,
             addr,
-            expected,
-            Duration::from_millis(probe.interval_ms),
-            Duration::from_millis(probe.timeout_ms()),
-        );
-        self.watch.start(instance, now.at, task);
+            expected_model: entry.map(|e| e.upstream_model.clone()).unwrap_or_default(),
+            interval: Duration::from_millis(probe.interval_ms),
+            timeout: Duration::from_millis(probe.timeout_ms()),
+        });
+        self.watchdog.verified(instance, target.is_some(), now.at);
+        self.ops.probe(target);
     }
 
-    fn probe_result(&mut self, instance: BackendInstance, outcome: ProbeOutcome, now: Now) {
-        if self.slot.serving_instance() != Some(instance) {
-            return;
+    fn stop_probes(&mut self) {
+        self.watchdog.backend_gone();
+        self.ops.probe(None);
+    }
+
+    fn watchdog_facts(&self) -> watchdog::Facts {
+        watchdog::Facts {
+            serving: self.slot.serving_instance(),
+            leases: self.leases.len(),
         }
-        let action = self.config.probe.action;
-        let good = matches!(outcome, ProbeOutcome::Good);
-        match self
-            .watch
-            .observe(instance, outcome, self.config.probe.misses, now.at)
-        {
-            // The proxies learn the new time of the last good probe (a state per probe
-            // interval): without it their `/health` and gauge would age from the last change.
-            Verdict::Nothing if good => self.broadcast_state(now),
-            Verdict::Nothing => {}
-            Verdict::Recovered => {
-                tracing::info!(
-                    pid = instance.pid,
-                    "the backend answers its health probes again"
-                );
-                self.broadcast_state(now);
-            }
-            Verdict::Unresponsive(cause) => {
-                tracing::warn!(
-                    pid = instance.pid,
-                    cause,
-                    action = action.as_str(),
-                    "backend unresponsive"
-                );
-                if action == UnresponsiveAction::Restart && !self.restart_pending {
-                    self.restart_pending = true;
+    }
+
+    /// Carries out the watchdog's actions; true when they hold the round.
+    fn apply_watchdog(&mut self, actions: Vec<WatchdogAction>, now: Now) -> bool {
+        let mut hold = false;
+        for action in actions {
+            match action {
+                WatchdogAction::BroadcastState => self.broadcast_state(now),
+                WatchdogAction::Recovered { pid } => {
+                    tracing::info!(pid, "the backend answers its health probes again");
+                }
+                WatchdogAction::Unresponsive { pid, cause } => {
+                    let action = self.config.probe.action.as_str();
+                    tracing::warn!(pid, cause, action, "backend unresponsive");
+                }
+                WatchdogAction::RevokeAll => {
                     let leases = self.revoke_all_leases(RevokeReason::BackendUnresponsive);
                     tracing::info!(
                         leases,
                         "restarting the unresponsive backend once its leases end"
                     );
                 }
-                self.broadcast_state(now);
+                WatchdogAction::Hold => hold = true,
+                WatchdogAction::StopBackend => self.start_stop(StopReason::Unresponsive, now),
             }
         }
+        hold
     }
 
     fn op_progress(&mut self, progress: OpProgress, now: Now) {
@@ -1075,8 +1065,8 @@ impl Engine {
 
     // ---- reports ----------------------------------------------------------
 
-    fn parts(&self) -> Parts<'_> {
-        Parts {
+    fn report(&self) -> ReportView<'_> {
+        ReportView {
             config: &self.config,
             instance_id: &self.instance_id,
             daemon_pid: self.daemon_pid,
@@ -1090,7 +1080,7 @@ impl Engine {
             leases: &self.leases,
             slot: &self.slot,
             ledger: &self.ledger,
-            watch: &self.watch,
+            watch: self.watchdog.watch(),
         }
     }
 
@@ -1101,7 +1091,7 @@ impl Engine {
     }
 
     fn broadcast_state(&self, now: Now) {
-        let state = self.parts().router_state(now);
+        let state = self.report().router_state(now);
         for conn in self.conns.values() {
             let _ = conn.events.send(SupervisorMessage::State(state.clone()));
         }
