@@ -14,12 +14,14 @@
 
 mod backend_ops;
 mod backend_slot;
+mod clients;
 mod command;
 mod drain;
 mod handle;
 mod leases;
 mod ledger;
 mod load_times;
+mod now;
 mod operator;
 mod queue;
 mod report;

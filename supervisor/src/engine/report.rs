@@ -14,8 +14,8 @@ use strata_scheduler::{Mode, TicketKey};
 use super::backend_slot::BackendSlot;
 use super::leases::Leases;
 use super::ledger::Ledger;
+use super::now::Now;
 use super::queue::Queue;
-use super::state::Now;
 use super::watch::BackendWatch;
 use crate::counters::Counters;
 

@@ -19,10 +19,12 @@ use tokio::time::Instant;
 
 use super::backend_ops::{OpOutcome, OpRequest, OpRunner};
 use super::drain::RECORDS_GRACE;
-use super::state::{Engine, Now};
+use super::now::Now;
+use super::state::Engine;
 use super::{Command, ConnId};
 use crate::backend::{Backend, ProbeOutcome, StartError, StopReport};
 use crate::counters::Counters;
+use crate::prefetch::Prefetch;
 
 const INSTANCE: &str = "42-1";
 
@@ -54,6 +56,7 @@ impl Harness {
             INSTANCE.into(),
             Arc::new(Counters::default()),
             OpRunner::Manual(tx),
+            Prefetch::inert(),
             now.at,
         );
         Harness {

@@ -107,6 +107,19 @@ impl Prefetch {
         }
     }
 
+    /// Tests: a prefetch that reads and measures nothing and starts no
+    /// thread; it only keeps what the engine asks for.
+    #[cfg(test)]
+    pub fn inert() -> Prefetch {
+        Prefetch {
+            sources: BTreeMap::new(),
+            wanted: None,
+            shared: None,
+            counters: Arc::new(Counters::default()),
+            said: Arc::new(Said::default()),
+        }
+    }
+
     /// What the engine last asked for.
     pub fn wanted(&self) -> Option<&str> {
         self.wanted.as_deref()
