@@ -264,7 +264,7 @@ impl Engine {
         self.ledger
             .open(key, &model, upstream, tier, request, arrival);
         if let Some(failure) = self.refusal(&model, now) {
-            self.proxies.send(
+            self.send(
                 conn,
                 SupervisorMessage::Failed {
                     ticket,
@@ -353,7 +353,7 @@ impl Engine {
             return;
         };
         self.ledger.failed(key, &failure);
-        self.proxies.send(
+        self.send(
             key.0,
             SupervisorMessage::Failed {
                 ticket: key.1,
@@ -409,7 +409,7 @@ impl Engine {
             // The benchmark's switch breakdown reads these `strata::switch` lines.
             tracing::debug!(target: "strata::switch", conn, ticket = id, "switch grant sent");
         }
-        self.proxies.send(conn, SupervisorMessage::Granted(grant));
+        self.send(conn, SupervisorMessage::Granted(grant));
     }
 
     // ---- cache lookups ----------------------------------------------------
@@ -421,7 +421,7 @@ impl Engine {
         let budget = self.config.cache_lookup_timeout().unwrap_or(Duration::ZERO);
         let lookup = self.queue.start_lookup(keys, now.at + budget);
         for (conn, message) in lookup.messages(backend, budget.as_millis() as u64) {
-            self.proxies.send(conn, message);
+            self.send(conn, message);
         }
     }
 
@@ -531,8 +531,7 @@ impl Engine {
                 if self.queue.admit(key, load) {
                     self.announce(key);
                     self.ledger.admitted(key, now.unix_ms);
-                    self.proxies
-                        .send(key.0, SupervisorMessage::Admitted { ticket: key.1 });
+                    self.send(key.0, SupervisorMessage::Admitted { ticket: key.1 });
                     // A ticket that joins a load already waiting for readiness
                     // learns where it stands, as the load's first tickets did.
                     if let Some(elapsed_ms) = self.slot.spawned_load_elapsed(now.at) {
@@ -540,7 +539,7 @@ impl Engine {
                             .queue
                             .get(key)
                             .and_then(|ticket| self.slot.typical_load_ms(&ticket.model));
-                        self.proxies.send(
+                        self.send(
                             key.0,
                             SupervisorMessage::Progress {
                                 ticket: key.1,
@@ -731,7 +730,7 @@ impl Engine {
                     elapsed_ms,
                     typical_load_ms,
                 };
-                self.proxies.send(conn, message);
+                self.send(conn, message);
             }
         }
         let actions = self.operate(|operator, facts, _| {
@@ -901,6 +900,10 @@ impl Engine {
             ledger: &self.ledger,
             watch: self.watchdog.watch(),
         }
+    }
+
+    fn send(&self, conn: ConnId, message: SupervisorMessage) {
+        self.proxies.send(conn, message);
     }
 
     fn broadcast_state(&self, now: Now) {

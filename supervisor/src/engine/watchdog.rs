@@ -110,6 +110,9 @@ impl Watchdog {
         let good = outcome == ProbeOutcome::Good;
         let pid = instance.pid;
         match self.watch.observe(instance, outcome, self.misses, now) {
+            // The proxies learn the new time of the last good probe (a state
+            // per probe interval): without it their `/health` and gauge would
+            // age from the last change.
             Verdict::Nothing if good => vec![WatchdogAction::BroadcastState],
             Verdict::Nothing => Vec::new(),
             Verdict::Recovered => vec![
