@@ -7,6 +7,10 @@
 //! tagged with the op's sequence number so a stale report is recognisable. The engine hands
 //! each op to an [`OpRunner`] as an [`OpRequest`]; in unit tests the runner
 //! passes the requests to the test instead, which answers them itself.
+//!
+//! The runner also owns the probe task of the serving backend
+//! ([`OpRunner::probe`]), which reports each probe's outcome the same way;
+//! in unit tests the test reports probe outcomes itself.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -4,9 +4,10 @@
 //! The loop takes one [`Command`] at a time with the clock read once for
 //! it ([`Now`]), updates the part the command is about (the [`Queue`], the
 //! [`Leases`], the [`BackendSlot`], the [`Operator`], the [`Drain`], the
-//! ledger), then asks [`scheduler::decide`] what is due and applies the
-//! plan: grants, admissions to a load, loads, failures, idle unloads, cache
-//! lookups. Timers are the plan's `wake_at` plus a 50 ms maintenance tick
+//! [`Watchdog`], the ledger), then asks the holds (the drain, the
+//! watchdog's restart) and, unless one holds, [`scheduler::decide`] what
+//! is due, and applies the plan: grants, admissions to a load, loads,
+//! failures, idle unloads, cache lookups. Timers are the plan's `wake_at` plus a 50 ms maintenance tick
 //! (child death, drain deadline, lookup budgets). Everything that crosses
 //! to another task (messages to proxies and control clients, ops) goes out
 //! from here.
