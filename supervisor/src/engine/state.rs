@@ -435,7 +435,7 @@ impl Engine {
         let next = if self.holds(now) {
             None
         } else {
-            self.decide(now)
+            self.decide_and_apply(now)
         };
         self.prefetch.want(next.as_deref());
         self.report().publish_counts(&self.counters);
@@ -458,7 +458,7 @@ impl Engine {
 
     /// Decides and applies the plans; returns the model that goes next
     /// without starting yet (for the prefetch).
-    fn decide(&mut self, now: Now) -> Option<String> {
+    fn decide_and_apply(&mut self, now: Now) -> Option<String> {
         let mut next = None;
         // A few rounds at most: applying a plan can make another decision
         // due (a queue timeout frees the head in legacy mode).
