@@ -122,6 +122,22 @@ fn summary(path: &Path, config: &Config) -> String {
         timers.model_grace_ms,
         off_if_zero(timers.cache_lookup_ms)
     ));
+    lines.push(format!(
+        "                    model_hold_max {}, stream_idle {}",
+        off_if_zero(timers.model_hold_max_ms),
+        off_if_zero(timers.stream_idle_ms)
+    ));
+    let probe = &config.probe;
+    lines.push(if probe.interval_ms == 0 {
+        "backend probes      off".to_owned()
+    } else {
+        format!(
+            "backend probes      every {} ms, unresponsive after {} misses, then {}",
+            probe.interval_ms,
+            probe.misses,
+            probe.action.as_str()
+        )
+    });
     let log = &config.request_log;
     match &log.path {
         Some(file) => lines.push(format!(
@@ -335,32 +351,6 @@ mod tests {
             Place::TopLevel,
             "strata_dir",
             "the readiness line shows what the Strata there answers, not its path",
-        ),
-        (
-            Place::TopLevel,
-            "stream_idle_ms",
-            "not shown yet: added after the timers lines (a warning names it only when it may cut \
-             waiting streams)",
-        ),
-        (
-            Place::TopLevel,
-            "model_hold_max_ms",
-            "not shown yet: added after the timers lines",
-        ),
-        (
-            Place::TopLevel,
-            "backend_probe_ms",
-            "not shown yet: the probe keys came after the summary",
-        ),
-        (
-            Place::TopLevel,
-            "backend_probe_misses",
-            "not shown yet: the probe keys came after the summary",
-        ),
-        (
-            Place::TopLevel,
-            "backend_unresponsive_action",
-            "not shown yet: the probe keys came after the summary",
         ),
         (
             Place::Model,
