@@ -15,7 +15,7 @@ use crate::response_body::ProxyBody;
 
 use super::admit::Dispatched;
 use super::error::ChatError;
-use super::forward::{self, AfterHeaders, BackendBody, ForwardEnd, Watch};
+use super::forward::{self, AfterHeaders, BackendBody, Bounds, ForwardEnd};
 use super::trace::Trace;
 
 const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-strata-request-id");
@@ -106,7 +106,7 @@ pub fn respond_passthrough<B: BackendBody>(
             &mut observer,
             &mut dispatched.gate,
             AfterHeaders::TransportError,
-            Watch {
+            Bounds {
                 lease: &mut dispatched.events,
                 deadline: dispatched.deadline,
                 keepalive: false,

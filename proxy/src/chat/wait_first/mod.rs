@@ -32,7 +32,7 @@ use crate::upstream::UpstreamBody;
 
 use super::admit::{Dispatched, Job};
 use super::error::ChatError;
-use super::forward::{self, AfterHeaders, BackendBody, ForwardEnd, KEEPALIVE_INTERVAL, Watch};
+use super::forward::{self, AfterHeaders, BackendBody, Bounds, ForwardEnd, KEEPALIVE_INTERVAL};
 use super::progress::WaitProgress;
 use super::respond::{StrataHeaders, end_reason, reject, respond_passthrough, sse_head};
 use super::trace::Trace;
@@ -238,7 +238,7 @@ async fn wait_first<A: Admission>(
             } else {
                 AfterHeaders::Held
             },
-            Watch {
+            Bounds {
                 lease: &mut dispatched.events,
                 deadline: dispatched.deadline,
                 keepalive: true,
