@@ -17,7 +17,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use hyper::{Response, StatusCode};
@@ -127,12 +127,78 @@ pub async fn respond_wait_first(
         .unwrap_or_else(|_| ChatError::BackendCutOff.into_response())
 }
 
-/// What the held admission came to.
-enum HeadHeld<B> {
-    Admitted(Result<Dispatched<B>, ChatError>),
-    /// The first keepalive came due first: the head went out with it.
-    Committed(Option<Result<Dispatched<B>, ChatError>>),
+/// Where a wait-first stream's head is.
+enum Head {
+    /// Held: the handler waits on `answer`, and `body` goes out with the
+    /// head.
+    Held {
+        answer: oneshot::Sender<Response<ProxyBody>>,
+        body: ProxyBody,
+    },
+    /// The `200` and SSE head went out: failures are in band from now on.
+    Committed,
+    /// No head of ours went out: the client left, or it got another answer.
+    Closed,
+}
+
+/// What came first while a held stream's forwarding started.
+enum First {
+    Ended(ForwardEnd),
+    Ready,
     ClientGone,
+}
+
+impl Head {
+    fn is_held(&self) -> bool {
+        matches!(self, Head::Held { .. })
+    }
+
+    /// Sends the held `200` and SSE head with the body. False if the client
+    /// is already gone.
+    fn commit(&mut self, headers: &StrataHeaders) -> bool {
+        match std::mem::replace(self, Head::Closed) {
+            Head::Held { answer, body } => {
+                let sent = answer.send(sse_head(body, headers)).is_ok();
+                if sent {
+                    *self = Head::Committed;
+                }
+                sent
+            }
+            Head::Committed => {
+                *self = Head::Committed;
+                true
+            }
+            Head::Closed => false,
+        }
+    }
+
+    /// Answers a held head with `response` instead (a real status).
+    fn answer(&mut self, response: Response<ProxyBody>) {
+        if let Head::Held { answer, .. } = std::mem::replace(self, Head::Closed) {
+            let _ = answer.send(response);
+        }
+    }
+
+    /// Resolves when the client is gone while the head is held; never
+    /// after.
+    async fn client_gone(&mut self) {
+        match self {
+            Head::Held { answer, .. } => answer.closed().await,
+            _ => std::future::pending().await,
+        }
+    }
+
+    /// While the head is held: the body's first chunk is ready, or the
+    /// client is gone. Never after.
+    async fn first(&mut self) -> First {
+        match self {
+            Head::Held { answer, body } => tokio::select! {
+                () = body.first_ready() => First::Ready,
+                () = answer.closed() => First::ClientGone,
+            },
+            _ => std::future::pending().await,
+        }
+    }
 }
 
 /// The task: answers the handler through `answer` (the head, or a real
@@ -144,153 +210,140 @@ async fn wait_first<A: Admission>(
     headers: StrataHeaders,
     answer: oneshot::Sender<Response<ProxyBody>>,
 ) {
-    let first_keepalive = trace.arrived + HEADER_HOLD;
+    let first_keepalive = trace.arrived() + HEADER_HOLD;
     let (tx, body) = ProxyBody::channel();
+    let mut head = Head::Held { answer, body };
     let mut observer = ResponseObserver::new(BodyKind::Sse);
-    let mut answer = Some(answer);
-    let mut body = Some(body);
     let progress = WaitProgress::new(
-        trace.model_resolved.as_deref().unwrap_or_default(),
-        trace.tier,
-        trace.queue_depth_at_arrival as u64,
-        trace.arrived,
+        trace.model_resolved().unwrap_or_default(),
+        trace.tier(),
+        trace.queue_depth_at_arrival() as u64,
+        trace.arrived(),
         app.config.timers.startup_ms,
     );
-
-    // Admission, with the head held. Boxed: the waiting task does not
-    // carry the send's state (see `admit_and_send`).
-    let held = {
-        let mut admit = Box::pin(admission.admit(&mut trace, &progress));
-        let first = {
-            let client_gone = closed(&mut answer);
-            tokio::pin!(client_gone);
-            tokio::select! {
-                admitted = &mut admit => Some(HeadHeld::Admitted(admitted)),
-                () = &mut client_gone => Some(HeadHeld::ClientGone),
-                () = tokio::time::sleep_until(first_keepalive.into()) => None,
-            }
-        };
-        match first {
-            Some(held) => held,
-            // The first keepalive is due: the head goes out with it.
-            None => {
-                let now = TokioInstant::now().into_std();
-                let comment = progress.comment(now);
-                observer.observe(&comment, now);
-                let _ = tx.try_reserve().map(|permit| permit.send(Ok(comment)));
-                if commit(&mut answer, &mut body, &headers) {
-                    HeadHeld::Committed(with_keepalive(&tx, &mut observer, &progress, admit).await)
-                } else {
-                    HeadHeld::ClientGone
-                }
-            }
-        }
+    // Boxed: the waiting task does not carry the send's state (see
+    // `admit_and_send`).
+    let admit = Box::pin(admission.admit(&mut trace, &progress));
+    let held = Held {
+        head: &mut head,
+        headers: &headers,
+        tx: &tx,
+        observer: &mut observer,
+        progress: &progress,
     };
-    let (admitted, committed) = match held {
-        HeadHeld::ClientGone => {
-            trace.observed = Some(observer.finish());
-            trace.finish(Reason::ClientDisconnect);
-            return;
-        }
-        HeadHeld::Committed(None) => {
-            trace.status = Some(StatusCode::OK.as_u16());
-            trace.observed = Some(observer.finish());
-            trace.finish(Reason::ClientDisconnect);
-            return;
-        }
-        HeadHeld::Committed(Some(admitted)) => (admitted, true),
-        HeadHeld::Admitted(admitted) => (admitted, false),
+    let Some(admitted) = held.admit(admit, first_keepalive).await else {
+        return finish(trace, &head, observer, Reason::ClientDisconnect);
     };
-    if committed {
-        trace.status = Some(StatusCode::OK.as_u16());
-    }
     let mut dispatched = match admitted {
-        Err(error) if !committed => {
-            send(&mut answer, reject(trace, &headers, error));
-            return;
-        }
-        Err(error) => return fail_committed(&tx, observer, trace, error).await,
         Ok(dispatched) => dispatched,
+        Err(error) if head.is_held() => return head.answer(reject(trace, &headers, error)),
+        Err(error) => return fail_committed(&tx, observer, trace, &head, error).await,
     };
     let status = dispatched.response.status();
     if !status.is_success() {
-        if !committed {
+        if head.is_held() {
             // Exactly what a non-streaming request gets.
-            let response = respond_passthrough(&app, dispatched, trace, headers);
-            send(&mut answer, response);
-            return;
+            return head.answer(respond_passthrough(&app, dispatched, trace, headers));
         }
         let error = Box::pin(upstream_status(status, dispatched.response.body_mut())).await;
         // Held until the record is submitted, like the passthrough path.
         let _dispatched = dispatched;
-        return fail_committed(&tx, observer, trace, error).await;
+        return fail_committed(&tx, observer, trace, &head, error).await;
     }
 
     // Forwarding; a held head goes out with the first chunk (or comment).
     let end = {
+        let mode = match head.is_held() {
+            true => AfterHeaders::Held,
+            false => AfterHeaders::InBandError,
+        };
+        let bounds = Bounds {
+            lease: &mut dispatched.events,
+            deadline: dispatched.deadline,
+            keepalive: true,
+            first_keepalive: head.is_held().then_some(first_keepalive),
+            idle: app.config.stream_idle_timeout(),
+        };
+        let body = dispatched.response.body_mut();
+        let gate = &mut dispatched.gate;
         let mut forwarding = Box::pin(forward::forward(
-            dispatched.response.body_mut(),
+            body,
             &tx,
             &mut observer,
-            &mut dispatched.gate,
-            if committed {
-                AfterHeaders::InBandError
-            } else {
-                AfterHeaders::Held
-            },
-            Bounds {
-                lease: &mut dispatched.events,
-                deadline: dispatched.deadline,
-                keepalive: true,
-                first_keepalive: (!committed).then_some(first_keepalive),
-                idle: app.config.stream_idle_timeout(),
-            },
+            gate,
+            mode,
+            bounds,
         ));
-        match body.as_mut() {
-            None => Some(forwarding.await),
-            Some(held_body) => {
-                let first = {
-                    let client_gone = closed(&mut answer);
-                    tokio::pin!(client_gone);
-                    tokio::select! {
-                        end = &mut forwarding => First::Ended(end),
-                        () = held_body.first_ready() => First::Ready,
-                        () = &mut client_gone => First::ClientGone,
-                    }
-                };
-                match first {
-                    First::ClientGone => None,
-                    // Ended with nothing handed over: a failure is still a
-                    // real status; a clean end is an empty stream.
-                    First::Ended(ForwardEnd::Failed(error)) => {
-                        drop(forwarding);
-                        drop(dispatched);
-                        send(&mut answer, reject(trace, &headers, error));
-                        return;
-                    }
-                    First::Ended(end) => {
-                        commit(&mut answer, &mut body, &headers);
-                        trace.status = Some(StatusCode::OK.as_u16());
-                        Some(end)
-                    }
-                    First::Ready => {
-                        if commit(&mut answer, &mut body, &headers) {
-                            trace.status = Some(StatusCode::OK.as_u16());
-                            Some(forwarding.await)
-                        } else {
-                            None
-                        }
-                    }
-                }
+        let first = match head.is_held() {
+            true => tokio::select! {
+                end = &mut forwarding => First::Ended(end),
+                first = head.first() => first,
+            },
+            false => First::Ready,
+        };
+        match first {
+            First::ClientGone => None,
+            // Ended with nothing handed over: a failure is still a real
+            // status; a clean end is an empty stream, counted as the `200`
+            // it was even if the client left at this very moment.
+            First::Ended(ForwardEnd::Failed(error)) => {
+                drop(forwarding);
+                drop(dispatched);
+                return head.answer(reject(trace, &headers, error));
             }
+            First::Ended(end) => {
+                head.commit(&headers);
+                head = Head::Committed;
+                Some(end)
+            }
+            First::Ready if head.commit(&headers) => Some(forwarding.await),
+            First::Ready => None,
         }
     };
-    trace.observed = Some(observer.finish());
-    match end {
-        Some(end) => trace.finish(end_reason(end, true)),
-        None => trace.finish(Reason::ClientDisconnect),
-    }
+    let reason = end.map_or(Reason::ClientDisconnect, |end| end_reason(end, true));
+    finish(trace, &head, observer, reason);
     drop(dispatched);
+}
+
+/// A stream's parts while its head may still be held.
+struct Held<'a> {
+    head: &'a mut Head,
+    headers: &'a StrataHeaders,
+    tx: &'a BodySender,
+    observer: &'a mut ResponseObserver,
+    progress: &'a WaitProgress,
+}
+
+impl Held<'_> {
+    /// Waits for the admission with the head held until `first_keepalive`;
+    /// the head then goes out with that first comment, and the wait goes on
+    /// with keepalives. `None`: the client went away first.
+    async fn admit<T>(self, admit: impl Future<Output = T>, first_keepalive: Instant) -> Option<T> {
+        tokio::pin!(admit);
+        tokio::select! {
+            admitted = &mut admit => return Some(admitted),
+            () = self.head.client_gone() => return None,
+            () = tokio::time::sleep_until(first_keepalive.into()) => {}
+        }
+        let now = TokioInstant::now().into_std();
+        let comment = self.progress.comment(now);
+        self.observer.observe(&comment, now);
+        let _ = self.tx.try_reserve().map(|permit| permit.send(Ok(comment)));
+        if !self.head.commit(self.headers) {
+            return None;
+        }
+        with_keepalive(self.tx, self.observer, self.progress, admit).await
+    }
+}
+
+/// Finishes the trace of a stream that ended `reason`: its status is the
+/// `200` if its head went out.
+fn finish(mut trace: Trace, head: &Head, mut observer: ResponseObserver, reason: Reason) {
+    if matches!(head, Head::Committed) {
+        trace.committed();
+    }
+    trace.forwarded(observer.finish());
+    trace.finish(reason);
 }
 
 /// Ends a stream whose head went out with one `event: error` frame, and
@@ -298,7 +351,8 @@ async fn wait_first<A: Admission>(
 async fn fail_committed(
     tx: &BodySender,
     mut observer: ResponseObserver,
-    mut trace: Trace,
+    trace: Trace,
+    head: &Head,
     error: ChatError,
 ) {
     Box::pin(forward::fail_after_headers(
@@ -308,47 +362,7 @@ async fn fail_committed(
         &mut observer,
     ))
     .await;
-    trace.observed = Some(observer.finish());
-    trace.finish(error.reason());
-}
-
-/// Sends the held `200` and SSE head with the body. False if the client
-/// is already gone.
-fn commit(
-    answer: &mut Option<oneshot::Sender<Response<ProxyBody>>>,
-    body: &mut Option<ProxyBody>,
-    headers: &StrataHeaders,
-) -> bool {
-    let Some(body) = body.take() else {
-        return true;
-    };
-    send(answer, sse_head(body, headers))
-}
-
-/// What came first while a held stream's forwarding started.
-enum First {
-    Ended(ForwardEnd),
-    Ready,
-    ClientGone,
-}
-
-/// Hands the handler its response; false if the client left meanwhile.
-fn send(
-    answer: &mut Option<oneshot::Sender<Response<ProxyBody>>>,
-    response: Response<ProxyBody>,
-) -> bool {
-    answer
-        .take()
-        .is_some_and(|answer| answer.send(response).is_ok())
-}
-
-/// Resolves when the handler (and so the client) is gone; never once the
-/// answer was sent.
-async fn closed(answer: &mut Option<oneshot::Sender<Response<ProxyBody>>>) {
-    match answer {
-        Some(answer) => answer.closed().await,
-        None => std::future::pending().await,
-    }
+    finish(trace, head, observer, error.reason());
 }
 
 /// A backend error response as an `event: error` frame's error: the
