@@ -212,8 +212,12 @@ async fn wait_first<A: Admission>(
 ) {
     let first_keepalive = trace.arrived() + HEADER_HOLD;
     let (tx, body) = ProxyBody::channel();
-    let mut head = Head::Held { answer, body };
-    let mut observer = ResponseObserver::new(BodyKind::Sse);
+    let mut stream = Stream {
+        head: Head::Held { answer, body },
+        tx,
+        observer: ResponseObserver::new(BodyKind::Sse),
+        headers,
+    };
     let progress = WaitProgress::new(
         trace.model_resolved().unwrap_or_default(),
         trace.tier(),
@@ -224,101 +228,63 @@ async fn wait_first<A: Admission>(
     // Boxed: the waiting task does not carry the send's state (see
     // `admit_and_send`).
     let admit = Box::pin(admission.admit(&mut trace, &progress));
-    let held = Held {
-        head: &mut head,
-        headers: &headers,
-        tx: &tx,
-        observer: &mut observer,
-        progress: &progress,
-    };
-    let Some(admitted) = held.admit(admit, first_keepalive).await else {
-        return finish(trace, &head, observer, Reason::ClientDisconnect);
+    let Some(admitted) = stream.admit(admit, &progress, first_keepalive).await else {
+        return stream.finish(trace, Reason::ClientDisconnect);
     };
     let mut dispatched = match admitted {
         Ok(dispatched) => dispatched,
-        Err(error) if head.is_held() => return head.answer(reject(trace, &headers, error)),
-        Err(error) => return fail_committed(&tx, observer, trace, &head, error).await,
+        Err(error) if stream.head.is_held() => return stream.reject(trace, error),
+        Err(error) => return stream.fail(trace, error).await,
     };
     let status = dispatched.response.status();
     if !status.is_success() {
-        if head.is_held() {
+        if stream.head.is_held() {
             // Exactly what a non-streaming request gets.
-            return head.answer(respond_passthrough(&app, dispatched, trace, headers));
+            let headers = std::mem::take(&mut stream.headers);
+            return stream
+                .head
+                .answer(respond_passthrough(&app, dispatched, trace, headers));
         }
         let error = Box::pin(upstream_status(status, dispatched.response.body_mut())).await;
         // Held until the record is submitted, like the passthrough path.
         let _dispatched = dispatched;
-        return fail_committed(&tx, observer, trace, &head, error).await;
+        return stream.fail(trace, error).await;
     }
-
-    // Forwarding; a held head goes out with the first chunk (or comment).
-    let end = {
-        let mode = match head.is_held() {
-            true => AfterHeaders::Held,
-            false => AfterHeaders::InBandError,
-        };
-        let bounds = Bounds {
-            lease: &mut dispatched.events,
-            deadline: dispatched.deadline,
-            keepalive: true,
-            first_keepalive: head.is_held().then_some(first_keepalive),
-            idle: app.config.stream_idle_timeout(),
-        };
-        let body = dispatched.response.body_mut();
-        let gate = &mut dispatched.gate;
-        let mut forwarding = Box::pin(forward::forward(
-            body,
-            &tx,
-            &mut observer,
-            gate,
-            mode,
-            bounds,
-        ));
-        let first = match head.is_held() {
-            true => tokio::select! {
-                end = &mut forwarding => First::Ended(end),
-                first = head.first() => first,
-            },
-            false => First::Ready,
-        };
-        match first {
-            First::ClientGone => None,
-            // Ended with nothing handed over: a failure is still a real
-            // status; a clean end is an empty stream, counted as the `200`
-            // it was even if the client left at this very moment.
-            First::Ended(ForwardEnd::Failed(error)) => {
-                drop(forwarding);
-                drop(dispatched);
-                return head.answer(reject(trace, &headers, error));
-            }
-            First::Ended(end) => {
-                head.commit(&headers);
-                head = Head::Committed;
-                Some(end)
-            }
-            First::Ready if head.commit(&headers) => Some(forwarding.await),
-            First::Ready => None,
+    let idle = app.config.stream_idle_timeout();
+    match stream.forward(&mut dispatched, first_keepalive, idle).await {
+        Err(error) => {
+            drop(dispatched);
+            stream.reject(trace, error);
         }
-    };
-    let reason = end.map_or(Reason::ClientDisconnect, |end| end_reason(end, true));
-    finish(trace, &head, observer, reason);
-    drop(dispatched);
+        Ok(end) => {
+            let reason = end.map_or(Reason::ClientDisconnect, |end| end_reason(end, true));
+            stream.finish(trace, reason);
+            // Finishing the trace ended the lease; the backend connection
+            // closes now.
+            drop(dispatched);
+        }
+    }
 }
 
-/// A stream's parts while its head may still be held.
-struct Held<'a> {
-    head: &'a mut Head,
-    headers: &'a StrataHeaders,
-    tx: &'a BodySender,
-    observer: &'a mut ResponseObserver,
-    progress: &'a WaitProgress,
+/// One wait-first stream: its head, the client body's sender and what the
+/// client was sent.
+struct Stream {
+    head: Head,
+    tx: BodySender,
+    observer: ResponseObserver,
+    headers: StrataHeaders,
 }
 
-impl Held<'_> {
+impl Stream {
     /// Waits for the admission with the head held until `first_keepalive`;
     /// the head then goes out with that first comment, and the wait goes on
     /// with keepalives. `None`: the client went away first.
-    async fn admit<T>(self, admit: impl Future<Output = T>, first_keepalive: Instant) -> Option<T> {
+    async fn admit<T>(
+        &mut self,
+        admit: impl Future<Output = T>,
+        progress: &WaitProgress,
+        first_keepalive: Instant,
+    ) -> Option<T> {
         tokio::pin!(admit);
         tokio::select! {
             admitted = &mut admit => return Some(admitted),
@@ -326,43 +292,95 @@ impl Held<'_> {
             () = tokio::time::sleep_until(first_keepalive.into()) => {}
         }
         let now = TokioInstant::now().into_std();
-        let comment = self.progress.comment(now);
+        let comment = progress.comment(now);
         self.observer.observe(&comment, now);
         let _ = self.tx.try_reserve().map(|permit| permit.send(Ok(comment)));
-        if !self.head.commit(self.headers) {
+        if !self.head.commit(&self.headers) {
             return None;
         }
-        with_keepalive(self.tx, self.observer, self.progress, admit).await
+        with_keepalive(&self.tx, &mut self.observer, progress, admit).await
     }
-}
 
-/// Finishes the trace of a stream that ended `reason`: its status is the
-/// `200` if its head went out.
-fn finish(mut trace: Trace, head: &Head, mut observer: ResponseObserver, reason: Reason) {
-    if matches!(head, Head::Committed) {
-        trace.committed();
+    /// Forwards the backend's body; a held head goes out with the first
+    /// thing handed over. `Err`: the body failed while the head was still
+    /// held, which is still a real status. `Ok(None)`: the client went away
+    /// first.
+    async fn forward<B: BackendBody>(
+        &mut self,
+        dispatched: &mut Dispatched<B>,
+        first_keepalive: Instant,
+        idle: Option<Duration>,
+    ) -> Result<Option<ForwardEnd>, ChatError> {
+        let held = self.head.is_held();
+        let bounds = Bounds {
+            lease: &mut dispatched.events,
+            deadline: dispatched.deadline,
+            keepalive: true,
+            first_keepalive: held.then_some(first_keepalive),
+            idle,
+        };
+        let mode = match held {
+            true => AfterHeaders::Held,
+            false => AfterHeaders::InBandError,
+        };
+        let mut forwarding = Box::pin(forward::forward(
+            dispatched.response.body_mut(),
+            &self.tx,
+            &mut self.observer,
+            &mut dispatched.gate,
+            mode,
+            bounds,
+        ));
+        let first = match held {
+            true => tokio::select! {
+                end = &mut forwarding => First::Ended(end),
+                first = self.head.first() => first,
+            },
+            false => First::Ready,
+        };
+        match first {
+            First::ClientGone => Ok(None),
+            First::Ended(ForwardEnd::Failed(error)) => Err(error),
+            // Ended with nothing handed over: an empty stream, counted as
+            // the `200` it was even if the client left at this very moment.
+            First::Ended(end) => {
+                self.head.commit(&self.headers);
+                self.head = Head::Committed;
+                Ok(Some(end))
+            }
+            First::Ready if self.head.commit(&self.headers) => Ok(Some(forwarding.await)),
+            First::Ready => Ok(None),
+        }
     }
-    trace.forwarded(observer.finish());
-    trace.finish(reason);
-}
 
-/// Ends a stream whose head went out with one `event: error` frame, and
-/// finishes its trace.
-async fn fail_committed(
-    tx: &BodySender,
-    mut observer: ResponseObserver,
-    trace: Trace,
-    head: &Head,
-    error: ChatError,
-) {
-    Box::pin(forward::fail_after_headers(
-        tx,
-        AfterHeaders::InBandError,
-        error,
-        &mut observer,
-    ))
-    .await;
-    finish(trace, head, observer, error.reason());
+    /// Answers the held head with a router-made `error` (a real status).
+    fn reject(mut self, trace: Trace, error: ChatError) {
+        let response = reject(trace, &self.headers, error);
+        self.head.answer(response);
+    }
+
+    /// Ends a stream whose head went out with one `event: error` frame, and
+    /// finishes its trace.
+    async fn fail(mut self, trace: Trace, error: ChatError) {
+        Box::pin(forward::fail_after_headers(
+            &self.tx,
+            AfterHeaders::InBandError,
+            error,
+            &mut self.observer,
+        ))
+        .await;
+        self.finish(trace, error.reason());
+    }
+
+    /// Finishes the trace of a stream that ended `reason`: its status is
+    /// the `200` if its head went out.
+    fn finish(mut self, mut trace: Trace, reason: Reason) {
+        if matches!(self.head, Head::Committed) {
+            trace.committed();
+        }
+        trace.forwarded(self.observer.finish());
+        trace.finish(reason);
+    }
 }
 
 /// A backend error response as an `event: error` frame's error: the
