@@ -137,3 +137,102 @@ struct Timers {
     stall: TokioInstant,
     keepalive: Option<(TokioInstant, bool)>,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::link::TicketEvents;
+    use crate::response_body::ProxyBody;
+
+    use super::*;
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    /// Clocks with a 30 s deadline and keepalives on, for a loop at `start`.
+    fn clocks(start: TokioInstant, out: &Outbox<'_>) -> Clocks {
+        let (_lease_tx, mut lease) = TicketEvents::detached();
+        let bounds = Bounds {
+            lease: &mut lease,
+            deadline: Some((start + secs(30)).into_std()),
+            keepalive: true,
+            first_keepalive: None,
+            idle: None,
+        };
+        Clocks::new(start, &bounds, out)
+    }
+
+    /// Each timer comes due only in the state it belongs to: the keepalive
+    /// with nothing in hand at a frame boundary, the stall limit with a
+    /// chunk in hand, the deadline always; the deadline first when two are
+    /// due.
+    #[tokio::test(start_paused = true)]
+    async fn each_timer_is_due_only_in_its_state() {
+        let (tx, _client) = ProxyBody::channel();
+        let mut out = Outbox::new(&tx, false);
+        let start = TokioInstant::now();
+        let clocks = clocks(start, &out);
+        assert_eq!(clocks.due(start + secs(3), &out), None);
+        assert_eq!(clocks.due(start + secs(4), &out), Some(Due::Keepalive));
+        out.at_frame_boundary = false;
+        assert_eq!(clocks.due(start + secs(4), &out), None, "inside a frame");
+        out.at_frame_boundary = true;
+        out.last_progress = Some(start + secs(2));
+        assert_eq!(
+            clocks.due(start + secs(4), &out),
+            None,
+            "counts from progress"
+        );
+        assert_eq!(clocks.due(start + secs(6), &out), Some(Due::Keepalive));
+        out.pending = Some(bytes::Bytes::from_static(b"x"));
+        assert_eq!(clocks.due(start + secs(6), &out), None, "a chunk in hand");
+        out.last_progress = None;
+        assert_eq!(clocks.due(start + secs(30), &out), Some(Due::Deadline));
+        let (tx, _client) = ProxyBody::channel();
+        let mut out = Outbox::new(&tx, false);
+        out.pending = Some(bytes::Bytes::from_static(b"x"));
+        let clocks = Clocks {
+            deadline: None,
+            ..self::clocks(start, &out)
+        };
+        assert_eq!(clocks.due(start + secs(59), &out), None);
+        assert_eq!(
+            clocks.due(start + CLIENT_STALL_LIMIT, &out),
+            Some(Due::Stall)
+        );
+    }
+
+    /// The sleep is not moved per chunk: progress only makes the timers
+    /// later, so the sleep set earlier stays until it fires, and is then
+    /// set for what is next.
+    #[tokio::test(start_paused = true)]
+    async fn the_sleep_is_set_again_only_when_it_fired_or_must_be_earlier() {
+        let (tx, _client) = ProxyBody::channel();
+        let mut out = Outbox::new(&tx, false);
+        let start = TokioInstant::now();
+        let mut clocks = clocks(start, &out);
+        assert_eq!(clocks.armed, Some(start + secs(4)), "the first keepalive");
+        out.last_progress = Some(start + secs(1));
+        clocks.rearm(start + secs(1), &out);
+        assert_eq!(clocks.armed, Some(start + secs(4)), "not moved by a chunk");
+        clocks.expired().await;
+        assert_eq!(start.elapsed(), secs(4));
+        assert_eq!(clocks.due(start + secs(4), &out), None, "fired early");
+        clocks.rearm(start + secs(4), &out);
+        assert_eq!(clocks.armed, Some(start + secs(5)));
+        // Inside a frame no keepalive may go out: only the deadline is
+        // left once the keepalive time has passed.
+        out.at_frame_boundary = false;
+        clocks.expired().await;
+        clocks.rearm(start + secs(5), &out);
+        assert_eq!(clocks.armed, Some(start + secs(30)));
+        // The frame ends with a chunk at 10 s: the keepalive at 14 s is
+        // earlier than the sleep, which moves.
+        out.at_frame_boundary = true;
+        out.last_progress = Some(start + secs(10));
+        clocks.rearm(start + secs(10), &out);
+        assert_eq!(clocks.armed, Some(start + secs(14)));
+    }
+}
