@@ -567,7 +567,7 @@ async fn a_dropped_trace_finishes_its_ticket_as_a_client_disconnect() {
     let mut trace = crate::chat::trace::Trace::start(&app);
     let (handle, _events) = link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
     let ticket = peer.enqueued("m", ServiceTier::Default).await;
-    trace.ticket = Some(handle);
+    trace.enqueued(handle);
     drop(trace);
     match peer.recv().await {
         ProxyMessage::Finish {
