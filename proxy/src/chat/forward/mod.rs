@@ -248,7 +248,7 @@ async fn end(
 /// over the supervisor link and the cut over the backend's socket, in
 /// either order, and the client should be told the shutdown rather than a
 /// backend failure. Only a cut-off response waits, at most this long.
-const CUT_OFF_EXPLANATION_WAIT: Duration = Duration::from_millis(250);
+pub(crate) const CUT_OFF_EXPLANATION_WAIT: Duration = Duration::from_millis(250);
 
 /// The revocation that explains a cut-off, if it arrives in time.
 async fn explain_cut_off(lease: &mut TicketEvents) -> Option<ChatError> {
