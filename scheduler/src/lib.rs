@@ -56,8 +56,6 @@ use strata_protocol::config::Config;
 use strata_protocol::wire::{ServiceTier, TicketId};
 use tokio::time::Instant;
 
-pub mod sim;
-
 /// One proxy connection on the supervisor socket.
 pub type ConnId = u64;
 

@@ -38,12 +38,12 @@ use strata_protocol::record::Reason;
 use strata_protocol::wire::ServiceTier;
 use tokio::time::Instant;
 
-use super::baselines;
-use super::queue::Queue;
-use super::rng::Rng;
-use super::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
-use super::workload::Workload;
-use crate::{
+use crate::baselines;
+use crate::queue::Queue;
+use crate::rng::Rng;
+use crate::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
+use crate::workload::Workload;
+use strata_scheduler::{
     BackendView, CacheState, ConnId, Decision, Failure, Hold, Mode, Plan, Refusal, Rules, View,
     Waiting, decide, refusal,
 };

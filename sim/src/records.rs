@@ -45,8 +45,8 @@ use serde_json::Value;
 use strata_protocol::record::{Reason, RequestRecord, SCHEMA_VERSION};
 use strata_protocol::wire::ServiceTier;
 
-use super::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
-use super::workload::{MAX_MS, ModelParams, Request, Workload};
+use crate::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
+use crate::workload::{MAX_MS, ModelParams, Request, Workload};
 
 /// The longest line read as a possible record (a record is a few
 /// kilobytes).
@@ -535,7 +535,7 @@ mod reading {
     use serde_json::json;
 
     use super::*;
-    use crate::sim::rng::Rng;
+    use crate::rng::Rng;
 
     /// A record as the router writes it.
     fn record(seq: u64, model: &str, arrived_ms: u64, wait: u64, load: Option<u64>) -> Value {
