@@ -183,10 +183,6 @@ impl Queue {
         &self.shown
     }
 
-    pub(super) fn contains(&self, request: usize) -> bool {
-        self.get(request).is_some()
-    }
-
     fn get(&self, request: usize) -> Option<&Entry> {
         self.entries.get(request)?.as_deref()
     }
