@@ -5,10 +5,9 @@
 //! `now`) and returns a [`Plan`]: decisions (grant, admit to a load, start a
 //! load, fail, unload, start a cache lookup) and when to look again. It does
 //! no I/O and reads no clock; the engine task applies the plan, and the
-//! simulator (`strata-sim`) too, each decision through the one [`apply`] on
-//! its own [`Book`]. Every rule of
-//! the spec's "Scheduling and timers" sections that decides an order lives
-//! here:
+//! simulator (`strata-sim`) too, each decision through the one [`apply()`]
+//! on its own [`Book`]. Every rule of the spec's "Scheduling and timers"
+//! sections that decides an order lives here:
 //!
 //! - **Tiers.** Only the best waiting tier may be admitted: a waiting
 //!   higher-tier ticket holds back every lower-tier ticket, including ones
