@@ -18,11 +18,14 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use bytes::Bytes;
 use strata_protocol::page::RecordsPage;
+use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    CacheScores, LoadPhase, LookupFailure, PROTOCOL_VERSION, ProxyMessage, RefuseReason,
-    RequestLogStats, SubmittedRecord, SupervisorMessage, TicketRequest, TicketScore, read_frame,
-    write_frame,
+    ArrivalInfo, BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure,
+    PROTOCOL_VERSION, ProxyMessage, RefuseReason, RequestLogStats, RevokeReason, RouterMetrics,
+    RouterState, ServiceTier, SubmittedRecord, SupervisorMessage, TicketId, TicketRequest,
+    TicketScore, read_frame, write_frame,
 };
 use strata_test_support::record_json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
