@@ -210,6 +210,23 @@ pub fn format_unix_ms(unix_ms: u64) -> String {
     format_timestamp(at)
 }
 
+/// The UTC time of a record timestamp: exactly the form
+/// [`format_timestamp`] writes (`2025-11-30T03:40:00.250Z`), read with the
+/// same format description; `None` for any other text or an impossible date.
+pub fn parse_timestamp(text: &str) -> Option<time::OffsetDateTime> {
+    time::PrimitiveDateTime::parse(text, TIMESTAMP)
+        .ok()
+        .map(time::PrimitiveDateTime::assume_utc)
+}
+
+/// Milliseconds since the Unix epoch of a record timestamp (the inverse of
+/// [`format_unix_ms`]); `None` as for [`parse_timestamp`], and before the
+/// epoch.
+pub fn parse_unix_ms(text: &str) -> Option<u64> {
+    let nanos = parse_timestamp(text)?.unix_timestamp_nanos();
+    u64::try_from(nanos / 1_000_000).ok()
+}
+
 /// Milliseconds since the Unix epoch of a wall-clock time (0 before it).
 pub fn unix_ms(at: std::time::SystemTime) -> u64 {
     at.duration_since(std::time::UNIX_EPOCH)

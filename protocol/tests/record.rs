@@ -2,7 +2,10 @@
 //! nulls present and the documented JSON types.
 
 use serde_json::Value;
-use strata_protocol::record::{FinishReason, Phase, Reason, RequestRecord, SCHEMA_VERSION};
+use strata_protocol::record::{
+    FinishReason, Phase, Reason, RequestRecord, SCHEMA_VERSION, format_unix_ms, parse_timestamp,
+    parse_unix_ms,
+};
 use strata_test_support::{RECORD_FIELDS as FIELDS, RECORD_REASONS};
 
 fn record() -> RequestRecord {
@@ -123,6 +126,58 @@ fn the_enums_serialize_as_the_schema_spells_them() {
     assert_eq!(value["finish_reason"], "tool_calls");
     let back: RequestRecord = serde_json::from_str(&with_phase.to_json()).unwrap();
     assert_eq!(back.reason, Reason::ClientDisconnect);
+}
+
+#[test]
+fn a_timestamp_reads_back_as_the_millisecond_it_was_written_for() {
+    // The epoch, a leap day's last millisecond, a date of the records'
+    // era, the last millisecond of the year 9999 (the widest the format
+    // writes), and a sweep of uneven steps between.
+    let mut instants = vec![0, 1_709_251_199_999, 1_764_474_000_250, 253_402_300_799_999];
+    instants.extend((0..2000u64).map(|i| i * 126_230_400_017 % 253_402_300_800_000));
+    for ms in instants {
+        let text = format_unix_ms(ms);
+        assert_eq!(parse_unix_ms(&text), Some(ms), "{text}");
+        assert_eq!(
+            parse_timestamp(&text).map(|at| at.unix_timestamp_nanos()),
+            Some(i128::from(ms) * 1_000_000),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        format_unix_ms(1_764_474_000_250),
+        "2025-11-30T03:40:00.250Z"
+    );
+    assert_eq!(
+        parse_unix_ms("2025-11-30T03:40:00.250Z"),
+        Some(1_764_474_000_250)
+    );
+}
+
+#[test]
+fn only_the_written_timestamp_form_parses() {
+    for bad in [
+        "",
+        "x",
+        "2025-11-30 03:40:00.250Z",
+        "2025-11-30T03:40:00.250",
+        "2025-11-30T03:40:00.25Z",
+        "2025-11-30T03:40:00.2500Z",
+        "2025-11-30T03:40:00Z",
+        "2025-11-30T03:40:00.250+00:00",
+        "2025-11-30T03-40-00.250Z",
+        "2025/11/30T03:40:00.250Z",
+        "2025-13-30T03:40:00.250Z",
+        "2025-02-30T03:40:00.250Z",
+        "2025-11-30T24:00:00.250Z",
+        "2025-11-30T03:60:00.250Z",
+        "2025-11-3xT03:40:00.250Z",
+        " 2025-11-30T03:40:00.250Z",
+        "2025-11-30T03:40:00.250Z ",
+    ] {
+        assert_eq!(parse_timestamp(bad), None, "{bad:?}");
+        assert_eq!(parse_unix_ms(bad), None, "{bad:?}");
+    }
 }
 
 /// Serializing any of the enums as the JSON string they become.

@@ -4,9 +4,10 @@
 //! every proxy, the leases, the backend, the clocks, the cache scores and
 //! `now`) and returns a [`Plan`]: decisions (grant, admit to a load, start a
 //! load, fail, unload, start a cache lookup) and when to look again. It does
-//! no I/O and reads no clock; the engine task applies the plan. Every rule of
-//! the spec's "Scheduling and timers" sections that decides an order lives
-//! here:
+//! no I/O and reads no clock; the engine task applies the plan, and the
+//! simulator (`strata-sim`) too, each decision through the one [`apply()`]
+//! on its own [`Book`]. Every rule of the spec's "Scheduling and timers"
+//! sections that decides an order lives here:
 //!
 //! - **Tiers.** Only the best waiting tier may be admitted: a waiting
 //!   higher-tier ticket holds back every lower-tier ticket, including ones
@@ -56,7 +57,9 @@ use strata_protocol::config::Config;
 use strata_protocol::wire::{ServiceTier, TicketId};
 use tokio::time::Instant;
 
-pub mod sim;
+mod apply;
+
+pub use apply::{Book, apply};
 
 /// One proxy connection on the supervisor socket.
 pub type ConnId = u64;

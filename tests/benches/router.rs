@@ -776,31 +776,11 @@ const SWITCH_STEPS: [&str; 7] = [
 const SWITCH_LOG: &str = "info,strata::switch=debug";
 
 /// CLOCK_REALTIME nanoseconds of an RFC 3339 UTC timestamp as tracing writes it
-/// (`2026-12-01T23:45:27.123456Z`).
+/// (`2026-12-01T23:45:27.123456Z`). Not a record timestamp (those are whole milliseconds,
+/// `strata_protocol::record::parse_timestamp`): a log line's, read with `time`'s RFC 3339 parser.
 fn rfc3339_ns(text: &str) -> Option<u128> {
-    let text = text.strip_suffix('Z')?;
-    let (date, clock) = text.split_once('T')?;
-    let mut ymd = date.split('-').map(|part| part.parse::<i64>());
-    let (year, month, day) = (ymd.next()?.ok()?, ymd.next()?.ok()?, ymd.next()?.ok()?);
-    let (hms, fraction) = clock.split_once('.').unwrap_or((clock, "0"));
-    let mut parts = hms.split(':').map(|part| part.parse::<i64>());
-    let (hour, minute, second) = (
-        parts.next()?.ok()?,
-        parts.next()?.ok()?,
-        parts.next()?.ok()?,
-    );
-    // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second;
-    let digits = fraction.len().min(9);
-    let nanos: i64 = fraction[..digits].parse().ok()?;
-    let nanos = nanos * 10_i64.pow(9 - digits as u32);
-    u128::try_from(seconds * 1_000_000_000 + nanos).ok()
+    let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339);
+    u128::try_from(at.ok()?.unix_timestamp_nanos()).ok()
 }
 
 /// The time of the last `strata::switch` line containing `message` in `log`, after `after_ns`.

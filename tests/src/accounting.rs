@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use strata_protocol::page::RecordsPage;
 pub use strata_protocol::record::CHAT_ENDPOINT;
-use strata_protocol::record::RequestRecord;
+use strata_protocol::record::{RequestRecord, parse_unix_ms};
 
 /// The spec's record fields, in schema order: the pin the records are checked against
 /// (independent of the product's type, which must serialize exactly these).
@@ -276,48 +276,6 @@ pub fn raw_keys(text: &str) -> Vec<String> {
         .unwrap_or_else(|err| panic!("not a JSON object ({err}): {text}"))
 }
 
-/// Milliseconds since the Unix epoch of a `YYYY-MM-DDTHH:MM:SS.sssZ` timestamp; `None` if the
-/// text is not exactly in that form (RFC3339, UTC, millisecond precision, `Z`).
-pub fn timestamp_ms(text: &str) -> Option<i64> {
-    let b = text.as_bytes();
-    if b.len() != 24 {
-        return None;
-    }
-    for (i, &c) in b.iter().enumerate() {
-        let ok = match i {
-            4 | 7 => c == b'-',
-            10 => c == b'T',
-            13 | 16 => c == b':',
-            19 => c == b'.',
-            23 => c == b'Z',
-            _ => c.is_ascii_digit(),
-        };
-        if !ok {
-            return None;
-        }
-    }
-    let num = |from: usize, to: usize| text[from..to].parse::<i64>().ok();
-    let (year, month, day) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
-    let (hour, minute, second, milli) = (num(11, 13)?, num(14, 16)?, num(17, 19)?, num(20, 23)?);
-    if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some((((days * 24 + hour) * 60 + minute) * 60 + second) * 1000 + milli)
-}
-
 const NULLABLE_STRINGS: [&str; 3] = ["model_requested", "model_resolved", "upstream_model"];
 const TIMESTAMPS: [&str; 2] = ["arrived_at", "completed_at"];
 const NULLABLE_TIMESTAMPS: [&str; 3] = ["lease_at", "first_token_at", "last_token_at"];
@@ -402,11 +360,11 @@ pub fn assert_schema(rec: &Record) {
     let ts = |key: &str| -> Option<i64> {
         match &v[key] {
             Value::Null => None,
-            Value::String(s) => Some(timestamp_ms(s).unwrap_or_else(|| {
+            Value::String(s) => Some(parse_unix_ms(s).unwrap_or_else(|| {
                 fail(&format!(
                     "{key} is an RFC3339 UTC timestamp with milliseconds ending in Z"
                 ))
-            })),
+            }) as i64),
             _ => fail(&format!("{key} is a timestamp string")),
         }
     };

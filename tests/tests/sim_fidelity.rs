@@ -21,7 +21,7 @@ use strata_e2e::http;
 use strata_e2e::stack::Stack;
 use strata_e2e::{ConfigBuilder, ModelSpec};
 use strata_protocol::config::Config;
-use strata_scheduler::sim::{Params, Policy, Settings, Workload, generate, simulate};
+use strata_sim::{Params, Policy, Settings, Workload, generate, simulate};
 
 const A: &str = "flash-a";
 const B: &str = "flash-b";
@@ -210,7 +210,7 @@ fn a_generated_agents_trace_plays_out_as_simulated() {
 /// requests are found by following its chain: its first arrives at its start, each next one
 /// at the previous one's end plus the step's gap.
 fn simulated_wait_of(
-    timeline: &strata_scheduler::sim::Timeline,
+    timeline: &strata_sim::Timeline,
     workload: &Workload,
     agent: usize,
     step: usize,

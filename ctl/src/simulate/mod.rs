@@ -25,9 +25,9 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 use strata_protocol::config::Config;
-use strata_scheduler::sim::records::MAX_LOG_BYTES;
-use strata_scheduler::sim::{
-    self, Metrics, Params, Policy, Reader, Settings, Timeline, Workload, generate, simulate,
+use strata_sim::records::MAX_LOG_BYTES;
+use strata_sim::{
+    Metrics, Params, Policy, Reader, Settings, Timeline, Workload, generate, simulate,
 };
 
 /// The built-in default rules: the example config's.
@@ -268,7 +268,7 @@ fn load_workload(args: &Args, config: &Config) -> Result<Loaded, Failed> {
         };
         return Ok((replayed.workload, Some(replayed.observed), Some(source)));
     }
-    if sim::BUILT_IN.contains(&args.workload.as_str()) {
+    if strata_sim::BUILT_IN.contains(&args.workload.as_str()) {
         let params = Params::parse(&args.params).map_err(Failed)?;
         // A given config's models, when it names any; otherwise neutral
         // names (the example config's would only be long).
@@ -292,7 +292,7 @@ fn load_workload(args: &Args, config: &Config) -> Result<Loaded, Failed> {
         .map_err(|err| {
             Failed(format!(
                 "--workload {path}: not a built-in workload ({}) and cannot be read: {err}",
-                sim::BUILT_IN.join(", ")
+                strata_sim::BUILT_IN.join(", ")
             ))
         })?;
     if text.len() as u64 > MAX_WORKLOAD_BYTES {

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use strata_protocol::record::Reason;
-use strata_scheduler::sim::{LoadOutcome, LoadSpan, RequestSpan, Workload};
+use strata_sim::{LoadOutcome, LoadSpan, RequestSpan, Workload};
 use svg::Document;
 use svg::node::element::{Group, Line, Rectangle, Text, Title};
 
@@ -517,7 +517,7 @@ fn bar(request: &RequestSpan, y: f64, x: &dyn Fn(Duration) -> f64, colour: &str)
 #[cfg(test)]
 mod tests {
     use strata_protocol::wire::ServiceTier;
-    use strata_scheduler::sim::{Metrics, Timeline};
+    use strata_sim::{Metrics, Timeline};
 
     use super::*;
 
@@ -631,7 +631,7 @@ mod tests {
     fn busy(count: u64) -> (Workload, Timeline) {
         let mut workload = Workload::default();
         for model in ["a", "b"] {
-            let params = strata_scheduler::sim::ModelParams {
+            let params = strata_sim::ModelParams {
                 load: ms(1000),
                 fail_rate: 0.0,
             };
@@ -698,7 +698,7 @@ mod tests {
     fn past_max_lanes_the_other_models_share_one() {
         let mut workload = Workload::default();
         for i in 0..100 {
-            let params = strata_scheduler::sim::ModelParams {
+            let params = strata_sim::ModelParams {
                 load: ms(1000),
                 fail_rate: 0.0,
             };

@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use strata_scheduler::sim::{Percentiles, Settings, Workload};
 use strata_scheduler::{Mode, Rules};
+use strata_sim::{Percentiles, Settings, Workload};
 
 use super::Run;
 

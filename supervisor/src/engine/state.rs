@@ -17,11 +17,10 @@ use std::time::Duration;
 
 use strata_protocol::config::{Config, Registry};
 use strata_protocol::wire::{
-    Grant, LeaseFailure, LoadPhase, RevokeReason, ServiceTier, SupervisorMessage, TicketId,
-    TicketRequest,
+    Grant, LeaseFailure, RevokeReason, ServiceTier, SupervisorMessage, TicketId, TicketRequest,
 };
 use strata_scheduler::{
-    self as scheduler, ConnId, Decision, Failure, Hold, Mode, Refusal, Rules, TicketKey, Waiting,
+    self as scheduler, ConnId, Decision, Hold, Mode, Refusal, Rules, TicketKey, Waiting,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -41,6 +40,9 @@ use super::watchdog::{self, Watchdog, WatchdogAction};
 use crate::backend::StartProgress;
 use crate::counters::Counters;
 use crate::prefetch::Prefetch;
+use book::EngineBook;
+
+mod book;
 
 /// How often the engine checks child death, drain deadlines and lookup
 /// budgets (and re-decides).
@@ -350,9 +352,13 @@ impl Engine {
     }
 
     fn fail(&mut self, key: TicketKey, failure: LeaseFailure) {
-        let Some((_, info)) = self.queue.take(key) else {
-            return;
-        };
+        if let Some((_, info)) = self.queue.take(key) {
+            self.failed(key, info, failure);
+        }
+    }
+
+    /// Tells the proxy of a ticket taken out of the queue that it failed.
+    fn failed(&mut self, key: TicketKey, info: TicketInfo, failure: LeaseFailure) {
         self.ledger.failed(key, &failure);
         self.send(
             key.0,
@@ -519,63 +525,7 @@ impl Engine {
     }
 
     fn apply(&mut self, decision: Decision, now: Now) {
-        match decision {
-            Decision::Grant(key) => {
-                if let Some((ticket, info)) = self.queue.take(key) {
-                    self.grant(ticket, info, false, None, now);
-                }
-            }
-            Decision::Admit(key) => {
-                let Some(load) = self.slot.loading_seq() else {
-                    return;
-                };
-                if self.queue.admit(key, load) {
-                    self.announce(key);
-                    self.ledger.admitted(key, now.unix_ms);
-                    self.send(key.0, SupervisorMessage::Admitted { ticket: key.1 });
-                    // A ticket that joins a load already waiting for readiness
-                    // learns where it stands, as the load's first tickets did.
-                    if let Some(elapsed_ms) = self.slot.spawned_load_elapsed(now.at) {
-                        let typical_load_ms = self
-                            .queue
-                            .get(key)
-                            .and_then(|ticket| self.slot.typical_load_ms(&ticket.model));
-                        self.send(
-                            key.0,
-                            SupervisorMessage::Progress {
-                                ticket: key.1,
-                                phase: LoadPhase::WaitingForReadiness,
-                                elapsed_ms,
-                                typical_load_ms,
-                            },
-                        );
-                    }
-                }
-            }
-            Decision::StartLoad { model } => self.start_load(&model, false, now),
-            Decision::Fail(key, Failure::QueueTimeout) => {
-                self.fail(key, LeaseFailure::QueueTimeout)
-            }
-            Decision::Fail(key, Failure::Cooldown) => {
-                let model = self.queue.get(key).map(|ticket| ticket.model.clone());
-                let failure = self
-                    .slot
-                    .cooldown_failure(model.as_deref().unwrap_or_default(), now.at);
-                self.fail(key, failure);
-            }
-            Decision::Unload => {
-                tracing::info!(model = ?self.slot.selected(), "idle: unloading");
-                self.start_stop(StopReason::Idle, now);
-            }
-            Decision::StartLookup(keys) => self.start_lookup(keys, now),
-            Decision::CancelLoad => {
-                tracing::info!(
-                    model = ?self.slot.loading_model(),
-                    "nobody waits for the load any more: cancelling it"
-                );
-                self.slot.cancel_load(CancelReason::Abandoned);
-            }
-        }
+        scheduler::apply(&mut EngineBook { engine: self, now }, decision);
     }
 
     // ---- the operator -----------------------------------------------------

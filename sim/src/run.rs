@@ -1,6 +1,9 @@
 //! The simulator's event loop: a virtual clock, the one backend, the queue
 //! and the leases, with a decision function consulted after every event,
-//! as the engine consults [`decide`] after every command.
+//! as the engine consults [`decide`] after every command. Each decision is
+//! carried out through the engine's own [`apply`], on the simulator's books
+//! (its [`Book`] impl at the end of this file), so which tickets a decision
+//! takes, admits or skips is written once.
 //!
 //! What it models, and how the engine does the same:
 //! - A request arrives (for an agent: its previous request's end plus the
@@ -38,14 +41,14 @@ use strata_protocol::record::Reason;
 use strata_protocol::wire::ServiceTier;
 use tokio::time::Instant;
 
-use super::baselines;
-use super::queue::Queue;
-use super::rng::Rng;
-use super::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
-use super::workload::Workload;
-use crate::{
-    BackendView, CacheState, ConnId, Decision, Failure, Hold, Mode, Plan, Refusal, Rules, View,
-    Waiting, decide, refusal,
+use crate::baselines;
+use crate::queue::Queue;
+use crate::rng::Rng;
+use crate::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
+use crate::workload::Workload;
+use strata_scheduler::{
+    BackendView, Book, CacheState, ConnId, Failure, Hold, Mode, Plan, Refusal, Rules, TicketKey,
+    View, Waiting, apply, decide, refusal,
 };
 
 /// The decision functions a simulation can run.
@@ -535,7 +538,7 @@ impl<'a> Sim<'a> {
         self.ready_since = self.now;
         for i in admitted {
             self.take_ticket(i);
-            self.grant(i);
+            self.start_generation(i);
         }
     }
 
@@ -597,7 +600,7 @@ impl<'a> Sim<'a> {
                 break;
             }
             for decision in plan.decisions {
-                self.apply(decision);
+                apply(self, decision);
             }
         }
     }
@@ -607,69 +610,8 @@ impl<'a> Sim<'a> {
         self.largest_view = self.largest_view.max(self.queue.shown().len());
     }
 
-    fn apply(&mut self, decision: Decision) {
-        match decision {
-            Decision::Grant((_, i)) => {
-                if self.take_ticket(i as usize).is_some() {
-                    self.grant(i as usize);
-                }
-            }
-            Decision::Admit((_, i)) => {
-                let Backend::Loading { seq, .. } = self.backend else {
-                    return;
-                };
-                if self.queue.admit(i as usize) {
-                    self.cache.invalidate();
-                    let req = &mut self.reqs[i as usize];
-                    req.admitted = Some(self.now);
-                    req.load = Some(seq);
-                }
-            }
-            Decision::StartLoad { model } => self.start_load(model),
-            Decision::Fail((_, i), Failure::QueueTimeout) => {
-                if self.take_ticket(i as usize).is_some() {
-                    self.end(i as usize, Reason::QueueTimeout);
-                }
-            }
-            // A launch cooling down fails every waiting ticket for its
-            // model, in arrival order, starting with this one (the
-            // earliest); the queue shows only some of them (see [`Queue`]),
-            // so all of them fail here and the plan's other failures for
-            // the model find their tickets gone.
-            Decision::Fail((_, i), Failure::Cooldown) => {
-                if self.queue.contains(i as usize) {
-                    let model = self.reqs[i as usize].model.clone();
-                    for j in self.queue.waiting_for(&model) {
-                        self.take_ticket(j);
-                        self.end(j, Reason::ModelLoadError);
-                    }
-                }
-            }
-            Decision::Unload => self.backend = Backend::Empty,
-            // The starting child is stopped at once (the real one on its
-            // next readiness poll).
-            Decision::CancelLoad => {
-                if let Backend::Loading { span, .. } = self.backend {
-                    self.loads[span].end = self.now;
-                    self.loads[span].outcome = LoadOutcome::Abandoned;
-                    self.backend = Backend::Empty;
-                }
-            }
-            Decision::StartLookup(keys) => {
-                self.lookups += 1;
-                let until = self.at(self.now.saturating_add(Duration::from_secs(1)));
-                self.cache.start(self.lookups, until, HashSet::from([CONN]));
-                let ranks = keys
-                    .iter()
-                    .map(|key| (*key, self.reqs[key.1 as usize].cache_rank))
-                    .collect();
-                self.cache.answer(self.lookups, CONN, Some(ranks));
-            }
-        }
-    }
-
-    /// Request `i` (out of the queue) starts generating.
-    fn grant(&mut self, i: usize) {
+    /// Request `i` (out of the queue) is leased and starts generating.
+    fn start_generation(&mut self, i: usize) {
         let legacy = self.settings.rules.mode == Mode::Legacy;
         self.leases.insert(
             i,
@@ -684,32 +626,6 @@ impl<'a> Sim<'a> {
             self.push(self.now.saturating_add(header), Event::Headers(i));
         }
         self.push(self.now.saturating_add(service), Event::GenerationEnd(i));
-    }
-
-    fn start_load(&mut self, model: String) {
-        self.load_seq += 1;
-        let load = self.workload.load_time(&model);
-        let fail_rate = self
-            .workload
-            .models
-            .get(&model)
-            .map_or(0.0, |params| params.fail_rate);
-        let fails = fail_rate > 0.0 && self.rng.unit() < fail_rate;
-        let end = self.now.saturating_add(load);
-        self.loads.push(LoadSpan {
-            model: model.clone(),
-            start: self.now,
-            end,
-            outcome: LoadOutcome::Verified { wasted: false },
-        });
-        self.backend = Backend::Loading {
-            model,
-            seq: self.load_seq,
-            fails,
-            cancelled: false,
-            span: self.loads.len() - 1,
-        };
-        self.push(end, Event::LoadDone(self.load_seq));
     }
 
     /// The ideal bound: grant whatever is resident, load what is not (in
@@ -728,7 +644,7 @@ impl<'a> Sim<'a> {
             if self.resident.contains(&model) {
                 if self.leases.len() < baselines::dispatch_limit(&self.settings.rules) {
                     self.take_ticket(i);
-                    self.grant(i);
+                    self.start_generation(i);
                 }
             } else if !self.ideal_loading.values().any(|(m, _)| *m == model) {
                 self.load_seq += 1;
@@ -770,5 +686,109 @@ impl<'a> Sim<'a> {
             loads: self.loads,
             requests,
         }
+    }
+}
+
+/// How the simulator carries out a plan's decisions ([`apply`], as the
+/// engine): a ticket is a request's index.
+impl Book for Sim<'_> {
+    type Ticket = usize;
+
+    fn take(&mut self, (_, i): TicketKey) -> Option<usize> {
+        self.take_ticket(i as usize).map(|_| i as usize)
+    }
+
+    fn loading(&self) -> Option<u64> {
+        match self.backend {
+            Backend::Loading { seq, .. } => Some(seq),
+            _ => None,
+        }
+    }
+
+    fn admit(&mut self, (_, i): TicketKey, load: u64) -> bool {
+        if !self.queue.admit(i as usize) {
+            return false;
+        }
+        self.reqs[i as usize].load = Some(load);
+        true
+    }
+
+    fn admitted(&mut self, (_, i): TicketKey) {
+        self.cache.invalidate();
+        self.reqs[i as usize].admitted = Some(self.now);
+    }
+
+    fn grant(&mut self, i: usize) {
+        self.start_generation(i);
+    }
+
+    fn fail(&mut self, i: usize, failure: Failure) {
+        match failure {
+            Failure::QueueTimeout => self.end(i, Reason::QueueTimeout),
+            // A launch cooling down fails every waiting ticket for its
+            // model, in arrival order, starting with this one (the
+            // earliest); the queue shows only some of them (see [`Queue`]),
+            // so all of them fail here and the plan's other failures for
+            // the model find their tickets gone.
+            Failure::Cooldown => {
+                self.end(i, Reason::ModelLoadError);
+                let model = self.reqs[i].model.clone();
+                for j in self.queue.waiting_for(&model) {
+                    self.take_ticket(j);
+                    self.end(j, Reason::ModelLoadError);
+                }
+            }
+        }
+    }
+
+    fn start_load(&mut self, model: String) {
+        self.load_seq += 1;
+        let load = self.workload.load_time(&model);
+        let fail_rate = self
+            .workload
+            .models
+            .get(&model)
+            .map_or(0.0, |params| params.fail_rate);
+        let fails = fail_rate > 0.0 && self.rng.unit() < fail_rate;
+        let end = self.now.saturating_add(load);
+        self.loads.push(LoadSpan {
+            model: model.clone(),
+            start: self.now,
+            end,
+            outcome: LoadOutcome::Verified { wasted: false },
+        });
+        self.backend = Backend::Loading {
+            model,
+            seq: self.load_seq,
+            fails,
+            cancelled: false,
+            span: self.loads.len() - 1,
+        };
+        self.push(end, Event::LoadDone(self.load_seq));
+    }
+
+    fn unload(&mut self) {
+        self.backend = Backend::Empty;
+    }
+
+    // The starting child is stopped at once (the real one on its next
+    // readiness poll).
+    fn cancel_load(&mut self) {
+        if let Backend::Loading { span, .. } = self.backend {
+            self.loads[span].end = self.now;
+            self.loads[span].outcome = LoadOutcome::Abandoned;
+            self.backend = Backend::Empty;
+        }
+    }
+
+    fn start_lookup(&mut self, keys: Vec<TicketKey>) {
+        self.lookups += 1;
+        let until = self.at(self.now.saturating_add(Duration::from_secs(1)));
+        self.cache.start(self.lookups, until, HashSet::from([CONN]));
+        let ranks = keys
+            .iter()
+            .map(|key| (*key, self.reqs[key.1 as usize].cache_rank))
+            .collect();
+        self.cache.answer(self.lookups, CONN, Some(ranks));
     }
 }

@@ -42,11 +42,11 @@ use std::io::{BufRead, Read};
 use std::time::Duration;
 
 use serde_json::Value;
-use strata_protocol::record::{Reason, RequestRecord, SCHEMA_VERSION};
+use strata_protocol::record::{Reason, RequestRecord, SCHEMA_VERSION, parse_unix_ms};
 use strata_protocol::wire::ServiceTier;
 
-use super::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
-use super::workload::{MAX_MS, ModelParams, Request, Workload};
+use crate::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
+use crate::workload::{MAX_MS, ModelParams, Request, Workload};
 
 /// The longest line read as a possible record (a record is a few
 /// kilobytes).
@@ -91,31 +91,6 @@ impl fmt::Display for RecordError {
 }
 
 impl std::error::Error for RecordError {}
-
-/// Milliseconds since the Unix epoch of a record timestamp
-/// (`2025-11-30T03:40:00.250Z`).
-pub fn parse_timestamp(text: &str) -> Option<u64> {
-    let b = text.as_bytes();
-    if b.len() != 24 || b[4] != b'-' || b[10] != b'T' || b[19] != b'.' || b[23] != b'Z' {
-        return None;
-    }
-    let num = |range: std::ops::Range<usize>| -> Option<i64> { text.get(range)?.parse().ok() };
-    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hh, mm, ss, ms) = (num(11..13)?, num(14..16)?, num(17..19)?, num(20..23)?);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let ms = ((days * 86_400 + hh * 3600 + mm * 60 + ss) * 1000) + ms;
-    u64::try_from(ms).ok()
-}
 
 fn median(mut values: Vec<u64>) -> Option<u64> {
     if values.is_empty() {
@@ -227,7 +202,7 @@ impl Reader {
                 return Ok(());
             }
         };
-        let arrived = parse_timestamp(&record.arrived_at);
+        let arrived = parse_unix_ms(&record.arrived_at);
         let (Some(arrived), true) = (arrived, record.schema_version == SCHEMA_VERSION) else {
             self.unparsed += 1;
             return Ok(());
@@ -503,39 +478,13 @@ impl Joins {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps_parse_to_unix_milliseconds() {
-        assert_eq!(
-            parse_timestamp("2025-11-30T03:40:00.250Z"),
-            Some(1_764_474_000_250)
-        );
-        assert_eq!(parse_timestamp("1970-01-01T00:00:00.000Z"), Some(0));
-        assert_eq!(
-            parse_timestamp("2024-02-29T23:59:59.999Z"),
-            Some(1_709_251_199_999)
-        );
-        for bad in [
-            "",
-            "2025-11-30 03:40:00.250Z",
-            "2025-13-30T03:40:00.250Z",
-            "x",
-        ] {
-            assert_eq!(parse_timestamp(bad), None, "{bad}");
-        }
-    }
-}
-
-#[cfg(test)]
 mod reading {
     use std::io::{BufReader, Read};
 
     use serde_json::json;
 
     use super::*;
-    use crate::sim::rng::Rng;
+    use crate::rng::Rng;
 
     /// A record as the router writes it.
     fn record(seq: u64, model: &str, arrived_ms: u64, wait: u64, load: Option<u64>) -> Value {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde::Serialize;
 use strata_protocol::record::Reason;
 
-use super::timeline::Timeline;
+use crate::timeline::Timeline;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Percentiles {
@@ -178,7 +178,7 @@ mod tests {
     use strata_protocol::wire::ServiceTier;
 
     use super::*;
-    use crate::sim::timeline::{LoadOutcome, LoadSpan, RequestSpan};
+    use crate::timeline::{LoadOutcome, LoadSpan, RequestSpan};
 
     fn s(n: u64) -> Duration {
         Duration::from_secs(n)

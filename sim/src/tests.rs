@@ -6,9 +6,9 @@ use std::time::Duration;
 use strata_protocol::record::Reason;
 use strata_protocol::wire::ServiceTier;
 
-use super::run;
 use super::*;
-use crate::{Mode, Rules};
+use crate::run;
+use strata_scheduler::{Mode, Rules};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -325,7 +325,7 @@ fn an_abandoned_load_is_cancelled_for_the_model_that_waits() {
 /// some impatient, with tied and distinct cache ranks, loads that sometimes
 /// fail (cooldowns); and three agents beside them.
 fn crowded(seed: u64, count: usize) -> Workload {
-    let mut rng = super::rng::Rng::new(seed);
+    let mut rng = crate::rng::Rng::new(seed);
     let models = ["a", "b", "c"];
     let mut w = workload(&[("a", 3000), ("b", 5000), ("c", 2000)]);
     for params in w.models.values_mut() {

@@ -1,5 +1,5 @@
 //! What users would otherwise run, as decision functions over the same
-//! [`View`] the router's [`decide`](crate::decide) reads, so the simulator
+//! [`View`] the router's [`decide`](strata_scheduler::decide) reads, so the simulator
 //! applies all of them the same way.
 //!
 //! - [`fifo`]: strict arrival order, one model at a time (Ollama's
@@ -14,11 +14,11 @@
 //! `cache_max_active` when cache lookups are on), unload after `idle_ms`
 //! without work, and know no tiers, grace, cache order or queue deadline.
 
-use crate::{BackendView, Decision, Plan, View, Waiting};
+use strata_scheduler::{BackendView, Decision, Plan, View, Waiting};
 
 /// The router's dispatch limits apply to every policy alike, so the
 /// comparison is of order alone.
-pub fn dispatch_limit(rules: &crate::Rules) -> usize {
+pub fn dispatch_limit(rules: &strata_scheduler::Rules) -> usize {
     rules
         .cache_max_active
         .map_or(rules.max_pending, |cache| cache.min(rules.max_pending))

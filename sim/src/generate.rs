@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use strata_protocol::wire::ServiceTier;
 
-use super::rng::Rng;
-use super::workload::{Agent, MAX_MS, ModelParams, Request, Step, Workload};
+use crate::rng::Rng;
+use crate::workload::{Agent, MAX_MS, ModelParams, Request, Step, Workload};
 
 /// The built-in workloads, in the order `simulate` lists them.
 pub const BUILT_IN: [&str; 3] = ["agents", "interactive-batch", "bursty"];

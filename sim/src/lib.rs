@@ -1,11 +1,18 @@
-//! A deterministic simulator on the real decision function.
+//! A deterministic simulator on the real decision function (`strata-ctl
+//! simulate`).
 //!
 //! [`simulate`] runs a [`Workload`] (built-in [generated](generate()) agents and
 //! bursts, a workload file, or a replay of the router's own records) under a
-//! [`Policy`]: the router's own [`decide`](crate::decide) with a config's
+//! [`Policy`]: the router's own [`decide`](strata_scheduler::decide) with a config's
 //! rules, the baselines users would otherwise run, or the ideal bound. What
 //! happened is a [`Timeline`]; [`Metrics`] are computed from it the same way
 //! for every policy and for the real records.
+//!
+//! A crate of its own so that the supervisor, which needs only the decision
+//! ([`strata_scheduler`]), compiles none of this nor its serde: only
+//! `strata-ctl` and the end-to-end fidelity test depend on it.
+
+#![forbid(unsafe_code)]
 
 mod baselines;
 pub mod generate;
@@ -13,7 +20,7 @@ pub mod metrics;
 mod queue;
 pub mod records;
 mod rng;
-pub(super) mod run;
+mod run;
 pub mod timeline;
 pub mod workload;
 

@@ -1,7 +1,7 @@
 //! The simulator's queue: every ticket not yet granted, and the part of it
 //! a decision function is shown.
 //!
-//! [`decide`](crate::decide) and the baselines read the whole queue they
+//! [`decide`](strata_scheduler::decide) and the baselines read the whole queue they
 //! are given, and the simulator asks them after every event; shown every
 //! ticket, a run whose queue grows (a replay of a busy log, a policy that
 //! swaps often) would take time proportional to the queue for every event,
@@ -15,7 +15,7 @@
 //! - every ticket admitted to a load (at most `D`);
 //! - of each group's waiting tickets, the first `D + 1` by arrival, and
 //!   with cache order the first `D + 1` by rank (highest first, ties by
-//!   arrival, the order [`decide`](crate::decide) sorts them in).
+//!   arrival, the order [`decide`](strata_scheduler::decide) sorts them in).
 //!
 //! A decision on this view is the one on the whole queue: every ticket a
 //! decision names is among the first `D` of its group in the order it
@@ -38,7 +38,7 @@ use std::ops::Bound::{Excluded, Unbounded};
 
 use strata_protocol::wire::ServiceTier;
 
-use crate::Waiting;
+use strata_scheduler::Waiting;
 
 /// A waiting ticket by arrival: (arrival number, request).
 type ByArrival = (u64, usize);
@@ -181,10 +181,6 @@ impl Queue {
     /// The tickets a decision function sees, in arrival order.
     pub(super) fn shown(&self) -> &[Waiting] {
         &self.shown
-    }
-
-    pub(super) fn contains(&self, request: usize) -> bool {
-        self.get(request).is_some()
     }
 
     fn get(&self, request: usize) -> Option<&Entry> {
