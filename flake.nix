@@ -1,8 +1,8 @@
 {
   description = "strata-router: an OpenAI-compatible router in front of one Strata backend";
 
-  # nixpkgs only.  flake.lock pins it; see README.md, section "With Nix",
-  # paragraph "What is verified where", for what is verified offline
+  # nixpkgs only.  flake.lock pins it; see docs/nix.md#what-is-verified-where
+  # for what is verified offline
   # (nix/check.sh) and what only on a real Nix host.
   inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.11";
 

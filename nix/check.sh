@@ -5,8 +5,7 @@
 # flake, checks flake.lock against flake.nix, and evaluates every output with
 # `nix flake check --no-build` against nix/offline-stub, a small hand-written
 # TEST DOUBLE for nixpkgs.  It builds nothing.  What only a real Nix host can
-# verify is listed in README.md, section "With Nix", paragraph "What is
-# verified where".
+# verify is listed in docs/nix.md#what-is-verified-where.
 #
 # Usage: bash nix/check.sh   (from anywhere inside the repo)
 # Installs Debian's nix-bin when `nix` is missing (needs root).

@@ -40,8 +40,8 @@ pub fn run(args: Args) -> ExitCode {
 }
 
 /// The summary text, newline-terminated: settings first, then one line per
-/// model, then the
-/// aliases and any warnings.
+/// model, then the aliases and any warnings. Every config key shows here or
+/// is in the tests' `NOT_SHOWN`, with the reason.
 fn summary(path: &Path, config: &Config) -> String {
     let mut lines: Vec<String> = Vec::new();
     let timers = &config.timers;
@@ -122,6 +122,22 @@ fn summary(path: &Path, config: &Config) -> String {
         timers.model_grace_ms,
         off_if_zero(timers.cache_lookup_ms)
     ));
+    lines.push(format!(
+        "                    model_hold_max {}, stream_idle {}",
+        off_if_zero(timers.model_hold_max_ms),
+        off_if_zero(timers.stream_idle_ms)
+    ));
+    let probe = &config.probe;
+    lines.push(if probe.interval_ms == 0 {
+        "backend probes      off".to_owned()
+    } else {
+        format!(
+            "backend probes      every {} ms, unresponsive after {} misses, then {}",
+            probe.interval_ms,
+            probe.misses,
+            probe.action.as_str()
+        )
+    });
     let log = &config.request_log;
     match &log.path {
         Some(file) => lines.push(format!(
@@ -310,5 +326,102 @@ fn off_if_zero(value: u64) -> String {
         "off".to_owned()
     } else {
         value.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The summary against the key declaration (`config::keys::KEYS`):
+    //! every key shows, or is in [`NOT_SHOWN`] with the reason.
+
+    use super::summary;
+    use std::path::Path;
+    use strata_protocol::config::Config;
+    use strata_protocol::config::keys::{KEYS, Key, Place};
+    use strata_protocol::config::testing::{sample_document, set_sample};
+
+    /// The keys the summary leaves out, and why.
+    const NOT_SHOWN: &[(Place, &str, &str)] = &[
+        (
+            Place::TopLevel,
+            "python",
+            "the readiness line shows what it answers to --help, not its path",
+        ),
+        (
+            Place::TopLevel,
+            "strata_dir",
+            "the readiness line shows what the Strata there answers, not its path",
+        ),
+        (
+            Place::Model,
+            "family",
+            "a model row is its ID and status; /v1/models shows the descriptive fields",
+        ),
+        (
+            Place::Model,
+            "fine_tune",
+            "a model row is its ID and status; /v1/models shows the descriptive fields",
+        ),
+        (
+            Place::Model,
+            "quantization",
+            "a model row is its ID and status; /v1/models shows the descriptive fields",
+        ),
+        (
+            Place::Model,
+            "upstream_model",
+            "checked against the profile, whose failure the status shows",
+        ),
+        (
+            Place::Model,
+            "metadata",
+            "a model row is its ID and status; /v1/models shows the descriptive fields",
+        ),
+    ];
+
+    /// The summary's settings and models: without the fingerprint line,
+    /// which every fingerprinted key would change, and the warnings, which
+    /// are about what a combination of values leads to.
+    fn shown(document: &serde_json::Value) -> String {
+        let mut config = Config::from_json_str(&document.to_string()).expect("a valid config");
+        config.check_profiles();
+        summary(Path::new("/nonexistent/config.json"), &config)
+            .lines()
+            .filter(|line| !line.starts_with("fingerprint ") && !line.starts_with("warning: "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn listed(key: &Key) -> bool {
+        NOT_SHOWN
+            .iter()
+            .any(|(place, name, _)| *place == key.place && *name == key.name)
+    }
+
+    #[test]
+    fn the_summary_shows_every_key_but_the_listed_ones() {
+        let base = shown(&sample_document());
+        for key in KEYS {
+            let mut document = sample_document();
+            set_sample(&mut document, key);
+            let changed = shown(&document) != base;
+            assert!(
+                changed != listed(key),
+                "{}: {} (show it in summary() or list it in NOT_SHOWN with the reason)",
+                key.name,
+                if changed {
+                    "shown in the summary but listed in NOT_SHOWN"
+                } else {
+                    "not shown in the summary and not listed in NOT_SHOWN"
+                }
+            );
+        }
+        for (place, name, _) in NOT_SHOWN {
+            assert!(
+                KEYS.iter()
+                    .any(|key| key.place == *place && key.name == *name),
+                "NOT_SHOWN lists {name}, which config::keys does not declare"
+            );
+        }
     }
 }

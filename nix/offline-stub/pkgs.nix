@@ -6,8 +6,7 @@
 # error), so `nix flake check --no-build` can instantiate all outputs without
 # a network or binary cache.  NOTHING here can be built, and passing against
 # it says nothing about whether nixpkgs really has these attributes or
-# whether the real build succeeds: see README.md, section "With Nix",
-# paragraph "What is verified where".
+# whether the real build succeeds: see docs/nix.md#what-is-verified-where.
 #
 # What it does check, the way nixpkgs would fail (at evaluation, or for the
 # marked cases at build time):

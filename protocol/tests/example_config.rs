@@ -114,7 +114,7 @@ fn every_path_is_absolute() {
 fn sets_every_top_level_key_explicitly() {
     // The example doubles as documentation of every key. Each is set at
     // its default, except the values the spec's example chooses and the
-    // scheduling values README "Tuning model_grace_ms" derives from the
+    // scheduling values docs/scheduling.md#tuning-model_grace_ms-from-your-own-records derives from the
     // simulator.
     let text = std::fs::read_to_string(example_path()).unwrap();
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -128,4 +128,14 @@ fn sets_every_top_level_key_explicitly() {
         assert!(keys.contains(key), "config.example.json lacks {key}");
     }
     assert_eq!(keys.len(), TOP_LEVEL_KEYS.len());
+}
+
+#[test]
+fn the_example_s_fingerprint_is_pinned() {
+    // A proxy and a supervisor built at different times compare this value
+    // in their hello, so its text (fingerprint.rs) must not change by
+    // accident: a refactor of the config code keeps it. A deliberate change
+    // (a new fingerprinted key written even at its default, say) updates
+    // this value and makes builds on either side of it refuse each other.
+    assert_eq!(format!("{:016x}", load().fingerprint()), "ee7a6ff69693b871");
 }

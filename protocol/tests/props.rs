@@ -2,7 +2,7 @@
 //! config loader, the control-line parser and the supervisor frame decoder.
 //!
 //! The case count is proptest's (256 by default; `PROPTEST_CASES=N` for a
-//! long run, see the README's "Property tests").
+//! long run, see docs/testing.md#property-tests).
 
 use std::collections::VecDeque;
 use std::io;

@@ -13,7 +13,8 @@ use tokio::sync::{oneshot, watch};
 
 use crate::accounting::Accounting;
 use crate::accounting::SHUTDOWN_GRACE;
-use crate::engine::{self, Command, Counters};
+use crate::counters::Counters;
+use crate::engine::{self, Command};
 use crate::link::{self, LinkShared};
 use crate::sockets::{self, SocketError};
 

@@ -19,6 +19,7 @@
 pub mod accounting;
 pub mod backend;
 pub mod control;
+pub mod counters;
 pub mod daemon;
 pub mod engine;
 pub mod link;

@@ -1,6 +1,7 @@
 //! The swap benchmark: a model switch whose new backend reads its whole weights file before it
 //! reports ready, with the file cold (evicted from the page cache) against after the weights
-//! prefetch (README "Faster swaps"), in one interleaved run.
+//! prefetch (docs/backend.md#faster-swaps-the-weights-prefetch-and-learned-load-times), in one
+//! interleaved run.
 //!
 //! ```sh
 //! cargo bench -p strata-e2e --bench swap                 # 1.5 GiB of weights, 5 rounds

@@ -175,7 +175,8 @@ async def run_async(base, sc, summary):
 
 
 def run_httpx_sse(base, sc, summary):
-    # A raw SSE client with a read timeout above the keepalive period (README).
+    # A raw SSE client with a read timeout above the keepalive period
+    # (docs/http-api.md#what-a-streaming-client-needs).
     timeout = httpx.Timeout(10.0)
     url = base + "/v1/chat/completions"
 

@@ -532,7 +532,7 @@ pub fn assert_schema(rec: &Record) {
         fail("a recognised model is resolved");
     }
     // A request that arrived while the supervisor was unreachable has a proxy-made ID
-    // (`proxy-PID-STARTMS-N`, see the README's decisions); its arrival_seq is assigned later.
+    // (`proxy-PID-STARTMS-N`, see docs/decisions.md); its arrival_seq is assigned later.
     let request_id = &rec.request_id;
     if !request_id.starts_with("proxy-") && !request_id.ends_with(&format!("-{}", rec.arrival_seq))
     {

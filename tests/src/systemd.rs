@@ -1184,7 +1184,7 @@ impl SdStackBuilder {
                 &rewrite_unit(contrib, &contrib_unit(contrib), &rewrite),
             );
         }
-        // As the README's production layout: the supervisor and the socket are enabled, the
+        // As docs/deployment-systemd.md's production layout: the supervisor and the socket are enabled, the
         // proxy service is started by the socket.
         write_file(
             &units_dir.join("TEST.target"),

@@ -10,12 +10,12 @@
 //! Afterwards: every request ended, with an HTTP response or a clean connection error,
 //! within its bound; every request that was given a request ID has exactly one record, no
 //! record is duplicated, and no request is missing beyond those cut off by a proxy kill
-//! before they reached the supervisor (README, "When the proxy dies"); every backend the
+//! before they reached the supervisor (docs/accounting.md#when-the-proxy-dies); every backend the
 //! run started is gone except the serving one; `strata-ctl status` shows no lease and no
 //! waiting ticket; the JSONL file and the ring of the current instance agree line for line.
 //!
 //! Short form (in `cargo test`, so in `.ci/run`): `SOAK_REQUESTS` defaults to 2000 with
-//! `SOAK_CLIENTS` 12. Long form (README, "Soak"): `SOAK_REQUESTS=50000 cargo test --release
+//! `SOAK_CLIENTS` 12. Long form (docs/testing.md#soak): `SOAK_REQUESTS=50000 cargo test --release
 //! -p strata-e2e --test soak -- --nocapture`.
 //!
 //! A test binary of its own, not a module of `e2e/`: it loads the machine on purpose, and

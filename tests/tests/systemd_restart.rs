@@ -167,7 +167,8 @@ fn wait_settled(stack: &SdStack) -> Status {
     )
 }
 
-/// Check 1: with the README's layout (supervisor and socket started, the proxy service only
+/// Check 1: with the layout of docs/deployment-systemd.md (supervisor and socket started, the
+/// proxy service only
 /// triggered by the socket) the proxy is not running until a connection arrives; that
 /// connection starts it and gets an HTTP answer; once linked, requests by alias and by
 /// concrete name get 200 and `x-strata-concrete-model`. The loaded test units carry the
@@ -791,11 +792,12 @@ fn assert_serving(stack: &SdStack) {
         .unwrap_or_else(|err| panic!("a chat after the change: {err}"));
 }
 
-/// Check 7 (README "Changing the config"): a config change converges whichever unit is
+/// Check 7 (docs/deployment-systemd.md#changing-the-config): a config change converges
+/// whichever unit is
 /// restarted first. The proxy restarted first meets the old supervisor, and the old proxy
 /// meets a restarted supervisor; either way the proxy answers 503 `config_mismatch` and keeps
 /// running (same main PID, `NRestarts` 0, the socket unit not failed) until the other unit is
-/// restarted too; and the README's one command, both units at once, serves at once. The
+/// restarted too; and the documented one command, both units at once, serves at once. The
 /// requests answered 503 during each mismatch have one line each in the records file.
 #[test]
 fn a_config_change_converges_in_either_restart_order() {
@@ -843,7 +845,7 @@ fn a_config_change_converges_in_either_restart_order() {
     assert_recorded_once(&stack, &told);
     eprintln!("check 7: supervisor first converged (proxy pid {second_proxy} -> {third_proxy})");
 
-    // The README's one command.
+    // The documented one command (docs/deployment-systemd.md#changing-the-config).
     edit_config(&stack, "model_grace_ms", json!(400));
     stack.systemctl(&["restart", &supervisor, &proxy]);
     stack.wait_new_main(&proxy, third_proxy);

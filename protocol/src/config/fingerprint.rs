@@ -1,20 +1,19 @@
 //! The config fingerprint the supervisor and proxy compare in their hello,
 //! so a proxy configured differently from its supervisor is refused
 //! instead of misrouting or disagreeing on the scheduling rules. It covers
-//! the model registry and every other setting of the file, defaults
-//! applied (the registry part alone is [`canonical_text`]; the rest is
-//! [`settings_text`]), except the listener settings (`listen`,
-//! `require_socket_activation`), which are the proxy's alone: two proxies
-//! on different listeners may serve one supervisor, and the prefetch
-//! settings (`prefetch`, `prefetch_max_bytes`, `prefetch_min_free_bytes`,
-//! each model's `weights`), which are the supervisor's alone: changing
-//! them needs a restart of the supervisor only, the probe settings
-//! (`backend_probe_ms`, `backend_probe_misses`,
-//! `backend_unresponsive_action`), the supervisor's too, and
-//! `stream_idle_ms`, the proxy's alone. Profile contents are
-//! not part of it: both daemons read the same files. Both digests live
-//! here ([`Config::fingerprint`], [`Registry::fingerprint`]), beside the
-//! texts they hash.
+//! the model registry (the text [`canonical_text`]) and the other settings
+//! ([`settings_text`]), defaults applied. Which keys it covers is declared
+//! in [`super::keys::KEYS`] (`fingerprinted`); the keys it leaves out are
+//! settings one daemon acts on alone (the proxy's listener and
+//! `stream_idle_ms`, the supervisor's prefetch and probe settings, each
+//! model's `weights`), so changing them needs a restart of that daemon
+//! only. Not every such key is left out: those older than that rule (such
+//! as `python` or `max_request_body_bytes`) stay in, so existing configs
+//! keep their fingerprint. A test (`keys_tests.rs`) requires each declared key to change the
+//! fingerprint exactly when it is declared `fingerprinted`. Profile
+//! contents are not part of it: both daemons read the same files. Both
+//! digests live here ([`Config::fingerprint`], [`Registry::fingerprint`]),
+//! beside the texts they hash.
 //!
 //! The digest is FNV-1a 64 over a canonical text, not `std`'s `Hasher`:
 //! `DefaultHasher` is randomly keyed per process and its algorithm may

@@ -78,13 +78,20 @@ pub(crate) fn quote(s: &str) -> String {
 pub(crate) struct Obj<'a> {
     path: JsonPath,
     map: &'a Map<String, Value>,
+    /// The keys declared for this object ([`super::keys`]), once
+    /// [`Obj::with_schema`] has checked them.
+    declared: Option<&'static [&'static str]>,
 }
 
 impl<'a> Obj<'a> {
     /// `value` must be an object.
     pub(crate) fn new(value: &'a Value, path: JsonPath) -> Result<Self, ConfigError> {
         match value {
-            Value::Object(map) => Ok(Obj { path, map }),
+            Value::Object(map) => Ok(Obj {
+                path,
+                map,
+                declared: None,
+            }),
             _ => Err(path.error("expected an object")),
         }
     }
@@ -95,6 +102,22 @@ impl<'a> Obj<'a> {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// This object, checked against the keys declared for it: an unknown
+    /// key is an error ([`Obj::deny_unknown`]), and from now on reading a
+    /// key that is not declared is a bug, caught in debug builds (every
+    /// test), so no key can be parsed without being declared in
+    /// [`super::keys::KEYS`].
+    pub(crate) fn with_schema(
+        self,
+        declared: &'static [&'static str],
+    ) -> Result<Self, ConfigError> {
+        self.deny_unknown(declared)?;
+        Ok(Obj {
+            declared: Some(declared),
+            ..self
+        })
     }
 
     /// Fails on the first key (in sorted order, so the error is the same
@@ -119,6 +142,11 @@ impl<'a> Obj<'a> {
 
     /// The member `key`; an explicit `null` counts as present.
     pub(crate) fn get(&self, key: &str) -> Option<&'a Value> {
+        debug_assert!(
+            self.declared.is_none_or(|declared| declared.contains(&key)),
+            "{}: parsed but not declared in config::keys::KEYS",
+            self.path.field(key)
+        );
         self.map.get(key)
     }
 

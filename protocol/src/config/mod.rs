@@ -13,71 +13,21 @@
 //! [`Config::load`]): a bad profile makes its model `missing_profile` or
 //! `invalid_profile` but does not reject the config.
 //!
-//! # Top-level keys
+//! # Keys
+//!
+//! Every top-level and model-entry key is declared once, with its form,
+//! default, bounds, scope and fingerprint status, in [`keys::KEYS`]; the
+//! configuration reference (`docs/configuration.md`) renders its tables
+//! from there ([`keys_markdown`]), and the [`keys`] module says what else is
+//! checked against it and how to add a key.
 //!
 //! Integers must be JSON integers (not floats or strings). Durations are
 //! milliseconds. "Legacy" is `wait_when_busy: false`, "wait-first" is
-//! `wait_when_busy: true`.
+//! `wait_when_busy: true`. The one-day cap on durations the spec leaves
+//! open catches unit mistakes.
 //!
-//! | key | type | default | rule |
-//! |---|---|---|---|
-//! | `python` | absolute path | required | the Strata venv's interpreter |
-//! | `strata_dir` | absolute path | required | Strata checkout; the backend's cwd |
-//! | `listen` | `"IP:PORT"` | `"127.0.0.1:8088"` | loopback IP (v4 or v6); port 0 lets the OS pick (tests) |
-//! | `backend_port` | integer | required | 1..=65535, not the `listen` port |
-//! | `control_socket` | absolute path | required | operator socket file |
-//! | `supervisor_socket` | absolute path | `supervisor.sock` beside `control_socket` | not `control_socket` |
-//! | `max_request_body_bytes` | integer | 268435456 | 1..=1073741824 |
-//! | `require_socket_activation` | boolean | false | |
-//! | `readiness` | `"auto"`, `"ready_file"` or `"health"` | `"auto"` | how a started backend is recognised as ready (`auto`: the Strata's `--help` decides, once) |
-//! | `request_log_path` | absolute path or null | null | null disables files |
-//! | `request_log_max_bytes` | integer | 16777216 | 4096..=1073741824 |
-//! | `request_log_rotate_files` | integer | 3 | 0..=100 |
-//! | `request_log_capacity` | integer | 2048 | 1..=100000 |
-//! | `wait_when_busy` | boolean | false | |
-//! | `max_pending` | integer | 16 | 1..=100000 |
-//! | `queue_ms` | integer | 300000 | legacy 1..=86400000; wait-first any non-negative, ignored |
-//! | `response_ms` | integer | 600000 | legacy 1..=86400000; wait-first 0..=86400000, 0 disables |
-//! | `stream_idle_ms` | integer | 0 | 0..=86400000; a streaming response silent this long ends (0: off) |
-//! | `startup_ms` | integer | 120000 | 1..=86400000 |
-//! | `cooldown_ms` | integer | 30000 | 0..=86400000 |
-//! | `cooldown_max_ms` | integer | `cooldown_ms` | `cooldown_ms`..=86400000; consecutive failed starts of a model double its cooldown up to this |
-//! | `idle_ms` | integer | 900000 | 1..=86400000 |
-//! | `shutdown_ms` | integer | 10000 | 1..=86400000 |
-//! | `drain_ms` | integer | legacy `shutdown_ms`, wait-first 0 | 0..=86400000; 0 waits for all accepted work |
-//! | `model_grace_ms` | integer | 2000 | 0..=600000 |
-//! | `model_hold_max_ms` | integer | 0 | 0..=86400000; 0 is off; wait-first only |
-//! | `cache_lookup_ms` | integer | 1000 | 0..=10000; 0 disables lookups |
-//! | `cache_max_active` | integer | 0 | 0..=1024; 0 = no extra limit |
-//! | `prefetch` | boolean | true | read the next model's weights into the page cache while it waits |
-//! | `prefetch_max_bytes` | integer | 137438953472 (128 GiB) | 1..=2^50; larger weights are not prefetched |
-//! | `prefetch_min_free_bytes` | integer | 4294967296 (4 GiB) | 0..=2^50; `MemAvailable` a prefetch leaves |
-//! | `backend_probe_ms` | integer | 5000 | 0 (off)..=600000; how often the serving backend's `/health` is asked |
-//! | `backend_probe_misses` | integer | 3 | 1..=100; unanswered probes in a row that make it `unresponsive` |
-//! | `backend_unresponsive_action` | `"report"` or `"restart"` | `"report"` | what an unresponsive backend leads to |
-//! | `models` | object | required | at least one entry |
-//! | `aliases` | object | `{}` | keys `qwen3.8-flash-next`, `qwen3.6-35b-a3b` |
-//! | `enabled_models` | array of IDs | every ID, in ID order | `[]` exposes none |
-//!
-//! The one-day cap on durations the spec leaves open catches unit mistakes.
-//!
-//! # Model entries (`models.ID`)
-//!
-//! IDs are 1 to 128 ASCII letters, digits, `_`, `.`, `-`, and may not be
-//! an alias name.
-//!
-//! | key | type | default | rule |
-//! |---|---|---|---|
-//! | `family` | string | required | `qwen3.8-flash-next` or `qwen3.6-35b-a3b` |
-//! | `fine_tune` | string or null | null | null = base weights |
-//! | `quantization` | string | required | non-empty |
-//! | `profile` | absolute path or null | null | the Strata profile JSON |
-//! | `upstream_model` | string | required | the profile's `model_name` |
-//! | `installed` | boolean | false | |
-//! | `compatible` | boolean | false | |
-//! | `enabled` | boolean | | legacy spelling of `installed`; must agree with it |
-//! | `metadata` | object | none | only `meta`, `architecture`, `thinking` (any JSON) |
-//! | `weights` | array of absolute paths or null | derived from the profile | files or directories (read recursively) the load reads; at most 64, no duplicates; `[]` = none |
+//! Model IDs (`models.ID`) are 1 to 128 ASCII letters, digits, `_`, `.`,
+//! `-`, and may not be an alias name.
 //!
 //! # Aliases (`aliases.FAMILY`)
 //!
@@ -104,6 +54,10 @@ mod endpoints;
 mod error;
 mod fingerprint;
 mod json_walk;
+pub mod keys;
+mod keys_doc;
+#[cfg(test)]
+mod keys_tests;
 mod metadata;
 mod model;
 mod prefetch;
@@ -120,6 +74,8 @@ mod timers;
 pub use alias::Alias;
 pub use endpoints::{DEFAULT_LISTEN, DEFAULT_SUPERVISOR_SOCKET_NAME};
 pub use error::ConfigError;
+pub use keys::TOP_LEVEL_KEYS;
+pub use keys_doc::keys_markdown;
 pub use metadata::ModelMetadata;
 pub use model::{
     Family, MAX_MODEL_ID_LEN, ModelEntry, ModelStatus, WeightsSource, is_valid_model_id,
@@ -141,48 +97,7 @@ use std::time::Duration;
 pub const DEFAULT_MAX_REQUEST_BODY_BYTES: u64 = 268_435_456;
 pub const MAX_MAX_REQUEST_BODY_BYTES: u64 = 1_073_741_824;
 
-/// Every key the top-level object may carry.
-pub const TOP_LEVEL_KEYS: [&str; 37] = [
-    "python",
-    "strata_dir",
-    "listen",
-    "backend_port",
-    "control_socket",
-    "supervisor_socket",
-    "max_request_body_bytes",
-    "require_socket_activation",
-    "readiness",
-    "request_log_path",
-    "request_log_max_bytes",
-    "request_log_rotate_files",
-    "request_log_capacity",
-    "wait_when_busy",
-    "max_pending",
-    "queue_ms",
-    "response_ms",
-    "startup_ms",
-    "cooldown_ms",
-    "cooldown_max_ms",
-    "idle_ms",
-    "shutdown_ms",
-    "drain_ms",
-    "model_grace_ms",
-    "model_hold_max_ms",
-    "cache_lookup_ms",
-    "cache_max_active",
-    "stream_idle_ms",
-    "prefetch",
-    "prefetch_max_bytes",
-    "prefetch_min_free_bytes",
-    "backend_probe_ms",
-    "backend_probe_misses",
-    "backend_unresponsive_action",
-    "models",
-    "aliases",
-    "enabled_models",
-];
-
-/// A validated config. See the module docs for every key.
+/// A validated config. [`keys::KEYS`] declares every key.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Interpreter that runs `-m serve.server`.
@@ -246,8 +161,8 @@ impl Config {
         let document = strict_json::parse(text)
             .map_err(|err| JsonPath::root().error(format!("invalid json: {err}")))?;
         let root = Obj::new(&document, JsonPath::root())
-            .map_err(|_| JsonPath::root().error("expected a json object at the top level"))?;
-        root.deny_unknown(&TOP_LEVEL_KEYS)?;
+            .map_err(|_| JsonPath::root().error("expected a json object at the top level"))?
+            .with_schema(&TOP_LEVEL_KEYS)?;
 
         let python = root.abs_path("python")?;
         let strata_dir = root.abs_path("strata_dir")?;

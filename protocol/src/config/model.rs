@@ -7,6 +7,7 @@
 
 use super::ConfigError;
 use super::json_walk::{JsonPath, Obj, as_bool, quote};
+use super::keys::MODEL_KEYS;
 use super::metadata::{METADATA_KEYS, ModelMetadata};
 use super::profile::{EngineWeights, ProfileInfo};
 use serde::{Deserialize, Serialize};
@@ -238,20 +239,6 @@ pub fn is_valid_model_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
-/// Every key a model entry may carry.
-const MODEL_KEYS: [&str; 10] = [
-    "family",
-    "fine_tune",
-    "quantization",
-    "profile",
-    "upstream_model",
-    "installed",
-    "compatible",
-    "enabled",
-    "metadata",
-    "weights",
-];
-
 /// Reads the `models` object into entries sorted by ID. Legacy-spelling
 /// notes go to `warnings`.
 pub(crate) fn parse_models(
@@ -287,8 +274,7 @@ fn parse_entry(
             "model id must not be the alias name {family}; concrete ids and aliases share one namespace"
         )));
     }
-    let obj = Obj::new(value, path)?;
-    obj.deny_unknown(&MODEL_KEYS)?;
+    let obj = Obj::new(value, path)?.with_schema(&MODEL_KEYS)?;
 
     let family_path = obj.path().field("family");
     let family_name = obj.string("family")?;

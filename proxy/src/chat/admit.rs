@@ -17,13 +17,11 @@ use std::time::Instant;
 use bytes::Bytes;
 use hyper::Response;
 use hyper::header::HeaderValue;
-use strata_protocol::record::Phase;
 use strata_protocol::wire::{Grant, LeaseFailure};
 
 use crate::app::App;
 use crate::link::{LeaseEnd, Mismatch, TicketEvent, TicketEvents};
 use crate::observe::{BodyKind, ModelGate};
-use crate::reply::StartFailure;
 use crate::upstream::{self, UpstreamBody};
 
 use super::error::ChatError;
@@ -86,7 +84,7 @@ pub async fn enqueue(
         trace.ticket_request(),
         chat.upstream_body.clone(),
     );
-    trace.ticket = Some(ticket);
+    trace.enqueued(ticket);
     match events.next_event().await {
         TicketEvent::Queued(arrival) => {
             trace.numbered(Some(arrival));
@@ -136,7 +134,7 @@ impl Job {
             Some(grant) => grant,
             None => wait_for_grant(&mut self.events, trace, progress).await?,
         };
-        granted(trace, &grant);
+        trace.granted(&grant);
         if let Some(progress) = progress {
             progress.sent(Instant::now());
         }
@@ -160,7 +158,7 @@ impl Job {
         ));
         // A stream's headers are its first bytes: `stream_idle_ms` bounds
         // their wait too, whichever limit comes first naming the error.
-        let silent_until = if trace.stream {
+        let silent_until = if trace.stream() {
             config
                 .stream_idle_timeout()
                 .map(|limit| Instant::now() + limit)
@@ -188,12 +186,10 @@ impl Job {
             tracing::warn!(error = %err, "backend request failed");
             ChatError::BackendUnreachable
         })?;
-        trace.upstream_headers_at = Some(Instant::now());
-        trace.upstream_status = Some(upstream.response.status().as_u16());
-        trace.phase = Phase::Generating;
+        trace.upstream_headers(upstream.response.status().as_u16());
         // Legacy mode: the engine lock passes on with the headers.
         if !config.scheduling.wait_when_busy
-            && let Some(ticket) = &trace.ticket
+            && let Some(ticket) = trace.ticket()
         {
             ticket.headers_received();
         }
@@ -206,14 +202,6 @@ impl Job {
             deadline,
         })
     }
-}
-
-/// Records what the grant says about admission and the load.
-fn granted(trace: &mut Trace, grant: &Grant) {
-    trace.admitted();
-    trace.granted = true;
-    trace.model_switch = grant.model_switch;
-    trace.model_load_ms = grant.load_ms;
 }
 
 /// Waits on a queued ticket until it is granted or fails. Legacy
@@ -253,22 +241,11 @@ async fn wait_for_grant(
 /// (`last_error`; see `error.rs`); the rest of what the supervisor says (a
 /// model's status) goes to the log only.
 fn failed(trace: &mut Trace, failure: LeaseFailure) -> ChatError {
+    trace.refused(&failure);
     match &failure {
-        LeaseFailure::LoadFailed {
-            message,
-            model_switch,
-            load_ms,
-            cooldown_ms,
-            ..
-        } => {
-            trace.model_switch = *model_switch;
-            trace.model_load_ms = *load_ms;
-            trace.start_failure = Some(StartFailure {
-                last_error: message.clone(),
-                cooldown_remaining_ms: *cooldown_ms,
-            });
+        LeaseFailure::LoadFailed { message, .. } => {
             tracing::debug!(
-                request_id = %trace.request_id,
+                request_id = %trace.request_id(),
                 error = %message,
                 "the model failed to load; request refused"
             );
@@ -278,12 +255,8 @@ fn failed(trace: &mut Trace, failure: LeaseFailure) -> ChatError {
             remaining_ms,
             ..
         } => {
-            trace.start_failure = Some(StartFailure {
-                last_error: message.clone(),
-                cooldown_remaining_ms: *remaining_ms,
-            });
             tracing::debug!(
-                request_id = %trace.request_id,
+                request_id = %trace.request_id(),
                 error = %message,
                 remaining_ms,
                 "a recent model load failed; request refused"
@@ -291,7 +264,7 @@ fn failed(trace: &mut Trace, failure: LeaseFailure) -> ChatError {
         }
         LeaseFailure::NotPrepared { status } => {
             tracing::debug!(
-                request_id = %trace.request_id,
+                request_id = %trace.request_id(),
                 status = status.as_str(),
                 "the model is not prepared; request refused"
             );

@@ -33,14 +33,14 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<Proxy
         Ok(routed) => routed,
         Err(error) => {
             number_without_ticket(&app, &mut trace).await;
-            headers.request_id = trace.request_id.clone();
+            headers.request_id = trace.request_id().to_owned();
             return respond::reject(trace, &headers, error);
         }
     };
     headers.concrete_model = Some(routed.model.clone());
 
     let queued = admit::enqueue(&app, &routed.model, &routed.chat, &mut trace).await;
-    headers.request_id = trace.request_id.clone();
+    headers.request_id = trace.request_id().to_owned();
     let (events, granted) = match queued {
         Ok(queued) => queued,
         Err(error) => return respond::reject(trace, &headers, error),
@@ -111,19 +111,14 @@ async fn route(
         })?;
 
     let chat = request::parse(body)?;
-    trace.stream = chat.stream;
-    trace.tier = chat.tier;
     let registry = &app.config.registry;
-    if registry.is_known_name(&chat.model) {
-        trace.model_requested = Some(chat.model.clone());
-    }
+    trace.requested(&chat, registry.is_known_name(&chat.model));
     let view = app.link.routing_view();
     let entry = match registry.resolve(&chat.model, view.loaded.as_deref()) {
         Resolution::Concrete(entry) | Resolution::Alias { model: entry, .. } => entry,
         Resolution::NotFound => return Err(ChatError::ModelNotFound),
     };
-    trace.model_resolved = Some(entry.id.clone());
-    trace.upstream_model = Some(entry.upstream_model.clone());
+    trace.routed(entry);
     // Strata answers with the requested name instead of its model_name when
     // that name is one of the profile's aliases.
     let alias = entry

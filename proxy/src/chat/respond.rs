@@ -15,7 +15,7 @@ use crate::response_body::ProxyBody;
 
 use super::admit::Dispatched;
 use super::error::ChatError;
-use super::forward::{self, AfterHeaders, BackendBody, ForwardEnd, Watch};
+use super::forward::{self, AfterHeaders, BackendBody, Bounds, ForwardEnd};
 use super::trace::Trace;
 
 const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-strata-request-id");
@@ -49,14 +49,7 @@ impl StrataHeaders {
 /// Answers with a router-made error and finishes the trace.
 pub fn reject(mut trace: Trace, headers: &StrataHeaders, error: ChatError) -> Response<ProxyBody> {
     // A failed or cooling start says why (the supervisor's generic cause).
-    let start = trace.start_failure.take().filter(|_| {
-        matches!(
-            error,
-            ChatError::LoadFailed { .. } | ChatError::Cooldown { .. }
-        )
-    });
-    trace.status = Some(error.status().as_u16());
-    trace.router_body_bytes = error.reply().body_with(start.as_ref()).len() as u64;
+    let start = trace.rejected(&error);
     let mut response = error.reply().into_response_with(start.as_ref());
     headers.apply(response.headers_mut());
     trace.finish(error.reason());
@@ -90,10 +83,10 @@ pub fn respond_passthrough<B: BackendBody>(
         }
     }
     headers.apply(response.headers_mut());
-    trace.status = Some(response.status().as_u16());
+    trace.passed_through(response.status().as_u16());
     // A non-streaming answer is silent until it is whole: `stream_idle_ms`
     // bounds streams only.
-    let idle = if trace.stream {
+    let idle = if trace.stream() {
         app.config.stream_idle_timeout()
     } else {
         None
@@ -106,7 +99,7 @@ pub fn respond_passthrough<B: BackendBody>(
             &mut observer,
             &mut dispatched.gate,
             AfterHeaders::TransportError,
-            Watch {
+            Bounds {
                 lease: &mut dispatched.events,
                 deadline: dispatched.deadline,
                 keepalive: false,
@@ -115,9 +108,9 @@ pub fn respond_passthrough<B: BackendBody>(
             },
         )
         .await;
-        trace.observed = Some(observer.finish());
+        trace.forwarded(observer.finish());
         let upstream_ok = trace
-            .upstream_status
+            .upstream_status()
             .is_some_and(|status| (200..300).contains(&status));
         trace.finish(end_reason(end, upstream_ok));
         // Finishing the trace sent the record and ended the lease in one
@@ -198,7 +191,7 @@ mod tests {
             .expect("answered within the bound");
         let error = queued.err().expect("refused");
         let headers = StrataHeaders {
-            request_id: trace.request_id.clone(),
+            request_id: trace.request_id().to_owned(),
             concrete_model: Some(String::from("m")),
             tier: None,
         };

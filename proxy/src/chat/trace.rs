@@ -12,11 +12,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use strata_protocol::config::ModelEntry;
 use strata_protocol::ids;
 use strata_protocol::record::{
     CHAT_ENDPOINT, Phase, Reason, RequestRecord, SCHEMA_VERSION, format_timestamp,
 };
-use strata_protocol::wire::{ArrivalInfo, ServiceTier, TicketRequest};
+use strata_protocol::wire::{ArrivalInfo, Grant, LeaseFailure, ServiceTier, TicketRequest};
 use time::OffsetDateTime;
 
 use crate::app::{App, LastStream};
@@ -24,39 +25,46 @@ use crate::link::TicketHandle;
 use crate::observe::Observed;
 use crate::reply::StartFailure;
 
-/// One request's measurements.
+use super::error::ChatError;
+use super::request::ChatRequest;
+
+/// One request's measurements. Its fields are written only through the
+/// methods below, each named after the event that sets them; the status is
+/// set in one place ([`Trace::answered`]) and the record is built only when
+/// the trace finishes.
 pub struct Trace {
     app: Arc<App>,
-    pub arrived: Instant,
-    pub arrived_at: OffsetDateTime,
-    pub arrival_seq: Option<u64>,
-    pub request_id: String,
-    pub stream: bool,
-    pub tier: ServiceTier,
-    pub model_requested: Option<String>,
-    pub model_resolved: Option<String>,
-    pub upstream_model: Option<String>,
-    pub queue_depth_at_arrival: usize,
-    pub in_flight_at_arrival: usize,
-    pub lease_at: Option<Instant>,
-    pub model_switch: bool,
-    pub model_load_ms: Option<u64>,
-    pub upstream_headers_at: Option<Instant>,
-    pub status: Option<u16>,
-    pub upstream_status: Option<u16>,
-    pub phase: Phase,
-    pub observed: Option<Observed>,
+    arrived: Instant,
+    arrived_at: OffsetDateTime,
+    arrival_seq: Option<u64>,
+    request_id: String,
+    stream: bool,
+    tier: ServiceTier,
+    model_requested: Option<String>,
+    model_resolved: Option<String>,
+    upstream_model: Option<String>,
+    queue_depth_at_arrival: usize,
+    in_flight_at_arrival: usize,
+    lease_at: Option<Instant>,
+    model_switch: bool,
+    model_load_ms: Option<u64>,
+    upstream_headers_at: Option<Instant>,
+    /// The status the client got.
+    status: Option<u16>,
+    upstream_status: Option<u16>,
+    phase: Phase,
+    observed: Option<Observed>,
     /// A lease was granted (`queue_wait_ms` is null otherwise).
-    pub granted: bool,
+    granted: bool,
     /// Length of a router-made error body, for `response_bytes` when
     /// nothing was forwarded.
-    pub router_body_bytes: u64,
+    router_body_bytes: u64,
     /// The request's ticket, once it has one: finishing the trace finishes
     /// it.
-    pub ticket: Option<TicketHandle>,
+    ticket: Option<TicketHandle>,
     /// The model's start failed (or is cooling down): the cause for the
     /// error body.
-    pub start_failure: Option<StartFailure>,
+    start_failure: Option<StartFailure>,
     finished: bool,
 }
 
@@ -128,6 +136,153 @@ impl Trace {
             self.lease_at = Some(Instant::now());
             self.phase = Phase::Loading;
         }
+    }
+
+    /// The request's routing fields are read: `model` is kept only when it
+    /// names a known model or alias (`known`).
+    pub fn requested(&mut self, chat: &ChatRequest, known: bool) {
+        self.stream = chat.stream;
+        self.tier = chat.tier;
+        if known {
+            self.model_requested = Some(chat.model.clone());
+        }
+    }
+
+    /// The model is resolved to `entry`.
+    pub fn routed(&mut self, entry: &ModelEntry) {
+        self.model_resolved = Some(entry.id.clone());
+        self.upstream_model = Some(entry.upstream_model.clone());
+    }
+
+    /// The request's ticket is enqueued: finishing the trace finishes it.
+    pub fn enqueued(&mut self, ticket: TicketHandle) {
+        self.ticket = Some(ticket);
+    }
+
+    /// The lease is granted: admission (if not marked yet) and what the
+    /// grant says about the load.
+    pub fn granted(&mut self, grant: &Grant) {
+        self.admitted();
+        self.granted = true;
+        self.model_switch = grant.model_switch;
+        self.model_load_ms = grant.load_ms;
+    }
+
+    /// The ticket failed: a failed load still reports its figures, and a
+    /// failed or cooling start keeps the supervisor's generic cause for the
+    /// error body.
+    pub fn refused(&mut self, failure: &LeaseFailure) {
+        match failure {
+            LeaseFailure::LoadFailed {
+                message,
+                model_switch,
+                load_ms,
+                cooldown_ms,
+                ..
+            } => {
+                self.model_switch = *model_switch;
+                self.model_load_ms = *load_ms;
+                self.start_failure = Some(StartFailure {
+                    last_error: message.clone(),
+                    cooldown_remaining_ms: *cooldown_ms,
+                });
+            }
+            LeaseFailure::Cooldown {
+                message,
+                remaining_ms,
+                ..
+            } => {
+                self.start_failure = Some(StartFailure {
+                    last_error: message.clone(),
+                    cooldown_remaining_ms: *remaining_ms,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// The backend's response head arrived with `status`: generation runs.
+    pub fn upstream_headers(&mut self, status: u16) {
+        self.upstream_headers_at = Some(Instant::now());
+        self.upstream_status = Some(status);
+        self.phase = Phase::Generating;
+    }
+
+    /// The client is answered with a router-made `error`. Returns the
+    /// start failure its body names (a failed or cooling start only).
+    pub fn rejected(&mut self, error: &ChatError) -> Option<StartFailure> {
+        let start = self.start_failure.take().filter(|_| {
+            matches!(
+                error,
+                ChatError::LoadFailed { .. } | ChatError::Cooldown { .. }
+            )
+        });
+        self.answered(error.status().as_u16());
+        self.router_body_bytes = error.reply().body_with(start.as_ref()).len() as u64;
+        start
+    }
+
+    /// The client is answered with the backend's own status.
+    pub fn passed_through(&mut self, status: u16) {
+        self.answered(status);
+    }
+
+    /// A wait-first stream's `200` and SSE head went out.
+    pub fn committed(&mut self) {
+        self.answered(200);
+    }
+
+    /// The one place the status is set: the status the client got.
+    fn answered(&mut self, status: u16) {
+        self.status = Some(status);
+    }
+
+    /// The response body is over: what the observer saw of it.
+    pub fn forwarded(&mut self, observed: Observed) {
+        self.observed = Some(observed);
+    }
+
+    pub fn request_id(&self) -> &str {
+        &self.request_id
+    }
+
+    pub fn arrived(&self) -> Instant {
+        self.arrived
+    }
+
+    pub fn stream(&self) -> bool {
+        self.stream
+    }
+
+    pub fn tier(&self) -> ServiceTier {
+        self.tier
+    }
+
+    pub fn model_resolved(&self) -> Option<&str> {
+        self.model_resolved.as_deref()
+    }
+
+    pub fn queue_depth_at_arrival(&self) -> usize {
+        self.queue_depth_at_arrival
+    }
+
+    pub fn upstream_status(&self) -> Option<u16> {
+        self.upstream_status
+    }
+
+    pub fn ticket(&self) -> Option<&TicketHandle> {
+        self.ticket.as_ref()
+    }
+
+    /// A streaming request for `model` numbered `request_id`, as the unit
+    /// tests of the wait-first task start one.
+    #[cfg(test)]
+    pub fn stream_for_tests(app: &Arc<App>, request_id: &str, model: &str) -> Trace {
+        let mut trace = Trace::start(app);
+        trace.stream = true;
+        trace.request_id = request_id.to_owned();
+        trace.model_resolved = Some(model.to_owned());
+        trace
     }
 
     /// Finishes the trace with `reason`, how the caller saw the request

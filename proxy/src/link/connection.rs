@@ -22,7 +22,8 @@ use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::{LinkCommand, LinkState, Mismatch, TicketEvent, lookup};
+use super::lookup;
+use super::state::{LinkCommand, LinkState, Mismatch, TicketEvent};
 
 const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);

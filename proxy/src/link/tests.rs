@@ -18,11 +18,14 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use bytes::Bytes;
 use strata_protocol::page::RecordsPage;
+use strata_protocol::record::RequestRecord;
 use strata_protocol::wire::{
-    CacheScores, LoadPhase, LookupFailure, PROTOCOL_VERSION, ProxyMessage, RefuseReason,
-    RequestLogStats, SubmittedRecord, SupervisorMessage, TicketRequest, TicketScore, read_frame,
-    write_frame,
+    ArrivalInfo, BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure,
+    PROTOCOL_VERSION, ProxyMessage, RefuseReason, RequestLogStats, RevokeReason, RouterMetrics,
+    RouterState, ServiceTier, SubmittedRecord, SupervisorMessage, TicketId, TicketRequest,
+    TicketScore, read_frame, write_frame,
 };
 use strata_test_support::record_json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -564,7 +567,7 @@ async fn a_dropped_trace_finishes_its_ticket_as_a_client_disconnect() {
     let mut trace = crate::chat::trace::Trace::start(&app);
     let (handle, _events) = link.enqueue("m", ServiceTier::Default, ticket_request(), Bytes::new());
     let ticket = peer.enqueued("m", ServiceTier::Default).await;
-    trace.ticket = Some(handle);
+    trace.enqueued(handle);
     drop(trace);
     match peer.recv().await {
         ProxyMessage::Finish {

@@ -5,7 +5,7 @@
 //! [`MAX_INSPECT_BYTES`] of it.
 //!
 //! The case count is proptest's (256 by default; `PROPTEST_CASES=N` for a
-//! long run, see the README's "Property tests").
+//! long run, see docs/testing.md#property-tests).
 
 use std::time::Instant;
 

@@ -15,7 +15,7 @@
 
 mod accept;
 pub mod listener;
-mod memory;
+mod trim;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -40,7 +40,7 @@ use crate::reply::{EndpointError, json_response};
 use crate::response_body::ProxyBody;
 
 use accept::{AcceptBackoff, Report};
-use memory::ConnectionGauge;
+use trim::ConnectionGauge;
 
 /// A client that opens a connection and sends no complete header within
 /// this long is dropped.
@@ -178,7 +178,7 @@ pub async fn run(
     let mut backoff = AcceptBackoff::default();
     let mut last_accept_error = None;
     let connections = Arc::new(ConnectionGauge::default());
-    let trimmer = tokio::spawn(memory::trim_after_bursts(connections.clone()));
+    let trimmer = tokio::spawn(trim::trim_after_bursts(connections.clone()));
     loop {
         tokio::select! {
             accepted = accept_after(&listener, backoff.retry_at()) => {

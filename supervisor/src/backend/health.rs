@@ -1,4 +1,6 @@
-//! A tiny HTTP/1.0 `GET /health` client for the backend (no HTTP library in the supervisor).
+//! A tiny HTTP/1.0 `GET /health` client for the backend (no HTTP library in the supervisor),
+//! used to verify a start ([`check_health`]) and, while the backend serves, for each liveness
+//! probe ([`probe_once`]).
 //!
 //! Strata answers HTTP/1.0 with `Connection: close`, so the reply ends at EOF (or at its
 //! `Content-Length`). The reply is size-capped and time-bounded, and only two fields are kept:
@@ -65,6 +67,33 @@ pub async fn check_health(
     match tokio::time::timeout(timeout, fetch(addr)).await {
         Ok(result) => result,
         Err(_) => Err(HealthError::TimedOut),
+    }
+}
+
+/// What one liveness probe of a serving backend found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    /// `/health` answered with the expected model, loaded.
+    Good,
+    /// No answer within the bound (or no connection).
+    Miss,
+    /// An answer that says the engine changed: another model, or
+    /// `loaded: false` (the cause, for the status and the log).
+    Changed(String),
+}
+
+/// One probe: `GET /health` of `addr` within `timeout`, judged against the
+/// model the backend was verified as.
+pub async fn probe_once(addr: SocketAddr, expected_model: &str, timeout: Duration) -> ProbeOutcome {
+    match check_health(addr, timeout).await {
+        Ok(report) if report.model != expected_model => {
+            ProbeOutcome::Changed(format!("/health names model {}", report.model))
+        }
+        Ok(report) if !report.loaded => {
+            ProbeOutcome::Changed("/health says loaded: false".to_owned())
+        }
+        Ok(_) => ProbeOutcome::Good,
+        Err(_) => ProbeOutcome::Miss,
     }
 }
 

@@ -31,10 +31,10 @@ mod error;
 mod group;
 mod health;
 mod listener;
-mod probe;
 mod progress;
 mod readiness;
 mod ready_dir;
+mod ready_file_support;
 mod spawn;
 mod spec;
 mod stop;
@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 pub use cancel::CancelSignal;
 pub use error::StartError;
 pub use group::ExitInfo;
-pub use health::{HealthError, HealthReport, check_health};
+pub use health::{HealthError, HealthReport, ProbeOutcome, check_health, probe_once};
 pub use progress::StartProgress;
 pub use spawn::SCRUBBED_ENV;
 pub use spec::{LaunchSpec, Readiness};
@@ -199,7 +199,8 @@ pub async fn start_with_env(
     spawn::check_port_free(spec.backend_port)?;
     let chosen;
     let spec = if spec.readiness == Readiness::Auto {
-        let choice = probe::choose(spec.readiness, &spec.python, &spec.strata_dir).await;
+        let choice =
+            ready_file_support::choose(spec.readiness, &spec.python, &spec.strata_dir).await;
         progress(StartProgress::ReadinessChosen(choice));
         if cancel.is_cancelled() {
             return Err(StartError::Cancelled);
@@ -281,7 +282,8 @@ pub async fn start_with_env(
                 StartError::Exited {
                     exit: ExitInfo::Code(2),
                 } if spec.readiness == Readiness::ReadyFile
-                    && probe::accepts_ready_file(&spec.python, &spec.strata_dir).await
+                    && ready_file_support::accepts_ready_file(&spec.python, &spec.strata_dir)
+                        .await
                         == Some(false) =>
                 {
                     StartError::ReadyFileUnsupported {

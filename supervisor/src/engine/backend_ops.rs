@@ -7,15 +7,24 @@
 //! tagged with the op's sequence number so a stale report is recognisable. The engine hands
 //! each op to an [`OpRunner`] as an [`OpRequest`]; in unit tests the runner
 //! passes the requests to the test instead, which answers them itself.
+//!
+//! The runner also owns the probe task of the serving backend
+//! ([`OpRunner::probe`]), which reports each probe's outcome the same way;
+//! in unit tests the test reports probe outcomes itself.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use strata_protocol::wire::BackendInstance;
 
 #[cfg(test)]
 use tokio::sync::mpsc;
 use tokio::sync::watch;
 
-use crate::backend::{self, Backend, LaunchSpec, StartError, StartProgress, StopReport};
+use crate::backend::{
+    self, Backend, LaunchSpec, ProbeOutcome, StartError, StartProgress, StopReport,
+};
 
 /// Progress of the running op.
 #[derive(Debug)]
@@ -60,8 +69,8 @@ pub enum OpReport {
     Finished(OpOutcome),
     /// A probe of the serving backend (`backend_probe_ms`).
     Probe {
-        instance: strata_protocol::wire::BackendInstance,
-        outcome: super::probe::ProbeOutcome,
+        instance: BackendInstance,
+        outcome: ProbeOutcome,
     },
 }
 
@@ -96,6 +105,8 @@ pub enum OpRunner {
     Tasks {
         report: Reporter,
         shutdown: Duration,
+        /// The probes of the serving backend, while it is probed.
+        probe: Option<ProbeTask>,
     },
     /// Tests: each request goes to the test, which answers it with
     /// `OpProgress` and `OpFinished` commands of its own.
@@ -103,38 +114,64 @@ pub enum OpRunner {
     Manual(mpsc::UnboundedSender<OpRequest>),
 }
 
+/// Where a probe task asks, and what it expects.
+#[derive(Debug, Clone)]
+pub struct ProbeTarget {
+    pub instance: BackendInstance,
+    pub addr: SocketAddr,
+    /// The model the backend was verified as.
+    pub expected_model: String,
+    /// `backend_probe_ms`.
+    pub interval: Duration,
+    /// The bound of one probe.
+    pub timeout: Duration,
+}
+
+/// The running probe task; dropping it ends the task.
+#[derive(Debug)]
+pub struct ProbeTask(tokio::task::JoinHandle<()>);
+
+impl Drop for ProbeTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl OpRunner {
-    /// Starts probing a verified backend every `interval` (each probe
-    /// bounded by `timeout`), reporting each outcome; `None` in tests,
-    /// which report probe outcomes themselves.
-    pub fn spawn_probe(
-        &self,
-        instance: strata_protocol::wire::BackendInstance,
-        addr: std::net::SocketAddr,
-        expected_model: String,
-        interval: Duration,
-        timeout: Duration,
-    ) -> Option<tokio::task::JoinHandle<()>> {
+    /// Probes `target` every interval from now on, reporting each outcome,
+    /// instead of whatever was probed before; `None` ends the probes. Tests
+    /// run no probe task: they report probe outcomes themselves.
+    pub fn probe(&mut self, target: Option<ProbeTarget>) {
         match self {
-            OpRunner::Tasks { report, .. } => {
-                let report = report.clone();
-                Some(tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(interval).await;
-                        let outcome =
-                            super::probe::probe_once(addr, &expected_model, timeout).await;
-                        report(OpReport::Probe { instance, outcome });
-                    }
-                }))
+            OpRunner::Tasks { report, probe, .. } => {
+                *probe = target.map(|target| {
+                    let report = report.clone();
+                    ProbeTask(tokio::spawn(async move {
+                        let ProbeTarget {
+                            instance,
+                            addr,
+                            expected_model,
+                            interval,
+                            timeout,
+                        } = target;
+                        loop {
+                            tokio::time::sleep(interval).await;
+                            let outcome = backend::probe_once(addr, &expected_model, timeout).await;
+                            report(OpReport::Probe { instance, outcome });
+                        }
+                    }))
+                });
             }
             #[cfg(test)]
-            OpRunner::Manual(_) => None,
+            OpRunner::Manual(_) => {}
         }
     }
 
     pub fn run(&self, request: OpRequest) {
         match self {
-            OpRunner::Tasks { report, shutdown } => match request {
+            OpRunner::Tasks {
+                report, shutdown, ..
+            } => match request {
                 OpRequest::Load {
                     op_seq,
                     old,

@@ -11,17 +11,35 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use strata_protocol::config::{Config, ReadinessChoice};
-use strata_protocol::wire::{BackendInstance, LeaseFailure};
+use strata_protocol::config::{Config, ReadinessChoice, Registry};
+use strata_protocol::wire::{BackendInstance, LeaseFailure, LoadPhase};
 use strata_scheduler::BackendView;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::backend_ops::{OpOutcome, OpProgress, OpRequest, ProgressEvent};
+use super::backend_ops::{OpOutcome, OpProgress, OpRequest, ProbeTarget, ProgressEvent};
 use super::load_times::LoadTimes;
 use crate::backend::{
     Backend, ExitInfo, LaunchSpec, Readiness, StartError, StartProgress, StopReport,
 };
+
+/// The load phases an op's progress `event` tells the tickets admitted to
+/// it. Once spawned, the backend is loading and readiness polling begins, so
+/// `WaitingForReadiness` follows `Starting` at once (not when the ready
+/// file shows up, which is the end of that wait).
+fn load_phases(event: &ProgressEvent) -> &'static [LoadPhase] {
+    match event {
+        ProgressEvent::StoppingOld { .. } => &[LoadPhase::StoppingOldBackend],
+        ProgressEvent::Start(StartProgress::Spawned { .. }) => {
+            &[LoadPhase::Starting, LoadPhase::WaitingForReadiness]
+        }
+        ProgressEvent::Start(StartProgress::ReadyFileSeen | StartProgress::Listening) => {
+            &[LoadPhase::CheckingHealth]
+        }
+        ProgressEvent::Start(StartProgress::HealthCheckPassed) => &[LoadPhase::Verified],
+        ProgressEvent::OldStopped { .. } | ProgressEvent::Start(_) => &[],
+    }
+}
 
 /// The cause a cooldown shows when its start error is not known.
 const GENERIC_START_FAILURE: &str = "a recent backend start failed";
@@ -122,14 +140,14 @@ pub enum Finished {
         /// `Cancelled`).
         reason: Option<CancelReason>,
     },
-    /// Load `seq` failed; its model cools down for `cooldown_ms`.
+    /// Load `seq` failed; its model cools down for `cooldown_ms`, and the
+    /// tickets admitted to it fail with `failure`.
     Failed {
         seq: u64,
         model: String,
         message: String,
-        switch: bool,
-        load_ms: u64,
         cooldown_ms: u64,
+        failure: LeaseFailure,
     },
     Stopped {
         pid: u32,
@@ -140,12 +158,60 @@ pub enum Finished {
     Stale,
 }
 
+impl Finished {
+    /// Says the outcome in the log.
+    pub fn log(&self) {
+        match self {
+            Finished::Verified {
+                model,
+                pid,
+                load_ms,
+                ..
+            } => tracing::info!(model, pid, load_ms, "backend verified"),
+            Finished::Cancelled { model, reason, .. } => {
+                tracing::info!(model, ?reason, "load cancelled");
+            }
+            Finished::Failed {
+                model,
+                message,
+                cooldown_ms,
+                ..
+            } => tracing::warn!(model, error = %message, cooldown_ms, "backend start failed"),
+            Finished::Stopped {
+                pid,
+                reason,
+                report,
+            } => tracing::info!(pid, ?reason, ?report, "backend stopped"),
+            Finished::Stale => {}
+        }
+    }
+
+    /// A load's model and the outcome `/metrics` counts it under.
+    pub fn load_outcome(&self) -> Option<(&str, &'static str)> {
+        match self {
+            Finished::Verified { model, .. } => Some((model, "verified")),
+            Finished::Cancelled {
+                model,
+                reason: Some(CancelReason::Abandoned),
+                ..
+            } => Some((model, "abandoned")),
+            Finished::Cancelled { model, .. } => Some((model, "cancelled")),
+            Finished::Failed { model, .. } => Some((model, "failed")),
+            Finished::Stopped { .. } | Finished::Stale => None,
+        }
+    }
+}
+
 /// Progress of the running load.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadProgress {
     pub seq: u64,
     pub model: String,
     pub elapsed_ms: u64,
+    /// What the tickets admitted to the load are told, in order.
+    pub phases: &'static [LoadPhase],
+    /// How long the model's loads usually take; `None` before its first.
+    pub typical_load_ms: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -458,9 +524,20 @@ impl BackendSlot {
         }
         Some(LoadProgress {
             seq: *seq,
+            typical_load_ms: self.load_times.typical_ms(model),
             model: model.clone(),
             elapsed_ms: now.saturating_duration_since(*started).as_millis() as u64,
+            phases: load_phases(&progress.event),
         })
+    }
+
+    /// The serving model's profile `conversation_cache_min_tokens`: inputs
+    /// below it do not qualify for cache order, whatever a lookup reply's
+    /// own `min_tokens` says (the spec's threshold is the profile's; the
+    /// reply's counts only for a profile without one).
+    pub fn cache_threshold(&self, registry: &Registry) -> Option<u64> {
+        let entry = registry.model(self.serving_model()?)?;
+        entry.profile_info.as_ref()?.conversation_cache_min_tokens
     }
 
     /// How long the running load has run, once its backend is spawned
@@ -521,13 +598,20 @@ impl BackendSlot {
                         *streak = streak.saturating_add(1);
                         let cooldown = cooldown.after_failures(*streak);
                         self.cooldowns.insert(model.clone(), now + cooldown);
+                        let cooldown_ms = cooldown.as_millis() as u64;
+                        let failure = LeaseFailure::LoadFailed {
+                            message: message.clone(),
+                            model_switch: switch,
+                            load_ms: Some(load_ms),
+                            cooldown_ms,
+                            typical_load_ms: self.load_times.typical_ms(&model),
+                        };
                         Finished::Failed {
                             seq,
                             model,
                             message,
-                            switch,
-                            load_ms,
-                            cooldown_ms: cooldown.as_millis() as u64,
+                            cooldown_ms,
+                            failure,
                         }
                     }
                 }
@@ -580,6 +664,45 @@ impl BackendSlot {
             load_ms,
         }
     }
+}
+
+/// Why `model` can never be loaded, if so: it is not configured or not
+/// enabled, or not prepared. Models outside `enabled_models` reject direct
+/// requests; the proxy already filters them, this keeps that true for any
+/// client of the socket (and [`launch_spec`]'s expectations true).
+pub fn unlaunchable(registry: &Registry, model: &str) -> Option<LeaseFailure> {
+    let entry = registry.model(model).filter(|_| registry.is_enabled(model));
+    let Some(entry) = entry else {
+        return Some(LeaseFailure::UnknownModel);
+    };
+    let status = entry.prepared;
+    (!status.is_prepared()).then_some(LeaseFailure::NotPrepared { status })
+}
+
+/// The model name the backend loaded for `model` answers with.
+pub fn upstream_model<'a>(registry: &'a Registry, model: &str) -> Option<&'a str> {
+    registry
+        .model(model)
+        .map(|entry| entry.upstream_model.as_str())
+}
+
+/// What the probes of `instance`, verified as `model` at `addr`, ask and
+/// expect, as the config describes it; `None` when `backend_probe_ms` is 0.
+pub fn probe_target(
+    config: &Config,
+    model: &str,
+    (addr, instance): (SocketAddr, BackendInstance),
+) -> Option<ProbeTarget> {
+    let probe = &config.probe;
+    (probe.interval_ms > 0).then(|| ProbeTarget {
+        instance,
+        addr,
+        expected_model: upstream_model(&config.registry, model)
+            .unwrap_or_default()
+            .to_owned(),
+        interval: Duration::from_millis(probe.interval_ms),
+        timeout: Duration::from_millis(probe.timeout_ms()),
+    })
 }
 
 /// The start of `model` as the config describes it. It lives here, not in

@@ -64,7 +64,7 @@ pub enum Command {
     /// One probe of the serving backend's `/health`.
     ProbeResult {
         instance: strata_protocol::wire::BackendInstance,
-        outcome: super::probe::ProbeOutcome,
+        outcome: crate::backend::ProbeOutcome,
     },
     /// Every configured model's status and learned load time (`models`).
     Models {

@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 /// How long a stopping supervisor waits for the records of tickets that
@@ -49,7 +50,7 @@ pub enum DrainAction {
     Finished { missing_records: usize },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Drain {
     /// After this, accepted work is interrupted. None: wait for all of it.
     deadline: Option<Instant>,
@@ -57,16 +58,27 @@ pub struct Drain {
     forced: bool,
     /// Set once nothing runs but some records have not arrived.
     records_until: Option<Instant>,
+    /// Who asked for the drain, answered when it is over.
+    done: Option<oneshot::Sender<()>>,
 }
 
 impl Drain {
-    /// A drain starting at `now`; `limit` is `drain_ms` (`None`: 0, no
-    /// deadline).
-    pub fn new(limit: Option<Duration>, now: Instant) -> Drain {
+    /// A drain starting at `now`, answering `done` when it is over;
+    /// `drain_ms` 0 is no deadline.
+    pub fn new(drain_ms: u64, now: Instant, done: Option<oneshot::Sender<()>>) -> Drain {
+        let limit = (drain_ms > 0).then(|| Duration::from_millis(drain_ms));
         Drain {
             deadline: limit.map(|limit| now + limit),
             forced: false,
             records_until: None,
+            done,
+        }
+    }
+
+    /// The drain is over ([`DrainAction::Finished`]): its requester learns.
+    pub fn answer(&mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = done.send(());
         }
     }
 
@@ -156,7 +168,7 @@ mod tests {
             (IDLE, DrainAction::Finished { missing_records: 0 }),
         ];
         for (facts, expected) in cases {
-            let mut drain = Drain::new(None, t0);
+            let mut drain = Drain::new(0, t0, None);
             assert_eq!(drain.step(&facts, t0 + secs(3600)), expected, "{facts:?}");
         }
     }
@@ -164,7 +176,7 @@ mod tests {
     #[test]
     fn the_deadline_forces_once_then_the_drain_goes_on() {
         let t0 = Instant::now();
-        let mut drain = Drain::new(Some(secs(10)), t0);
+        let mut drain = Drain::new(10_000, t0, None);
         let busy = Facts { busy: true, ..IDLE };
         assert_eq!(drain.step(&busy, t0 + secs(9)), DrainAction::Serve);
         assert_eq!(drain.step(&busy, t0 + secs(10)), DrainAction::Force);
@@ -180,7 +192,7 @@ mod tests {
     #[test]
     fn a_second_signal_forces_a_drain_without_deadline() {
         let t0 = Instant::now();
-        let mut drain = Drain::new(None, t0);
+        let mut drain = Drain::new(0, t0, None);
         let busy = Facts { busy: true, ..IDLE };
         assert_eq!(drain.step(&busy, t0 + secs(1000)), DrainAction::Serve);
         drain.force_now(t0 + secs(1001));
@@ -190,7 +202,7 @@ mod tests {
     #[test]
     fn open_records_are_waited_for_during_the_grace_only() {
         let t0 = Instant::now();
-        let mut drain = Drain::new(None, t0);
+        let mut drain = Drain::new(0, t0, None);
         let open = Facts {
             open_records: 2,
             ..IDLE
@@ -207,7 +219,7 @@ mod tests {
             DrainAction::Finished { missing_records: 2 }
         );
         // Records that arrive in time end the wait at once.
-        let mut drain = Drain::new(None, t0);
+        let mut drain = Drain::new(0, t0, None);
         assert_eq!(drain.step(&open, t0), DrainAction::WaitRecords { until });
         assert_eq!(
             drain.step(&IDLE, t0 + secs(1)),

@@ -9,8 +9,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::backend_ops::{OpReport, OpRunner};
 use super::command::Command;
-use super::counters::Counters;
 use super::state::Engine;
+use crate::counters::Counters;
+use crate::prefetch::Prefetch;
 
 /// A cheap, cloneable handle to the engine task.
 #[derive(Debug, Clone)]
@@ -71,14 +72,13 @@ pub fn spawn(
             });
         }),
         shutdown: Duration::from_millis(config.timers.shutdown_ms),
+        probe: None,
     };
-    let engine = Engine::new(
-        config,
-        instance_id,
-        counters,
-        ops,
-        tokio::time::Instant::now(),
-    );
+    // The prefetch thread starts with the engine task, not in the engine:
+    // the hand-driven engine of the tests starts no thread.
+    let prefetch = Prefetch::start(&config, counters.clone());
+    let now = tokio::time::Instant::now();
+    let engine = Engine::new(config, instance_id, counters, ops, prefetch, now);
     let task = tokio::spawn(engine.run(rx));
     (handle, task)
 }

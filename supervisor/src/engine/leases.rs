@@ -26,6 +26,19 @@ pub struct Lease {
     pub revoked: bool,
 }
 
+impl Lease {
+    /// A new lease on `model`; in legacy mode it holds the engine lock
+    /// until its response headers arrive.
+    pub fn new(model: String, tier: ServiceTier, legacy: bool) -> Lease {
+        Lease {
+            model,
+            tier,
+            header_wait: legacy,
+            revoked: false,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Leases {
     held: HashMap<TicketKey, Lease>,
@@ -54,6 +67,14 @@ impl Leases {
 
     pub fn iter(&self) -> impl Iterator<Item = (&TicketKey, &Lease)> {
         self.held.iter()
+    }
+
+    /// The model of each lease.
+    pub fn models(&self) -> Vec<&str> {
+        self.held
+            .values()
+            .map(|lease| lease.model.as_str())
+            .collect()
     }
 
     /// When the last lease ended (or a load or `on` finished).

@@ -13,7 +13,9 @@ use strata_protocol::ids;
 use strata_protocol::record::{
     CHAT_ENDPOINT, Reason, RequestRecord, SCHEMA_VERSION, format_unix_ms,
 };
-use strata_protocol::wire::{ArrivalInfo, Grant, ServiceTier, TicketId, TicketRequest};
+use strata_protocol::wire::{
+    ArrivalInfo, Grant, LeaseFailure, ServiceTier, TicketId, TicketRequest,
+};
 
 use strata_scheduler::{ConnId, TicketKey};
 
@@ -147,11 +149,18 @@ impl Ledger {
         }
     }
 
-    /// The load the ticket was admitted to failed.
-    pub fn load_failed(&mut self, key: TicketKey, model_switch: bool, load_ms: Option<u64>) {
-        if let Some(open) = self.open.get_mut(&key) {
-            open.model_switch = model_switch;
-            open.load_ms = load_ms;
+    /// The ticket failed with `failure`; a failed load's figures are
+    /// kept for its record.
+    pub fn failed(&mut self, key: TicketKey, failure: &LeaseFailure) {
+        if let LeaseFailure::LoadFailed {
+            model_switch,
+            load_ms,
+            ..
+        } = failure
+            && let Some(open) = self.open.get_mut(&key)
+        {
+            open.model_switch = *model_switch;
+            open.load_ms = *load_ms;
         }
     }
 
@@ -293,7 +302,14 @@ mod tests {
             arrival(1),
         );
         ledger.admitted((1, 5), 1_764_474_000_100);
-        ledger.load_failed((1, 5), true, Some(300));
+        let failure = LeaseFailure::LoadFailed {
+            message: "exited".into(),
+            model_switch: true,
+            load_ms: Some(300),
+            cooldown_ms: 1000,
+            typical_load_ms: None,
+        };
+        ledger.failed((1, 5), &failure);
         let record = ledger.take_conn(1)[0].substitute_record("42-1", 1_764_474_000_500);
         assert_eq!(record.queue_wait_ms, None);
         assert_eq!(record.lease_at.as_deref(), Some("2025-11-30T03:40:00.100Z"));

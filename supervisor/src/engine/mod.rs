@@ -14,23 +14,24 @@
 
 mod backend_ops;
 mod backend_slot;
+mod clients;
 mod command;
-mod counters;
 mod drain;
 mod handle;
 mod leases;
 mod ledger;
 mod load_times;
+mod now;
 mod operator;
-mod probe;
 mod queue;
 mod report;
 mod state;
 #[cfg(test)]
 mod tests;
+mod watch;
+mod watchdog;
 
 pub use command::{Command, ControlOpId};
-pub use counters::Counters;
 pub use handle::{EngineHandle, spawn};
 pub use ledger::OpenTicket;
 pub use strata_protocol::api::InFlightRequest;

@@ -7,11 +7,15 @@
 //! makes scores stale, a generation ending, is [`Queue::generation_ended`].
 
 use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 
-use strata_protocol::wire::{ArrivalInfo, BackendInstance, TicketId};
+use strata_protocol::wire::{
+    ArrivalInfo, BackendInstance, CacheScores, LookupFailure, SupervisorMessage, TicketId,
+    TicketScore,
+};
 use tokio::time::Instant;
 
-use strata_scheduler::{CacheState, CacheView, ConnId, TicketKey, Waiting};
+use strata_scheduler::{CacheState, CacheView, ConnId, TicketKey, Waiting, rank};
 
 /// The most tickets one cache lookup scores.
 const MAX_LOOKUP_TICKETS: usize = 256;
@@ -31,6 +35,27 @@ pub struct TicketInfo {
 pub struct LookupRequest {
     pub id: u64,
     pub by_conn: HashMap<ConnId, Vec<TicketId>>,
+}
+
+impl LookupRequest {
+    /// The message to each proxy: score these tickets against `backend`
+    /// within `budget_ms`.
+    pub fn messages(
+        self,
+        backend: SocketAddr,
+        budget_ms: u64,
+    ) -> impl Iterator<Item = (ConnId, SupervisorMessage)> {
+        let lookup = self.id;
+        self.by_conn.into_iter().map(move |(conn, tickets)| {
+            let message = SupervisorMessage::ScoreTickets {
+                lookup,
+                backend,
+                tickets,
+                budget_ms,
+            };
+            (conn, message)
+        })
+    }
 }
 
 #[derive(Debug, Default)]
@@ -178,9 +203,41 @@ impl Queue {
         }
     }
 
+    /// `conn`'s answer to lookup `id`: each ticket ranked by its scores
+    /// (an input below `min_tokens`, else below the reply's own, does not
+    /// qualify), or arrival order after a failure; a 404 says the `serving`
+    /// backend has no lookup extension.
+    pub fn answer_scores(
+        &mut self,
+        id: u64,
+        conn: ConnId,
+        scores: Result<CacheScores, LookupFailure>,
+        min_tokens: Option<u64>,
+        serving: Option<BackendInstance>,
+    ) {
+        let ranks = match scores {
+            Ok(scores) => {
+                let min_tokens = min_tokens.unwrap_or(scores.min_tokens);
+                let rank = |score: &TicketScore| {
+                    let rank = rank(score.input_tokens, score.cached_tokens, min_tokens);
+                    ((conn, score.ticket), rank)
+                };
+                Some(scores.results.iter().map(rank).collect())
+            }
+            Err(failure) => {
+                tracing::debug!(?failure, "cache lookup failed; arrival order");
+                if failure == LookupFailure::Unsupported {
+                    self.lookups_unsupported_by(serving);
+                }
+                None
+            }
+        };
+        self.answer_lookup(id, conn, ranks);
+    }
+
     /// One proxy's part of lookup `id`: ranks per ticket, or `None` when
     /// it failed.
-    pub fn answer_lookup(&mut self, id: u64, conn: ConnId, ranks: Option<HashMap<TicketKey, f64>>) {
+    fn answer_lookup(&mut self, id: u64, conn: ConnId, ranks: Option<HashMap<TicketKey, f64>>) {
         self.cache.answer(id, conn, ranks);
     }
 

@@ -12,16 +12,16 @@ use strata_protocol::wire::{BackendHealth, BackendState, ModelStatusEntry, Route
 use strata_scheduler::{Mode, TicketKey};
 
 use super::backend_slot::BackendSlot;
-use super::counters::Counters;
 use super::leases::Leases;
 use super::ledger::Ledger;
-use super::probe::BackendWatch;
+use super::now::Now;
 use super::queue::Queue;
-use super::state::Now;
+use super::watch::BackendWatch;
+use crate::counters::Counters;
 
 /// The engine's parts a report reads.
 #[derive(Debug, Clone, Copy)]
-pub struct Parts<'a> {
+pub struct ReportView<'a> {
     pub config: &'a Config,
     pub instance_id: &'a str,
     pub daemon_pid: u32,
@@ -44,7 +44,7 @@ fn millis(duration: std::time::Duration) -> u64 {
     duration.as_millis() as u64
 }
 
-impl Parts<'_> {
+impl ReportView<'_> {
     /// The state every proxy follows (sent on connect and on each change).
     pub fn router_state(&self, now: Now) -> RouterState {
         let loaded = self.slot.serving_model();

@@ -4,23 +4,21 @@
 //! The loop takes one [`Command`] at a time with the clock read once for
 //! it ([`Now`]), updates the part the command is about (the [`Queue`], the
 //! [`Leases`], the [`BackendSlot`], the [`Operator`], the [`Drain`], the
-//! ledger), then asks [`scheduler::decide`] what is due and applies the
-//! plan: grants, admissions to a load, loads, failures, idle unloads, cache
-//! lookups. Timers are the plan's `wake_at` plus a 50 ms maintenance tick
+//! [`Watchdog`], the ledger), then asks the holds (the drain, the
+//! watchdog's restart) and, unless one holds, [`scheduler::decide`] what
+//! is due, and applies the plan: grants, admissions to a load, loads,
+//! failures, idle unloads, cache lookups. Timers are the plan's `wake_at` plus a 50 ms maintenance tick
 //! (child death, drain deadline, lookup budgets). Everything that crosses
 //! to another task (messages to proxies and control clients, ops) goes out
 //! from here.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use strata_protocol::config::{Config, Registry, UnresponsiveAction};
-use strata_protocol::control::ControlEvent;
-use strata_protocol::record::unix_ms;
+use strata_protocol::config::{Config, Registry};
 use strata_protocol::wire::{
-    BackendInstance, CacheScores, Grant, LeaseFailure, LoadPhase, LookupFailure, RevokeReason,
-    ServiceTier, SupervisorMessage, TicketId, TicketRequest,
+    Grant, LeaseFailure, LoadPhase, RevokeReason, ServiceTier, SupervisorMessage, TicketId,
+    TicketRequest,
 };
 use strata_scheduler::{
     self as scheduler, ConnId, Decision, Failure, Hold, Mode, Refusal, Rules, TicketKey, Waiting,
@@ -30,44 +28,23 @@ use tokio::time::Instant;
 
 use super::backend_ops::{OpOutcome, OpProgress, OpRunner, ProgressEvent};
 use super::backend_slot::{self, BackendSlot, CancelReason, Finished, StopReason};
-use super::command::{Command, ControlOpId};
-use super::counters::Counters;
+use super::clients::{ControlClients, Proxies};
+use super::command::Command;
 use super::drain::{self, Drain, DrainAction};
 use super::leases::{Lease, Leases};
 use super::ledger::Ledger;
+use super::now::{Now, sleep_until};
 use super::operator::{self, Operator, OperatorAction};
-use super::probe::{BackendWatch, ProbeOutcome, Verdict};
 use super::queue::{Queue, TicketInfo};
-use super::report::Parts;
+use super::report::ReportView;
+use super::watchdog::{self, Watchdog, WatchdogAction};
 use crate::backend::StartProgress;
+use crate::counters::Counters;
 use crate::prefetch::Prefetch;
 
 /// How often the engine checks child death, drain deadlines and lookup
 /// budgets (and re-decides).
 const TICK: Duration = Duration::from_millis(50);
-
-/// The clock, read once per event: the monotonic instant every timer uses
-/// and the wall clock of records and ages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Now {
-    pub at: Instant,
-    pub unix_ms: u64,
-}
-
-impl Now {
-    pub fn read() -> Now {
-        Now {
-            at: Instant::now(),
-            unix_ms: unix_ms(SystemTime::now()),
-        }
-    }
-}
-
-struct Conn {
-    pid: u32,
-    events: mpsc::UnboundedSender<SupervisorMessage>,
-    draining: bool,
-}
 
 pub struct Engine {
     config: Arc<Config>,
@@ -77,7 +54,7 @@ pub struct Engine {
     counters: Arc<Counters>,
     ops: OpRunner,
     routing: bool,
-    conns: HashMap<ConnId, Conn>,
+    proxies: Proxies,
     queue: Queue,
     leases: Leases,
     slot: BackendSlot,
@@ -85,21 +62,15 @@ pub struct Engine {
     /// too: what a substitute record needs if its proxy disappears.
     ledger: Ledger,
     operator: Operator,
-    /// The control clients of operations that have not had their `Done`.
-    control_clients: HashMap<ControlOpId, mpsc::UnboundedSender<ControlEvent>>,
+    control_clients: ControlClients,
     drain: Option<Drain>,
-    /// Answered when the drain is over.
-    drain_done: Option<oneshot::Sender<()>>,
     finished: bool,
     /// When the last plan wants to look again.
     wake_at: Option<Instant>,
     /// Reads the next model's weights while it waits.
     prefetch: Prefetch,
-    /// The probes of the serving backend.
-    watch: BackendWatch,
-    /// An unresponsive backend is to be restarted once its revoked leases
-    /// have ended; meanwhile nothing is granted.
-    restart_pending: bool,
+    /// The probes of the serving backend and the restart they may ask for.
+    watchdog: Watchdog,
 }
 
 impl Engine {
@@ -108,12 +79,13 @@ impl Engine {
         instance_id: String,
         counters: Arc<Counters>,
         ops: OpRunner,
+        prefetch: Prefetch,
         now: Instant,
     ) -> Engine {
         let rules = Rules::from_config(&config);
-        let prefetch = Prefetch::start(&config, counters.clone());
         Engine {
             operator: Operator::new(Duration::from_millis(config.timers.startup_ms)),
+            watchdog: Watchdog::new(config.probe.misses, config.probe.action),
             config,
             instance_id,
             daemon_pid: std::process::id(),
@@ -121,19 +93,16 @@ impl Engine {
             counters,
             ops,
             routing: true,
-            conns: HashMap::new(),
+            proxies: Proxies::default(),
             queue: Queue::default(),
             leases: Leases::new(now),
             slot: BackendSlot::default(),
             ledger: Ledger::default(),
-            control_clients: HashMap::new(),
+            control_clients: ControlClients::default(),
             drain: None,
-            drain_done: None,
             finished: false,
             wake_at: None,
             prefetch,
-            watch: BackendWatch::default(),
-            restart_pending: false,
         }
     }
 
@@ -174,16 +143,8 @@ impl Engine {
     pub fn handle(&mut self, command: Command, now: Now) {
         match command {
             Command::Connect { conn, pid, events } => {
-                let _ = events.send(SupervisorMessage::State(self.parts().router_state(now)));
-                self.conns.insert(
-                    conn,
-                    Conn {
-                        pid,
-                        events,
-                        draining: false,
-                    },
-                );
-                tracing::info!(conn, pid, "proxy connected");
+                let state = SupervisorMessage::State(self.report().router_state(now));
+                self.proxies.connect(conn, pid, events, state);
             }
             Command::Disconnect { conn, orphans } => {
                 self.disconnect(conn, now);
@@ -207,24 +168,29 @@ impl Engine {
                 conn,
                 lookup,
                 scores,
-            } => self.scores(conn, lookup, scores),
+            } => {
+                let min_tokens = self.slot.cache_threshold(&self.config.registry);
+                let serving = self.slot.serving_instance();
+                self.queue
+                    .answer_scores(lookup, conn, scores, min_tokens, serving);
+            }
             Command::SetDraining { conn, draining } => {
-                if let Some(entry) = self.conns.get_mut(&conn) {
-                    entry.draining = draining;
-                }
+                self.proxies.set_draining(conn, draining);
                 self.broadcast_state(now);
             }
             Command::ProbeResult { instance, outcome } => {
-                self.probe_result(instance, outcome, now);
+                let facts = self.watchdog_facts();
+                let actions = self.watchdog.observe(instance, outcome, &facts, now.at);
+                self.apply_watchdog(actions, now);
             }
             Command::Status { reply } => {
-                let _ = reply.send(self.parts().status(now));
+                let _ = reply.send(self.report().status(now));
             }
             Command::Models { reply } => {
-                let _ = reply.send(self.parts().models(now));
+                let _ = reply.send(self.report().models(now));
             }
             Command::InFlight { limit, reply } => {
-                let _ = reply.send(self.parts().in_flight_requests(limit, now.unix_ms));
+                let _ = reply.send(self.report().in_flight_requests(limit, now.unix_ms));
             }
             Command::SetRouting { routing, reply } => {
                 self.set_routing(routing, now);
@@ -290,16 +256,12 @@ impl Engine {
         request: TicketRequest,
         now: Now,
     ) {
-        if !self.conns.contains_key(&conn) {
+        if !self.proxies.is_connected(conn) {
             return;
         }
         let arrival = self.counters.arrive();
         let key = (conn, ticket);
-        let upstream = self
-            .config
-            .registry
-            .model(&model)
-            .map(|e| e.upstream_model.as_str());
+        let upstream = backend_slot::upstream_model(&self.config.registry, &model);
         self.ledger
             .open(key, &model, upstream, tier, request, arrival);
         if let Some(failure) = self.refusal(&model, now) {
@@ -338,18 +300,8 @@ impl Engine {
         if !self.routing {
             return Some(LeaseFailure::RoutingOff);
         }
-        // Models outside enabled_models reject direct requests; the proxy
-        // already filters them, this keeps that true for any client of the
-        // socket.
-        let registry = &self.config.registry;
-        let entry = registry.model(model).filter(|_| registry.is_enabled(model));
-        let Some(entry) = entry else {
-            return Some(LeaseFailure::UnknownModel);
-        };
-        if !entry.prepared.is_prepared() {
-            return Some(LeaseFailure::NotPrepared {
-                status: entry.prepared,
-            });
+        if let Some(failure) = backend_slot::unlaunchable(&self.config.registry, model) {
+            return Some(failure);
         }
         match scheduler::refusal(&self.view(now, Hold::None), model)? {
             Refusal::Cooldown { .. } => Some(self.slot.cooldown_failure(model, now.at)),
@@ -362,7 +314,8 @@ impl Engine {
     fn announce(&mut self, key: TicketKey) {
         if let Some(arrival) = self.queue.announce(key) {
             let ticket = key.1;
-            self.send(key.0, SupervisorMessage::Queued { ticket, arrival });
+            self.proxies
+                .send(key.0, SupervisorMessage::Queued { ticket, arrival });
         }
     }
 
@@ -379,9 +332,7 @@ impl Engine {
     }
 
     fn disconnect(&mut self, conn: ConnId, now: Now) {
-        if let Some(entry) = self.conns.remove(&conn) {
-            tracing::info!(conn, pid = entry.pid, "proxy disconnected");
-        }
+        self.proxies.disconnect(conn);
         self.leases.drop_conn(conn, now.at);
         self.queue.drop_conn(conn);
         self.broadcast_state(now);
@@ -392,7 +343,8 @@ impl Engine {
     /// or switch still waits for them. Returns how many leases exist.
     fn revoke_all_leases(&mut self, reason: RevokeReason) -> usize {
         for (conn, ticket) in self.leases.revoke_all() {
-            self.send(conn, SupervisorMessage::Revoked { ticket, reason });
+            self.proxies
+                .send(conn, SupervisorMessage::Revoked { ticket, reason });
         }
         self.leases.len()
     }
@@ -401,14 +353,7 @@ impl Engine {
         let Some((_, info)) = self.queue.take(key) else {
             return;
         };
-        if let LeaseFailure::LoadFailed {
-            model_switch,
-            load_ms,
-            ..
-        } = &failure
-        {
-            self.ledger.load_failed(key, *model_switch, *load_ms);
-        }
+        self.ledger.failed(key, &failure);
         self.send(
             key.0,
             SupervisorMessage::Failed {
@@ -445,28 +390,18 @@ impl Engine {
         let Some((backend, instance)) = self.slot.serving() else {
             return;
         };
-        let upstream_model = self
-            .config
-            .registry
-            .model(&ticket.model)
-            .map(|entry| entry.upstream_model.clone())
-            .unwrap_or_default();
+        let upstream_model =
+            backend_slot::upstream_model(&self.config.registry, &ticket.model).unwrap_or_default();
         let (conn, id) = ticket.key;
-        self.leases.grant(
-            ticket.key,
-            Lease {
-                model: ticket.model,
-                tier: ticket.tier,
-                header_wait: self.rules.mode == Mode::Legacy,
-                revoked: false,
-            },
-        );
+        let legacy = self.rules.mode == Mode::Legacy;
+        let lease = Lease::new(ticket.model, ticket.tier, legacy);
+        self.leases.grant(ticket.key, lease);
         let grant = Grant {
             ticket: id,
             arrival: info.arrival,
             backend,
             instance,
-            upstream_model,
+            upstream_model: upstream_model.to_owned(),
             model_switch: switch,
             load_ms,
         };
@@ -480,93 +415,50 @@ impl Engine {
 
     // ---- cache lookups ----------------------------------------------------
 
-    fn scores(&mut self, conn: ConnId, lookup: u64, scores: Result<CacheScores, LookupFailure>) {
-        let ranks = match scores {
-            Ok(scores) => {
-                let min_tokens = self.cache_threshold().unwrap_or(scores.min_tokens);
-                Some(
-                    scores
-                        .results
-                        .iter()
-                        .map(|score| {
-                            let rank = scheduler::rank(
-                                score.input_tokens,
-                                score.cached_tokens,
-                                min_tokens,
-                            );
-                            ((conn, score.ticket), rank)
-                        })
-                        .collect(),
-                )
-            }
-            Err(failure) => {
-                tracing::debug!(?failure, "cache lookup failed; arrival order");
-                if failure == LookupFailure::Unsupported {
-                    self.queue
-                        .lookups_unsupported_by(self.slot.serving_instance());
-                }
-                None
-            }
-        };
-        self.queue.answer_lookup(lookup, conn, ranks);
-    }
-
-    /// The serving model's profile `conversation_cache_min_tokens`: inputs
-    /// below it do not qualify for cache order, whatever a lookup reply's
-    /// own `min_tokens` says (the spec's threshold is the profile's; the
-    /// reply's counts only for a profile without one).
-    fn cache_threshold(&self) -> Option<u64> {
-        let model = self.slot.serving_model()?;
-        let entry = self.config.registry.model(model)?;
-        entry.profile_info.as_ref()?.conversation_cache_min_tokens
-    }
-
     fn start_lookup(&mut self, keys: Vec<TicketKey>, now: Now) {
         let Some((backend, _)) = self.slot.serving() else {
             return;
         };
         let budget = self.config.cache_lookup_timeout().unwrap_or(Duration::ZERO);
         let lookup = self.queue.start_lookup(keys, now.at + budget);
-        for (conn, tickets) in lookup.by_conn {
-            self.send(
-                conn,
-                SupervisorMessage::ScoreTickets {
-                    lookup: lookup.id,
-                    backend,
-                    tickets,
-                    budget_ms: budget.as_millis() as u64,
-                },
-            );
+        for (conn, message) in lookup.messages(backend, budget.as_millis() as u64) {
+            self.send(conn, message);
         }
     }
 
     // ---- scheduling -------------------------------------------------------
 
     /// Makes every decision that is due. Called after each command, tick
-    /// and wake-up.
+    /// and wake-up: asks the holds (the drain, the watchdog's restart), then
+    /// decides unless one holds the round, then says what goes next.
     pub fn schedule(&mut self, now: Now) {
+        let next = if self.holds(now) {
+            None
+        } else {
+            self.decide_and_apply(now)
+        };
+        self.prefetch.want(next.as_deref());
+        self.report().publish_counts(&self.counters);
+    }
+
+    /// True when nothing is to be decided this round: the engine finished,
+    /// the drain's end game runs, or a restart waits for its leases.
+    fn holds(&mut self, now: Now) -> bool {
         if self.finished {
-            return;
+            return true;
         }
         self.queue.expire_lookup(now.at);
         if self.drain_holds(now) {
-            self.prefetch.want(None);
-            self.parts().publish_counts(&self.counters);
-            return;
+            return true;
         }
-        if self.restart_pending {
-            // Nothing new goes to the unresponsive backend; once the revoked
-            // leases have ended it is stopped, and the queue loads it again.
-            if !self.leases.is_empty() {
-                self.prefetch.want(None);
-                self.parts().publish_counts(&self.counters);
-                return;
-            }
-            self.restart_pending = false;
-            if self.slot.serving_instance().is_some() {
-                self.start_stop(StopReason::Unresponsive, now);
-            }
-        }
+        let facts = self.watchdog_facts();
+        let actions = self.watchdog.step(&facts);
+        self.apply_watchdog(actions, now)
+    }
+
+    /// Decides and applies the plans; returns the model that goes next
+    /// without starting yet (for the prefetch).
+    fn decide_and_apply(&mut self, now: Now) -> Option<String> {
         let mut next = None;
         // A few rounds at most: applying a plan can make another decision
         // due (a queue timeout frees the head in legacy mode).
@@ -604,11 +496,7 @@ impl Engine {
         }
         // A load started by this round stopped the prefetch already, and
         // the loading model is never `next`.
-        if self.slot.op_running() {
-            next = None;
-        }
-        self.prefetch.want(next.as_deref());
-        self.parts().publish_counts(&self.counters);
+        next.filter(|_| !self.slot.op_running())
     }
 
     fn view(&self, now: Now, hold: Hold) -> scheduler::View<'_> {
@@ -697,11 +585,7 @@ impl Engine {
         &mut self,
         step: impl FnOnce(&mut Operator, &operator::Facts, &Registry) -> R,
     ) -> R {
-        let leased: Vec<&str> = self
-            .leases
-            .iter()
-            .map(|(_, lease)| lease.model.as_str())
-            .collect();
+        let leased = self.leases.models();
         let facts = operator::Facts {
             routing: self.routing,
             shutting_down: self.drain.is_some(),
@@ -724,15 +608,9 @@ impl Engine {
                     phase,
                     message,
                     elapsed_ms,
-                } => self.send_control(
-                    op,
-                    ControlEvent::Progress {
-                        op: name.to_owned(),
-                        phase: phase.to_owned(),
-                        message,
-                        elapsed_ms,
-                    },
-                ),
+                } => self
+                    .control_clients
+                    .progress(op, name, phase, message, elapsed_ms),
                 OperatorAction::Done {
                     op,
                     name,
@@ -740,14 +618,8 @@ impl Engine {
                     message,
                 } => {
                     tracing::info!(op = name, ok, "control operation finished");
-                    let status = self.parts().status(now);
-                    let done = strata_protocol::control::Done {
-                        ok,
-                        message,
-                        status,
-                    };
-                    self.send_control(op, ControlEvent::Done(done));
-                    self.control_clients.remove(&op);
+                    let status = self.report().status(now);
+                    self.control_clients.done(op, ok, message, status);
                 }
                 OperatorAction::SetRouting(routing) => self.set_routing(routing, now),
                 OperatorAction::CancelLoad(reason) => self.slot.cancel_load(reason),
@@ -761,18 +633,12 @@ impl Engine {
         }
     }
 
-    fn send_control(&self, op: ControlOpId, event: ControlEvent) {
-        if let Some(client) = self.control_clients.get(&op) {
-            let _ = client.send(event);
-        }
-    }
-
     // ---- ops --------------------------------------------------------------
 
     /// Starts loading `model`, stopping the current backend first.
     fn start_load(&mut self, model: &str, started_by_control: bool, now: Now) {
         // A switch stops the serving backend: its probes end here.
-        self.watch.stop();
+        self.stop_probes();
         let spec = backend_slot::launch_spec(&self.config, model);
         self.prefetch.load_starting(model);
         let request = self.slot.start_load(spec, started_by_control, now.at);
@@ -782,7 +648,7 @@ impl Engine {
     }
 
     fn start_stop(&mut self, reason: StopReason, now: Now) {
-        self.watch.stop();
+        self.stop_probes();
         // After a forced shutdown nothing waits out `shutdown_ms`.
         let kill_now = self.drain.as_ref().is_some_and(Drain::is_forced);
         if let Some(request) = self.slot.start_stop(reason, kill_now) {
@@ -794,69 +660,51 @@ impl Engine {
     /// Starts probing the backend just verified (unless `backend_probe_ms`
     /// is 0).
     fn start_probes(&mut self, model: &str, now: Now) {
-        let probe = &self.config.probe;
-        let Some((addr, instance)) = self.slot.serving() else {
+        let Some(serving) = self.slot.serving() else {
             return;
         };
-        if probe.interval_ms == 0 {
-            self.watch.stop();
-            return;
-        }
-        let expected = self
-            .config
-            .registry
-            .model(model)
-            .map(|entry| entry.upstream_model.clone())
-            .unwrap_or_default();
-        let task = self.ops.spawn_probe(
-            instance,
-            addr,
-            expected,
-            Duration::from_millis(probe.interval_ms),
-            Duration::from_millis(probe.timeout_ms()),
-        );
-        self.watch.start(instance, now.at, task);
+        let target = backend_slot::probe_target(&self.config, model, serving);
+        self.watchdog.verified(serving.1, target.is_some(), now.at);
+        self.ops.probe(target);
     }
 
-    fn probe_result(&mut self, instance: BackendInstance, outcome: ProbeOutcome, now: Now) {
-        if self.slot.serving_instance() != Some(instance) {
-            return;
+    fn stop_probes(&mut self) {
+        self.watchdog.backend_gone();
+        self.ops.probe(None);
+    }
+
+    fn watchdog_facts(&self) -> watchdog::Facts {
+        watchdog::Facts {
+            serving: self.slot.serving_instance(),
+            leases: self.leases.len(),
         }
-        let action = self.config.probe.action;
-        let good = matches!(outcome, ProbeOutcome::Good);
-        match self
-            .watch
-            .observe(instance, outcome, self.config.probe.misses, now.at)
-        {
-            // The proxies learn the new time of the last good probe (a state per probe
-            // interval): without it their `/health` and gauge would age from the last change.
-            Verdict::Nothing if good => self.broadcast_state(now),
-            Verdict::Nothing => {}
-            Verdict::Recovered => {
-                tracing::info!(
-                    pid = instance.pid,
-                    "the backend answers its health probes again"
-                );
-                self.broadcast_state(now);
-            }
-            Verdict::Unresponsive(cause) => {
-                tracing::warn!(
-                    pid = instance.pid,
-                    cause,
-                    action = action.as_str(),
-                    "backend unresponsive"
-                );
-                if action == UnresponsiveAction::Restart && !self.restart_pending {
-                    self.restart_pending = true;
+    }
+
+    /// Carries out the watchdog's actions; true when they hold the round.
+    fn apply_watchdog(&mut self, actions: Vec<WatchdogAction>, now: Now) -> bool {
+        let mut hold = false;
+        for action in actions {
+            match action {
+                WatchdogAction::BroadcastState => self.broadcast_state(now),
+                WatchdogAction::Recovered { pid } => {
+                    tracing::info!(pid, "the backend answers its health probes again");
+                }
+                WatchdogAction::Unresponsive { pid, cause } => {
+                    let action = self.config.probe.action.as_str();
+                    tracing::warn!(pid, cause, action, "backend unresponsive");
+                }
+                WatchdogAction::RevokeAll => {
                     let leases = self.revoke_all_leases(RevokeReason::BackendUnresponsive);
                     tracing::info!(
                         leases,
                         "restarting the unresponsive backend once its leases end"
                     );
                 }
-                self.broadcast_state(now);
+                WatchdogAction::Hold => hold = true,
+                WatchdogAction::StopBackend => self.start_stop(StopReason::Unresponsive, now),
             }
         }
+        hold
     }
 
     fn op_progress(&mut self, progress: OpProgress, now: Now) {
@@ -873,34 +721,17 @@ impl Engine {
         let Some(load) = self.slot.progress(&progress, now.at) else {
             return;
         };
-        // Once spawned, the backend is loading and readiness polling begins, so
-        // `WaitingForReadiness` follows `Starting` at once (not when the ready
-        // file shows up, which is the end of that wait).
-        let phases: &[LoadPhase] = match &progress.event {
-            ProgressEvent::StoppingOld { .. } => &[LoadPhase::StoppingOldBackend],
-            ProgressEvent::Start(StartProgress::Spawned { .. }) => {
-                &[LoadPhase::Starting, LoadPhase::WaitingForReadiness]
-            }
-            ProgressEvent::Start(StartProgress::ReadyFileSeen | StartProgress::Listening) => {
-                &[LoadPhase::CheckingHealth]
-            }
-            ProgressEvent::Start(StartProgress::HealthCheckPassed) => &[LoadPhase::Verified],
-            ProgressEvent::OldStopped { .. } | ProgressEvent::Start(_) => &[],
-        };
-        let typical_load_ms = self.slot.typical_load_ms(&load.model);
-        if !phases.is_empty() {
-            for (conn, ticket) in self.queue.admitted_to(load.seq) {
-                for phase in phases {
-                    self.send(
-                        conn,
-                        SupervisorMessage::Progress {
-                            ticket,
-                            phase: *phase,
-                            elapsed_ms: load.elapsed_ms,
-                            typical_load_ms,
-                        },
-                    );
-                }
+        let typical_load_ms = load.typical_load_ms;
+        for (conn, ticket) in self.queue.admitted_to(load.seq) {
+            for phase in load.phases {
+                let elapsed_ms = load.elapsed_ms;
+                let message = SupervisorMessage::Progress {
+                    ticket,
+                    phase: *phase,
+                    elapsed_ms,
+                    typical_load_ms,
+                };
+                self.send(conn, message);
             }
         }
         let actions = self.operate(|operator, facts, _| {
@@ -911,17 +742,20 @@ impl Engine {
 
     fn op_finished(&mut self, outcome: OpOutcome, now: Now) {
         let cooldown = backend_slot::Cooldown::from_config(&self.config);
-        let (model, result) = match self.slot.finished(outcome, now.at, cooldown) {
+        let finished = self.slot.finished(outcome, now.at, cooldown);
+        finished.log();
+        if let Some((model, outcome)) = finished.load_outcome() {
+            self.counters.count_load(model, outcome);
+        }
+        let (model, result) = match finished {
             Finished::Verified {
                 seq,
                 model,
-                pid,
                 switch,
                 load_ms,
+                ..
             } => {
-                tracing::info!(model, pid, load_ms, "backend verified");
                 self.start_probes(&model, now);
-                self.counters.count_load(&model, "verified");
                 self.leases.restart_quiet_clock(now.at);
                 // The new backend goes out before the grants that name it:
                 // a proxy checks a grant's instance against the last state.
@@ -933,13 +767,7 @@ impl Engine {
                 }
                 (model, Ok(()))
             }
-            Finished::Cancelled { seq, model, reason } => {
-                tracing::info!(model, ?reason, "load cancelled");
-                let outcome = match reason {
-                    Some(CancelReason::Abandoned) => "abandoned",
-                    _ => "cancelled",
-                };
-                self.counters.count_load(&model, outcome);
+            Finished::Cancelled { seq, model, .. } => {
                 // Requests admitted to a load that its `on` client
                 // abandoned go back to waiting; a new load follows.
                 self.queue.return_admitted(seq);
@@ -950,31 +778,16 @@ impl Engine {
                 seq,
                 model,
                 message,
-                switch,
-                load_ms,
-                cooldown_ms,
+                failure,
+                ..
             } => {
-                tracing::warn!(model, error = %message, cooldown_ms, "backend start failed");
-                self.counters.count_load(&model, "failed");
                 for key in self.queue.admitted_to(seq) {
-                    let failure = LeaseFailure::LoadFailed {
-                        message: message.clone(),
-                        model_switch: switch,
-                        load_ms: Some(load_ms),
-                        cooldown_ms,
-                        typical_load_ms: self.slot.typical_load_ms(&model),
-                    };
-                    self.fail(key, failure);
+                    self.fail(key, failure.clone());
                 }
                 self.broadcast_state(now);
                 (model, Err(message))
             }
-            Finished::Stopped {
-                pid,
-                reason,
-                report,
-            } => {
-                tracing::info!(pid, ?reason, ?report, "backend stopped");
+            Finished::Stopped { pid, reason, .. } => {
                 self.broadcast_state(now);
                 let actions = self.operate(|operator, facts, _| {
                     operator.stop_finished(reason, pid, facts, now.at)
@@ -999,9 +812,7 @@ impl Engine {
         }
         tracing::info!("draining: no new proxies or requests; accepted work finishes");
         let drain_ms = self.config.timers.drain_ms;
-        let limit = (drain_ms > 0).then(|| Duration::from_millis(drain_ms));
-        self.drain = Some(Drain::new(limit, now.at));
-        self.drain_done = Some(done);
+        self.drain = Some(Drain::new(drain_ms, now.at, Some(done)));
         self.broadcast_state(now);
     }
 
@@ -1064,9 +875,7 @@ impl Engine {
                         );
                     }
                     self.finished = true;
-                    if let Some(done) = self.drain_done.take() {
-                        let _ = done.send(());
-                    }
+                    drain.answer();
                     return true;
                 }
             }
@@ -1075,42 +884,31 @@ impl Engine {
 
     // ---- reports ----------------------------------------------------------
 
-    fn parts(&self) -> Parts<'_> {
-        Parts {
+    fn report(&self) -> ReportView<'_> {
+        ReportView {
             config: &self.config,
             instance_id: &self.instance_id,
             daemon_pid: self.daemon_pid,
             mode: self.rules.mode,
             routing: self.routing,
-            draining: self.drain.is_some() || self.conns.values().any(|conn| conn.draining),
+            draining: self.drain.is_some() || self.proxies.any_draining(),
             shutting_down: self.drain.is_some(),
-            proxies: self.conns.len(),
+            proxies: self.proxies.len(),
             operator: self.operator.name(),
             queue: &self.queue,
             leases: &self.leases,
             slot: &self.slot,
             ledger: &self.ledger,
-            watch: &self.watch,
+            watch: self.watchdog.watch(),
         }
     }
 
     fn send(&self, conn: ConnId, message: SupervisorMessage) {
-        if let Some(entry) = self.conns.get(&conn) {
-            let _ = entry.events.send(message);
-        }
+        self.proxies.send(conn, message);
     }
 
     fn broadcast_state(&self, now: Now) {
-        let state = self.parts().router_state(now);
-        for conn in self.conns.values() {
-            let _ = conn.events.send(SupervisorMessage::State(state.clone()));
-        }
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+        let state = SupervisorMessage::State(self.report().router_state(now));
+        self.proxies.broadcast(&state);
     }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use strata_protocol::config::Config;
 use strata_protocol::control::ControlEvent;
 use strata_protocol::wire::{
-    BackendInstance, CacheScores, Grant, LeaseFailure, ServiceTier, SupervisorMessage,
-    TicketRequest, TicketScore,
+    BackendInstance, BackendState, CacheScores, Grant, LeaseFailure, RevokeReason, ServiceTier,
+    SupervisorMessage, TicketRequest, TicketScore,
 };
 use strata_test_support::config::{ConfigBuilder, ModelSpec, TestConfig};
 use tokio::sync::{mpsc, oneshot};
@@ -19,9 +19,12 @@ use tokio::time::Instant;
 
 use super::backend_ops::{OpOutcome, OpRequest, OpRunner};
 use super::drain::RECORDS_GRACE;
-use super::state::{Engine, Now};
-use super::{Command, ConnId, Counters};
-use crate::backend::{Backend, StartError, StopReport};
+use super::now::Now;
+use super::state::Engine;
+use super::{Command, ConnId};
+use crate::backend::{Backend, ProbeOutcome, StartError, StopReport};
+use crate::counters::Counters;
+use crate::prefetch::Prefetch;
 
 const INSTANCE: &str = "42-1";
 
@@ -53,6 +56,7 @@ impl Harness {
             INSTANCE.into(),
             Arc::new(Counters::default()),
             OpRunner::Manual(tx),
+            Prefetch::inert(),
             now.at,
         );
         Harness {
@@ -487,6 +491,85 @@ fn off_waits_for_the_lease_then_unloads() {
             ..
         }
     )));
+}
+
+/// `backend_unresponsive_action: "restart"`: the probe misses that make
+/// the backend unresponsive revoke its lease; nothing is granted, loaded or
+/// stopped while the revoked lease lasts (a new ticket waits); once it ends
+/// the backend is stopped, and the waiting ticket loads it again and is
+/// granted on the new instance. The operator's `off` path, without routing
+/// turned off.
+#[test]
+fn an_unresponsive_backend_is_restarted_after_its_revoked_leases_end() {
+    let mut h = Harness::new(|b| {
+        b.set("backend_unresponsive_action", "restart")
+            .set("backend_probe_misses", 2)
+    });
+    h.connect(1);
+    h.enqueue(1, 1, "a");
+    let load = h.op();
+    let pid = h.verify(load);
+    let messages = h.messages(1);
+    let instance = messages
+        .iter()
+        .find_map(|m| is_grant(m, 1))
+        .expect("granted")
+        .instance;
+    let miss = || Command::ProbeResult {
+        instance,
+        outcome: ProbeOutcome::Miss,
+    };
+    h.send(miss());
+    assert!(h.messages(1).is_empty(), "one miss changes nothing");
+    h.send(miss());
+    let messages = h.messages(1);
+    assert!(
+        messages.iter().any(|m| matches!(
+            m,
+            SupervisorMessage::Revoked {
+                ticket: 1,
+                reason: RevokeReason::BackendUnresponsive
+            }
+        )),
+        "{messages:?}"
+    );
+    assert_eq!(h.status().backend_state, BackendState::Unresponsive);
+    h.no_op();
+
+    // Revoked, the lease lasts until its request ends: the backend is not
+    // stopped meanwhile, and a new ticket waits without a grant.
+    h.enqueue(1, 2, "a");
+    h.send(miss());
+    h.advance(Duration::from_secs(5));
+    let messages = h.messages(1);
+    assert!(
+        messages
+            .iter()
+            .any(|m| matches!(m, SupervisorMessage::Queued { ticket: 2, .. })),
+        "{messages:?}"
+    );
+    assert!(!messages.iter().any(|m| is_grant(m, 2).is_some()));
+    h.no_op();
+
+    h.finish(1, 1);
+    let stop = h.op();
+    let OpRequest::Stop { backend, .. } = &stop else {
+        panic!("expected the stop, got {stop:?}");
+    };
+    assert_eq!(backend.pid(), pid);
+    h.stopped(stop);
+    let reload = h.op();
+    let new_pid = h.verify(reload);
+    let messages = h.messages(1);
+    let grant = messages
+        .iter()
+        .find_map(|m| is_grant(m, 2))
+        .expect("the waiting ticket is granted on the new backend");
+    assert_eq!(grant.instance.pid, new_pid);
+    assert_eq!(grant.instance.epoch, instance.epoch + 1);
+    // Stopped once: the new instance is watched afresh.
+    assert_eq!(h.status().backend_state, BackendState::Serving);
+    h.no_op();
 }
 
 /// The profile's `conversation_cache_min_tokens` is the threshold for cache

@@ -18,7 +18,8 @@ use strata_protocol::wire::{
 
 use super::orphans::{self, Claim, Orphans};
 use crate::accounting::Accounting;
-use crate::engine::{Counters, OpenTicket};
+use crate::counters::Counters;
+use crate::engine::OpenTicket;
 
 /// What every proxy connection shares: the identity checks a hello must
 /// pass, and the instance-wide state that must stay unique and survive

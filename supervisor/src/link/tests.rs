@@ -37,7 +37,7 @@ use super::hello::{HELLO_TIMEOUT, hello};
 use super::orphans::Orphans;
 use super::*;
 use crate::accounting::Accounting;
-use crate::engine::Counters;
+use crate::counters::Counters;
 use crate::sockets;
 
 /// The bound on every wait for a frame, a command or a task's end. Far

@@ -8,7 +8,7 @@
 //! load). This handle passes a change on to one thread of its own
 //! (`worker.rs`), which reads that model's files (`files.rs`) at idle I/O
 //! priority, within `prefetch_max_bytes` and `prefetch_min_free_bytes`
-//! (`memory.rs`), and stops between two chunks once the engine wants
+//! (`mem_available.rs`), and stops between two chunks once the engine wants
 //! something else, in particular as soon as any load starts
 //! ([`Prefetch::load_starting`]), so it never competes with a load. When a
 //! load starts, the fraction of its weights already resident is measured
@@ -20,7 +20,7 @@
 //! whichever thread meets it first: `Said`).
 
 mod files;
-mod memory;
+mod mem_available;
 mod residency;
 mod worker;
 
@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use strata_protocol::config::{Config, WeightsSource};
 
-use crate::engine::Counters;
+use crate::counters::Counters;
 use worker::{Job, Shared, Worker};
 
 /// The test hook that slows the prefetch down: a pause in milliseconds
@@ -104,6 +104,19 @@ impl Prefetch {
             shared,
             counters,
             said,
+        }
+    }
+
+    /// Tests: a prefetch that reads and measures nothing and starts no
+    /// thread; it only keeps what the engine asks for.
+    #[cfg(test)]
+    pub fn inert() -> Prefetch {
+        Prefetch {
+            sources: BTreeMap::new(),
+            wanted: None,
+            shared: None,
+            counters: Arc::new(Counters::default()),
+            said: Arc::new(Said::default()),
         }
     }
 

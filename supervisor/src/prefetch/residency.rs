@@ -147,8 +147,8 @@ mod tests {
 
     /// A 1 TiB sparse file that nothing has read: the measurement returns,
     /// estimated from its samples, and finds nothing resident. (It used to
-    /// ask `mincore` about every page: 20 s of a core; the times are in the
-    /// README, not asserted here.)
+    /// ask `mincore` about every page: 20 s of a core; the times are in
+    /// docs/backend.md#what-was-resident-at-a-load-start, not asserted here.)
     #[test]
     fn a_1_tib_sparse_file_is_measured_from_samples() {
         let dir = TempDir::new("weights-sparse");

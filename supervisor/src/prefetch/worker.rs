@@ -20,8 +20,8 @@ use strata_os::page_cache;
 use strata_protocol::config::{PrefetchConfig, WeightsSource};
 
 use super::files::{self, Problem};
-use super::{Said, memory, residency};
-use crate::engine::Counters;
+use super::{Said, mem_available, residency};
+use crate::counters::Counters;
 
 /// Bytes read per step: small enough that a stop takes effect within one
 /// read, large enough for sequential disk throughput.
@@ -234,7 +234,7 @@ impl Worker {
     /// or above `prefetch_min_free_bytes`; says why not, once per model.
     fn memory_allows(&self, model: &str, left: u64, what: &str) -> bool {
         let min_free = self.bounds.min_free_bytes;
-        let available = memory::available_bytes();
+        let available = mem_available::available_bytes();
         let allowed = available
             .and_then(|bytes| bytes.checked_sub(left))
             .is_some_and(|rest| rest >= min_free);

@@ -33,8 +33,8 @@ fn backup(path: &Path, k: u32) -> PathBuf {
     PathBuf::from(format!("{}.{k}", path.display()))
 }
 
-/// The documented recipe for reading the retained files oldest first (README, "Reading the
-/// request log files"), run by `sh`.
+/// The documented recipe for reading the retained files oldest first
+/// (docs/accounting.md#the-retained-files), run by `sh`.
 fn recipe(path: &Path, rotate_files: u32) -> String {
     let script = format!(
         "for f in $(seq {rotate_files} -1 1); do cat {path}.$f 2>/dev/null; done; cat {path}",

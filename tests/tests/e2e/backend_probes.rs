@@ -1,4 +1,5 @@
-//! The serving backend watched end to end (README "Wedged backends"): with the fake's
+//! The serving backend watched end to end
+//! (docs/operating.md#wedged-backends-probes-unresponsive-and-a-truthful-health): with the fake's
 //! `health_override_file` the serving backend stops answering `/health`, or answers as
 //! another model, and the state shows in `strata-ctl status`, the router's `/health` (503
 //! with the cause; `/health/live` stays 200), `/v1/models`, `strata-ctl top` and the

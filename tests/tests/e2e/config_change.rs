@@ -1,4 +1,5 @@
-//! A config change in any restart order (README "Changing the config"): a proxy whose
+//! A config change in any restart order (docs/deployment-systemd.md#changing-the-config): a
+//! proxy whose
 //! settings differ from its supervisor's never exits, so restarting the two daemons in either
 //! order converges, and no restart loop can push the socket unit into its trigger limit. While
 //! they differ, the proxy answers 503 `config_mismatch` and `/health` says so; a config that

@@ -1,4 +1,5 @@
-//! The learned load time end to end (README "Faster swaps"): before a model's first load
+//! The learned load time end to end (docs/backend.md#learned-load-times): before a model's
+//! first load
 //! `/v1/models` says `typical_load_ms: null` and progress shows the `startup_ms` limit; after
 //! it, the waiting stream's comment (`loading M, 3s, usually 5s`), `strata-ctl on`'s progress,
 //! `strata-ctl top` (on the proxy URL and on the control socket), `/v1/models` and the

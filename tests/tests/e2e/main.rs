@@ -36,6 +36,7 @@ mod cliproxyapi;
 mod config_change;
 mod cooldown_growth;
 mod ctl_top;
+mod docs_links;
 mod fake_backend;
 mod in_process;
 mod keepalive_gap;

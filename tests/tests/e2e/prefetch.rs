@@ -1,4 +1,5 @@
-//! The weights prefetch end to end (README "Faster swaps"): while A streams and a ticket for B
+//! The weights prefetch end to end (docs/backend.md#the-weights-prefetch): while A streams and a
+//! ticket for B
 //! waits, B's weights become resident before B starts; the prefetch stops when B's ticket
 //! leaves; `prefetch: false`, `prefetch_min_free_bytes` and `prefetch_max_bytes` are honoured;
 //! and what was resident when B's load started is in `/metrics`.

@@ -1,4 +1,5 @@
-//! `stream_idle_ms` end to end (README "Silent streams"): a leased streaming response whose
+//! `stream_idle_ms` end to end (docs/http-api.md#silent-streams-stream_idle_ms): a leased
+//! streaming response whose
 //! backend sends nothing for that long ends with one in-band `event: error` (`error.status`
 //! 504, code `timeout`), or a real 504 while a wait-first head is still held; either way
 //! the record says `reason: "timeout"` and the lease is free for the next request at once.

@@ -776,7 +776,7 @@ fn wait_metrics(stack: &Stack, what: &str, pred: impl Fn(&Metrics) -> bool) -> M
     }
 }
 
-/// Legacy `/metrics` counts (README "Scheduling", "Counts"; the spec: "/metrics reports
+/// Legacy `/metrics` counts (docs/scheduling.md#counts; the spec: "/metrics reports
 /// queue_depth_by_tier, including startup and upstream header waits in legacy mode"): the one
 /// request holding the lock is counted in its tier's queue depth while its model loads and
 /// while it waits for its response headers, and no longer once they have come and its stream

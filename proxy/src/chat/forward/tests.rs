@@ -89,7 +89,7 @@ fn start(setup: Setup) -> Run {
             &mut observer,
             &mut gate,
             setup.mode,
-            Watch {
+            Bounds {
                 lease: &mut lease,
                 deadline,
                 keepalive: setup.keepalive,

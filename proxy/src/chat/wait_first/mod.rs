@@ -17,7 +17,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
 use hyper::{Response, StatusCode};
@@ -32,7 +32,7 @@ use crate::upstream::UpstreamBody;
 
 use super::admit::{Dispatched, Job};
 use super::error::ChatError;
-use super::forward::{self, AfterHeaders, BackendBody, ForwardEnd, KEEPALIVE_INTERVAL, Watch};
+use super::forward::{self, AfterHeaders, BackendBody, Bounds, ForwardEnd, KEEPALIVE_INTERVAL};
 use super::progress::WaitProgress;
 use super::respond::{StrataHeaders, end_reason, reject, respond_passthrough, sse_head};
 use super::trace::Trace;
@@ -127,12 +127,78 @@ pub async fn respond_wait_first(
         .unwrap_or_else(|_| ChatError::BackendCutOff.into_response())
 }
 
-/// What the held admission came to.
-enum HeadHeld<B> {
-    Admitted(Result<Dispatched<B>, ChatError>),
-    /// The first keepalive came due first: the head went out with it.
-    Committed(Option<Result<Dispatched<B>, ChatError>>),
+/// Where a wait-first stream's head is.
+enum Head {
+    /// Held: the handler waits on `answer`, and `body` goes out with the
+    /// head.
+    Held {
+        answer: oneshot::Sender<Response<ProxyBody>>,
+        body: ProxyBody,
+    },
+    /// The `200` and SSE head went out: failures are in band from now on.
+    Committed,
+    /// No head of ours went out: the client left, or it got another answer.
+    Closed,
+}
+
+/// What came first while a held stream's forwarding started.
+enum First {
+    Ended(ForwardEnd),
+    Ready,
     ClientGone,
+}
+
+impl Head {
+    fn is_held(&self) -> bool {
+        matches!(self, Head::Held { .. })
+    }
+
+    /// Sends the held `200` and SSE head with the body. False if the client
+    /// is already gone.
+    fn commit(&mut self, headers: &StrataHeaders) -> bool {
+        match std::mem::replace(self, Head::Closed) {
+            Head::Held { answer, body } => {
+                let sent = answer.send(sse_head(body, headers)).is_ok();
+                if sent {
+                    *self = Head::Committed;
+                }
+                sent
+            }
+            Head::Committed => {
+                *self = Head::Committed;
+                true
+            }
+            Head::Closed => false,
+        }
+    }
+
+    /// Answers a held head with `response` instead (a real status).
+    fn answer(&mut self, response: Response<ProxyBody>) {
+        if let Head::Held { answer, .. } = std::mem::replace(self, Head::Closed) {
+            let _ = answer.send(response);
+        }
+    }
+
+    /// Resolves when the client is gone while the head is held; never
+    /// after.
+    async fn client_gone(&mut self) {
+        match self {
+            Head::Held { answer, .. } => answer.closed().await,
+            _ => std::future::pending().await,
+        }
+    }
+
+    /// While the head is held: the body's first chunk is ready, or the
+    /// client is gone. Never after.
+    async fn first(&mut self) -> First {
+        match self {
+            Head::Held { answer, body } => tokio::select! {
+                () = body.first_ready() => First::Ready,
+                () = answer.closed() => First::ClientGone,
+            },
+            _ => std::future::pending().await,
+        }
+    }
 }
 
 /// The task: answers the handler through `answer` (the head, or a real
@@ -144,210 +210,176 @@ async fn wait_first<A: Admission>(
     headers: StrataHeaders,
     answer: oneshot::Sender<Response<ProxyBody>>,
 ) {
-    let first_keepalive = trace.arrived + HEADER_HOLD;
+    let first_keepalive = trace.arrived() + HEADER_HOLD;
     let (tx, body) = ProxyBody::channel();
-    let mut observer = ResponseObserver::new(BodyKind::Sse);
-    let mut answer = Some(answer);
-    let mut body = Some(body);
+    let mut stream = Stream {
+        head: Head::Held { answer, body },
+        tx,
+        observer: ResponseObserver::new(BodyKind::Sse),
+        headers,
+    };
     let progress = WaitProgress::new(
-        trace.model_resolved.as_deref().unwrap_or_default(),
-        trace.tier,
-        trace.queue_depth_at_arrival as u64,
-        trace.arrived,
+        trace.model_resolved().unwrap_or_default(),
+        trace.tier(),
+        trace.queue_depth_at_arrival() as u64,
+        trace.arrived(),
         app.config.timers.startup_ms,
     );
-
-    // Admission, with the head held. Boxed: the waiting task does not
-    // carry the send's state (see `admit_and_send`).
-    let held = {
-        let mut admit = Box::pin(admission.admit(&mut trace, &progress));
-        let first = {
-            let client_gone = closed(&mut answer);
-            tokio::pin!(client_gone);
-            tokio::select! {
-                admitted = &mut admit => Some(HeadHeld::Admitted(admitted)),
-                () = &mut client_gone => Some(HeadHeld::ClientGone),
-                () = tokio::time::sleep_until(first_keepalive.into()) => None,
-            }
-        };
-        match first {
-            Some(held) => held,
-            // The first keepalive is due: the head goes out with it.
-            None => {
-                let now = TokioInstant::now().into_std();
-                let comment = progress.comment(now);
-                observer.observe(&comment, now);
-                let _ = tx.try_reserve().map(|permit| permit.send(Ok(comment)));
-                if commit(&mut answer, &mut body, &headers) {
-                    HeadHeld::Committed(with_keepalive(&tx, &mut observer, &progress, admit).await)
-                } else {
-                    HeadHeld::ClientGone
-                }
-            }
-        }
+    // Boxed: the waiting task does not carry the send's state (see
+    // `admit_and_send`).
+    let admit = Box::pin(admission.admit(&mut trace, &progress));
+    let Some(admitted) = stream.admit(admit, &progress, first_keepalive).await else {
+        return stream.finish(trace, Reason::ClientDisconnect);
     };
-    let (admitted, committed) = match held {
-        HeadHeld::ClientGone => {
-            trace.observed = Some(observer.finish());
-            trace.finish(Reason::ClientDisconnect);
-            return;
-        }
-        HeadHeld::Committed(None) => {
-            trace.status = Some(StatusCode::OK.as_u16());
-            trace.observed = Some(observer.finish());
-            trace.finish(Reason::ClientDisconnect);
-            return;
-        }
-        HeadHeld::Committed(Some(admitted)) => (admitted, true),
-        HeadHeld::Admitted(admitted) => (admitted, false),
-    };
-    if committed {
-        trace.status = Some(StatusCode::OK.as_u16());
-    }
     let mut dispatched = match admitted {
-        Err(error) if !committed => {
-            send(&mut answer, reject(trace, &headers, error));
-            return;
-        }
-        Err(error) => return fail_committed(&tx, observer, trace, error).await,
         Ok(dispatched) => dispatched,
+        Err(error) if stream.head.is_held() => return stream.reject(trace, error),
+        Err(error) => return stream.fail(trace, error).await,
     };
     let status = dispatched.response.status();
     if !status.is_success() {
-        if !committed {
+        if stream.head.is_held() {
             // Exactly what a non-streaming request gets.
-            let response = respond_passthrough(&app, dispatched, trace, headers);
-            send(&mut answer, response);
-            return;
+            let headers = std::mem::take(&mut stream.headers);
+            return stream
+                .head
+                .answer(respond_passthrough(&app, dispatched, trace, headers));
         }
         let error = Box::pin(upstream_status(status, dispatched.response.body_mut())).await;
         // Held until the record is submitted, like the passthrough path.
         let _dispatched = dispatched;
-        return fail_committed(&tx, observer, trace, error).await;
+        return stream.fail(trace, error).await;
+    }
+    let idle = app.config.stream_idle_timeout();
+    match stream.forward(&mut dispatched, first_keepalive, idle).await {
+        Err(error) => {
+            drop(dispatched);
+            stream.reject(trace, error);
+        }
+        Ok(end) => {
+            let reason = end.map_or(Reason::ClientDisconnect, |end| end_reason(end, true));
+            stream.finish(trace, reason);
+            // Finishing the trace ended the lease; the backend connection
+            // closes now.
+            drop(dispatched);
+        }
+    }
+}
+
+/// One wait-first stream: its head, the client body's sender and what the
+/// client was sent.
+struct Stream {
+    head: Head,
+    tx: BodySender,
+    observer: ResponseObserver,
+    headers: StrataHeaders,
+}
+
+impl Stream {
+    /// Waits for the admission with the head held until `first_keepalive`;
+    /// the head then goes out with that first comment, and the wait goes on
+    /// with keepalives. `None`: the client went away first.
+    async fn admit<T>(
+        &mut self,
+        admit: impl Future<Output = T>,
+        progress: &WaitProgress,
+        first_keepalive: Instant,
+    ) -> Option<T> {
+        tokio::pin!(admit);
+        tokio::select! {
+            admitted = &mut admit => return Some(admitted),
+            () = self.head.client_gone() => return None,
+            () = tokio::time::sleep_until(first_keepalive.into()) => {}
+        }
+        let now = TokioInstant::now().into_std();
+        let comment = progress.comment(now);
+        self.observer.observe(&comment, now);
+        let _ = self.tx.try_reserve().map(|permit| permit.send(Ok(comment)));
+        if !self.head.commit(&self.headers) {
+            return None;
+        }
+        with_keepalive(&self.tx, &mut self.observer, progress, admit).await
     }
 
-    // Forwarding; a held head goes out with the first chunk (or comment).
-    let end = {
+    /// Forwards the backend's body; a held head goes out with the first
+    /// thing handed over. `Err`: the body failed while the head was still
+    /// held, which is still a real status. `Ok(None)`: the client went away
+    /// first.
+    async fn forward<B: BackendBody>(
+        &mut self,
+        dispatched: &mut Dispatched<B>,
+        first_keepalive: Instant,
+        idle: Option<Duration>,
+    ) -> Result<Option<ForwardEnd>, ChatError> {
+        let held = self.head.is_held();
+        let bounds = Bounds {
+            lease: &mut dispatched.events,
+            deadline: dispatched.deadline,
+            keepalive: true,
+            first_keepalive: held.then_some(first_keepalive),
+            idle,
+        };
+        let mode = match held {
+            true => AfterHeaders::Held,
+            false => AfterHeaders::InBandError,
+        };
         let mut forwarding = Box::pin(forward::forward(
             dispatched.response.body_mut(),
-            &tx,
-            &mut observer,
+            &self.tx,
+            &mut self.observer,
             &mut dispatched.gate,
-            if committed {
-                AfterHeaders::InBandError
-            } else {
-                AfterHeaders::Held
-            },
-            Watch {
-                lease: &mut dispatched.events,
-                deadline: dispatched.deadline,
-                keepalive: true,
-                first_keepalive: (!committed).then_some(first_keepalive),
-                idle: app.config.stream_idle_timeout(),
-            },
+            mode,
+            bounds,
         ));
-        match body.as_mut() {
-            None => Some(forwarding.await),
-            Some(held_body) => {
-                let first = {
-                    let client_gone = closed(&mut answer);
-                    tokio::pin!(client_gone);
-                    tokio::select! {
-                        end = &mut forwarding => First::Ended(end),
-                        () = held_body.first_ready() => First::Ready,
-                        () = &mut client_gone => First::ClientGone,
-                    }
-                };
-                match first {
-                    First::ClientGone => None,
-                    // Ended with nothing handed over: a failure is still a
-                    // real status; a clean end is an empty stream.
-                    First::Ended(ForwardEnd::Failed(error)) => {
-                        drop(forwarding);
-                        drop(dispatched);
-                        send(&mut answer, reject(trace, &headers, error));
-                        return;
-                    }
-                    First::Ended(end) => {
-                        commit(&mut answer, &mut body, &headers);
-                        trace.status = Some(StatusCode::OK.as_u16());
-                        Some(end)
-                    }
-                    First::Ready => {
-                        if commit(&mut answer, &mut body, &headers) {
-                            trace.status = Some(StatusCode::OK.as_u16());
-                            Some(forwarding.await)
-                        } else {
-                            None
-                        }
-                    }
-                }
+        let first = match held {
+            true => tokio::select! {
+                end = &mut forwarding => First::Ended(end),
+                first = self.head.first() => first,
+            },
+            false => First::Ready,
+        };
+        match first {
+            First::ClientGone => Ok(None),
+            First::Ended(ForwardEnd::Failed(error)) => Err(error),
+            // Ended with nothing handed over: an empty stream, counted as
+            // the `200` it was even if the client left at this very moment.
+            First::Ended(end) => {
+                self.head.commit(&self.headers);
+                self.head = Head::Committed;
+                Ok(Some(end))
             }
+            First::Ready if self.head.commit(&self.headers) => Ok(Some(forwarding.await)),
+            First::Ready => Ok(None),
         }
-    };
-    trace.observed = Some(observer.finish());
-    match end {
-        Some(end) => trace.finish(end_reason(end, true)),
-        None => trace.finish(Reason::ClientDisconnect),
     }
-    drop(dispatched);
-}
 
-/// Ends a stream whose head went out with one `event: error` frame, and
-/// finishes its trace.
-async fn fail_committed(
-    tx: &BodySender,
-    mut observer: ResponseObserver,
-    mut trace: Trace,
-    error: ChatError,
-) {
-    Box::pin(forward::fail_after_headers(
-        tx,
-        AfterHeaders::InBandError,
-        error,
-        &mut observer,
-    ))
-    .await;
-    trace.observed = Some(observer.finish());
-    trace.finish(error.reason());
-}
+    /// Answers the held head with a router-made `error` (a real status).
+    fn reject(mut self, trace: Trace, error: ChatError) {
+        let response = reject(trace, &self.headers, error);
+        self.head.answer(response);
+    }
 
-/// Sends the held `200` and SSE head with the body. False if the client
-/// is already gone.
-fn commit(
-    answer: &mut Option<oneshot::Sender<Response<ProxyBody>>>,
-    body: &mut Option<ProxyBody>,
-    headers: &StrataHeaders,
-) -> bool {
-    let Some(body) = body.take() else {
-        return true;
-    };
-    send(answer, sse_head(body, headers))
-}
+    /// Ends a stream whose head went out with one `event: error` frame, and
+    /// finishes its trace.
+    async fn fail(mut self, trace: Trace, error: ChatError) {
+        Box::pin(forward::fail_after_headers(
+            &self.tx,
+            AfterHeaders::InBandError,
+            error,
+            &mut self.observer,
+        ))
+        .await;
+        self.finish(trace, error.reason());
+    }
 
-/// What came first while a held stream's forwarding started.
-enum First {
-    Ended(ForwardEnd),
-    Ready,
-    ClientGone,
-}
-
-/// Hands the handler its response; false if the client left meanwhile.
-fn send(
-    answer: &mut Option<oneshot::Sender<Response<ProxyBody>>>,
-    response: Response<ProxyBody>,
-) -> bool {
-    answer
-        .take()
-        .is_some_and(|answer| answer.send(response).is_ok())
-}
-
-/// Resolves when the handler (and so the client) is gone; never once the
-/// answer was sent.
-async fn closed(answer: &mut Option<oneshot::Sender<Response<ProxyBody>>>) {
-    match answer {
-        Some(answer) => answer.closed().await,
-        None => std::future::pending().await,
+    /// Finishes the trace of a stream that ended `reason`: its status is
+    /// the `200` if its head went out.
+    fn finish(mut self, mut trace: Trace, reason: Reason) {
+        if matches!(self.head, Head::Committed) {
+            trace.committed();
+        }
+        trace.forwarded(self.observer.finish());
+        trace.finish(reason);
     }
 }
 

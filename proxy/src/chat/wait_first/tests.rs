@@ -46,7 +46,7 @@ impl Admission for Scripted {
     async fn admit(self, trace: &mut Trace, _progress: &WaitProgress) -> Admitted {
         let admitted = self.0.await.expect("the test scripts the admission");
         if let Ok(dispatched) = &admitted {
-            trace.upstream_status = Some(dispatched.response.status().as_u16());
+            trace.upstream_headers(dispatched.response.status().as_u16());
         }
         admitted
     }
@@ -70,10 +70,7 @@ fn start() -> Run {
     let (link, supervisor) = SupervisorLink::detached();
     let app = App::for_tests(link);
     let started = TokioInstant::now();
-    let mut trace = Trace::start(&app);
-    trace.stream = true;
-    trace.request_id = String::from("r-1");
-    trace.model_resolved = Some(String::from("m"));
+    let trace = Trace::stream_for_tests(&app, "r-1", "m");
     let headers = StrataHeaders {
         request_id: String::from("r-1"),
         concrete_model: Some(String::from("m")),

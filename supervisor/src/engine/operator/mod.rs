@@ -160,6 +160,29 @@ fn them(n: usize) -> &'static str {
     if n == 1 { "it" } else { "them" }
 }
 
+/// What an unload that waits for the leases to end does next: the second
+/// half of `off` (after its optional revoke), and of the watchdog's restart
+/// of an unresponsive backend, which takes the same path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unload<T> {
+    /// Leases (revoked ones too, until they end) still exist: hold.
+    Wait,
+    /// No lease is left: stop this backend.
+    Stop(T),
+    /// No lease is left and nothing serves.
+    NothingToStop,
+}
+
+/// The unload's next step with `leases` left and `serving` the backend that
+/// serves, if one does.
+pub fn unload_when_quiet<T>(leases: usize, serving: Option<T>) -> Unload<T> {
+    match serving {
+        _ if leases > 0 => Unload::Wait,
+        Some(backend) => Unload::Stop(backend),
+        None => Unload::NothingToStop,
+    }
+}
+
 /// The one operator operation, if one runs.
 #[derive(Debug)]
 pub struct Operator {
@@ -373,10 +396,10 @@ impl Operator {
             };
         };
         let next = match &op.kind {
-            Kind::Off { .. } if !facts.leased.is_empty() => Next::Wait,
-            Kind::Off { .. } => match facts.serving {
-                None => Next::NothingToUnload,
-                Some((model, pid)) => Next::Unload {
+            Kind::Off { .. } => match unload_when_quiet(facts.leased.len(), facts.serving) {
+                Unload::Wait => Next::Wait,
+                Unload::NothingToStop => Next::NothingToUnload,
+                Unload::Stop((model, pid)) => Next::Unload {
                     model: model.to_owned(),
                     pid,
                 },

@@ -510,3 +510,22 @@ fn progress_lines_count_from_the_operations_start_and_abort_ends_it() {
     );
     assert!(operator.abort("again").is_empty());
 }
+
+/// The wait-then-stop step `off` and the watchdog's restart share.
+#[test]
+fn an_unload_waits_for_every_lease_then_stops_what_serves() {
+    // (leases, serving, next)
+    let cases = [
+        (2, Some(42), Unload::Wait),
+        (1, None, Unload::Wait),
+        (0, Some(42), Unload::Stop(42)),
+        (0, None, Unload::NothingToStop),
+    ];
+    for (leases, serving, expected) in cases {
+        assert_eq!(
+            unload_when_quiet(leases, serving),
+            expected,
+            "{leases} {serving:?}"
+        );
+    }
+}

@@ -5,8 +5,9 @@
 //! connection ends, but glibc keeps freed heap memory for reuse, and a heap
 //! fragmented by thousands of connections that ended in another order than
 //! they began cannot shrink from its top: after 2000 waiting clients the
-//! proxy stayed at about 60 MB with nothing left to serve (README, "Memory
-//! after load"). So a task counts open connections, and when their number
+//! proxy stayed at about 60 MB with nothing left to serve
+//! (docs/benchmarks.md#memory-after-load). So a task counts open
+//! connections, and when their number
 //! has been high and has fallen back, it hands the free memory back
 //! ([`strata_os::release_free_memory`]).
 

@@ -1,5 +1,7 @@
-//! The router-wide counts the engine publishes after every change, read by
-//! the link without waiting for the engine.
+//! The router-wide counts: the engine publishes its queue, lease and load
+//! counts after every change, the weights prefetch writes its own figures,
+//! and the link reads them all without waiting for the engine. A leaf that
+//! engine, link and prefetch import, so no part reaches into another.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

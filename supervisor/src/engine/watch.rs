@@ -1,33 +1,20 @@
-//! Watching the verified backend while it serves (`backend_probe_ms`).
+//! What the probes of the serving backend add up to (`backend_probe_ms`).
 //!
-//! A probe task asks the backend's `GET /health` on a connection of its own
-//! every interval, bounded in time, and reports each outcome to the engine;
-//! it never blocks the engine and creates no request or record. This part
-//! keeps what the outcomes add up to for the one serving instance: when the
+//! A probe task (started through the engine's `OpRunner`) asks the
+//! backend's `GET /health` on a connection of its own every interval,
+//! bounded in time (`crate::backend::probe_once`), and reports each outcome
+//! to the engine; it never blocks the engine and creates no request or
+//! record. This part is data only: for the one serving instance, when the
 //! last good answer came, the misses in a row, and whether the backend is
-//! `unresponsive` (and why). A report about another instance is stale.
-
-use std::net::SocketAddr;
-use std::time::Duration;
+//! `unresponsive` (and why). A report about another instance is stale. What
+//! the engine does about it is the watchdog's (`watchdog.rs`).
 
 use strata_protocol::wire::BackendInstance;
 use tokio::time::Instant;
 
-use crate::backend::check_health;
+use crate::backend::ProbeOutcome;
 
-/// What one probe found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProbeOutcome {
-    /// `/health` answered with the expected model, loaded.
-    Good,
-    /// No answer within the bound (or no connection).
-    Miss,
-    /// An answer that says the engine changed: another model, or
-    /// `loaded: false` (the cause, for the status and the log).
-    Changed(String),
-}
-
-/// What the engine does about an outcome.
+/// What an outcome changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Nothing,
@@ -45,34 +32,18 @@ pub struct BackendWatch {
     last_good: Option<Instant>,
     misses: u32,
     unresponsive: Option<String>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for BackendWatch {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 impl BackendWatch {
-    /// A newly verified `instance`: good as of `now`, probed by `task`.
-    pub fn start(
-        &mut self,
-        instance: BackendInstance,
-        now: Instant,
-        task: Option<tokio::task::JoinHandle<()>>,
-    ) {
+    /// A newly verified, probed `instance`: good as of `now`.
+    pub fn start(&mut self, instance: BackendInstance, now: Instant) {
         self.stop();
         self.instance = Some(instance);
         self.last_good = Some(now);
-        self.task = task;
     }
 
-    /// The instance is gone (stopped, died, replaced): no more probes.
+    /// The instance is gone (stopped, died, replaced) or not probed.
     pub fn stop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
         self.instance = None;
         self.last_good = None;
         self.misses = 0;
@@ -140,23 +111,10 @@ impl BackendWatch {
     }
 }
 
-/// One probe: `GET /health` of `addr` within `timeout`, judged against the
-/// model the backend was verified as.
-pub async fn probe_once(addr: SocketAddr, expected_model: &str, timeout: Duration) -> ProbeOutcome {
-    match check_health(addr, timeout).await {
-        Ok(report) if report.model != expected_model => {
-            ProbeOutcome::Changed(format!("/health names model {}", report.model))
-        }
-        Ok(report) if !report.loaded => {
-            ProbeOutcome::Changed("/health says loaded: false".to_owned())
-        }
-        Ok(_) => ProbeOutcome::Good,
-        Err(_) => ProbeOutcome::Miss,
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn instance(epoch: u64) -> BackendInstance {
@@ -167,7 +125,7 @@ mod tests {
     async fn misses_in_a_row_make_it_unresponsive_and_a_good_answer_clears_it() {
         let now = Instant::now();
         let mut watch = BackendWatch::default();
-        watch.start(instance(1), now, None);
+        watch.start(instance(1), now);
         let serving = Some(instance(1));
         assert_eq!(
             watch.observe(instance(1), ProbeOutcome::Miss, 3, now),
@@ -214,7 +172,7 @@ mod tests {
     async fn another_model_or_not_loaded_is_unresponsive_at_once() {
         let now = Instant::now();
         let mut watch = BackendWatch::default();
-        watch.start(instance(1), now, None);
+        watch.start(instance(1), now);
         let changed = ProbeOutcome::Changed("/health says loaded: false".into());
         assert_eq!(
             watch.observe(instance(1), changed.clone(), 3, now),
