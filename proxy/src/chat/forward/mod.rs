@@ -160,7 +160,8 @@ pub async fn forward<B: BackendBody>(
         if !out.in_hand()
             && let Some(ended) = ended
         {
-            return end(&mut out, ended, mode, observer).await;
+            let lease = lease_watched.then_some(&mut *lease);
+            return end(&mut out, ended, mode, observer, lease).await;
         }
         let step = tokio::select! {
             frame = body.frame(), if !out.in_hand() && ended.is_none() => Step::Frame(frame),
@@ -217,19 +218,43 @@ pub async fn forward<B: BackendBody>(
 }
 
 /// Ends the response once the backend's body `ended` and nothing is in
-/// hand.
+/// hand. `lease`: the lease, while it is still watched.
 async fn end(
     out: &mut Outbox<'_>,
     ended: Ended,
     mode: AfterHeaders,
     observer: &mut ResponseObserver,
+    lease: Option<&mut TicketEvents>,
 ) -> ForwardEnd {
-    match ended {
+    let error = match ended {
         // Strata's bodies end at EOF; an event stream that ends before
         // `[DONE]` was cut off (the backend died).
-        Ended::Clean if !observer.sse_unfinished() => ForwardEnd::Completed,
-        Ended::Clean => out.fail(mode, ChatError::BackendCutOff, observer).await,
-        Ended::Failed(error) => out.fail(mode, error, observer).await,
+        Ended::Clean if !observer.sse_unfinished() => return ForwardEnd::Completed,
+        Ended::Clean => ChatError::BackendCutOff,
+        Ended::Failed(error) => error,
+    };
+    let error = match lease {
+        Some(lease) if error == ChatError::BackendCutOff => {
+            explain_cut_off(lease).await.unwrap_or(error)
+        }
+        _ => error,
+    };
+    out.fail(mode, error, observer).await
+}
+
+/// How long a backend that cut a response off is given for its lease's
+/// revocation to arrive. A forced shutdown (and `off --now` past its wait)
+/// revokes the leases and kills the backend at once; the revocation comes
+/// over the supervisor link and the cut over the backend's socket, in
+/// either order, and the client should be told the shutdown rather than a
+/// backend failure. Only a cut-off response waits, at most this long.
+pub(crate) const CUT_OFF_EXPLANATION_WAIT: Duration = Duration::from_millis(250);
+
+/// The revocation that explains a cut-off, if it arrives in time.
+async fn explain_cut_off(lease: &mut TicketEvents) -> Option<ChatError> {
+    match tokio::time::timeout(CUT_OFF_EXPLANATION_WAIT, lease.ended()).await {
+        Ok(end @ LeaseEnd::Revoked(_)) => Some(ChatError::from(end)),
+        Ok(LeaseEnd::LinkLost) | Err(_) => None,
     }
 }
 

@@ -469,6 +469,47 @@ async fn a_revoked_lease_ends_the_response() {
     assert_eq!(run.elapsed(), Duration::ZERO);
 }
 
+/// A forced shutdown revokes the lease and kills the backend at once; when
+/// the cut reaches the loop first, the revocation that follows within the
+/// wait still names the end (the client is told `shutting_down`, not a
+/// backend failure).
+#[tokio::test(start_paused = true)]
+async fn a_cut_off_followed_by_its_revocation_is_told_as_the_revocation() {
+    let mut run = start(Setup::sse());
+    run.send(FIRST);
+    assert_eq!(run.read_bytes().await, FIRST);
+    run.end_backend();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    run.lease
+        .send(TicketEvent::Revoked(RevokeReason::Shutdown))
+        .unwrap();
+    assert_eq!(
+        run.read_bytes().await,
+        ChatError::RevokedShutdown.sse_frame()
+    );
+    assert!(run.read().await.is_none());
+    assert_eq!(
+        run.end().await.0,
+        ForwardEnd::Failed(ChatError::RevokedShutdown)
+    );
+}
+
+/// Without a revocation the cut-off is told as what it is, after the short
+/// wait for one.
+#[tokio::test(start_paused = true)]
+async fn a_cut_off_without_a_revocation_waits_briefly_then_says_so() {
+    let mut run = start(Setup::sse());
+    run.send(FIRST);
+    assert_eq!(run.read_bytes().await, FIRST);
+    run.end_backend();
+    assert_eq!(run.read_bytes().await, ChatError::BackendCutOff.sse_frame());
+    assert_eq!(run.elapsed(), super::CUT_OFF_EXPLANATION_WAIT);
+    assert_eq!(
+        run.end().await.0,
+        ForwardEnd::Failed(ChatError::BackendCutOff)
+    );
+}
+
 /// A lost supervisor link does not cut an open response: the connection to
 /// the backend is already made, so the backend decides how it ends.
 #[tokio::test(start_paused = true)]
