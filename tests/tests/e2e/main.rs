@@ -89,3 +89,33 @@ fn every_file_of_this_folder_is_a_module_of_the_binary() {
         "tests/tests/e2e/main.rs does not declare {undeclared:?}: add `mod NAME;` for each"
     );
 }
+
+/// The test files beside this folder: each a binary of its own, for the reason its module doc
+/// gives. A new test file belongs in this folder as a module; one that must run alone is named
+/// here too, with its reason in its module doc.
+const OWN_BINARIES: [&str; 5] = [
+    "prefetch_warnings.rs",
+    "real_strata.rs",
+    "sim_fidelity.rs",
+    "soak.rs",
+    "systemd_restart.rs",
+];
+
+/// A test file added beside this folder would be one more binary to link, quietly: only the
+/// files that must run alone may be there.
+#[test]
+fn only_the_files_that_must_run_alone_are_binaries_of_their_own() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut beside: Vec<String> = std::fs::read_dir(&dir)
+        .expect("read tests/tests")
+        .map(|entry| entry.expect("a directory entry").file_name())
+        .map(|name| name.to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".rs"))
+        .collect();
+    beside.sort();
+    assert_eq!(
+        beside, OWN_BINARIES,
+        "tests/tests/*.rs: move a new file into tests/tests/e2e/ as a module (`mod NAME;` in \
+         main.rs), or name it in OWN_BINARIES with the reason in its module doc"
+    );
+}
