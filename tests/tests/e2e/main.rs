@@ -4,9 +4,11 @@
 //! links once instead of once per file, which is most of what building these tests cost. A
 //! file's tests keep their names under the file's name as module:
 //!
-//!     cargo test -p strata-e2e --test e2e                      # all of them
-//!     cargo test -p strata-e2e --test e2e waiting::            # one file's tests
-//!     cargo test -p strata-e2e --test e2e waiting::tiers_      # the tests of one file named so
+//!     cargo test -p strata-e2e --test e2e                        # all of them
+//!     cargo test -p strata-e2e --test e2e supervisor_leases::    # one file's tests
+//!     cargo test -p strata-e2e --test e2e supervisor_leases::off # those of its named so
+//!
+//! (A filter matches anywhere in a name: `waiting::` also runs `proxy_waiting::`.)
 //!
 //! Tests of different files now run in parallel with each other (as many at once as the test
 //! harness has threads, the number of cores unless `RUST_TEST_THREADS` says otherwise), as the
