@@ -5,7 +5,7 @@
 //! (`strata-ctl`, the tests) can read them back with the same types. A
 //! field here is part of the public API: renaming one is a breaking change
 //! for clients, so the black-box contract (names, types, nulls) is pinned
-//! by `protocol/tests/api.rs`.
+//! by `protocol/tests/protocol/api.rs`.
 //!
 //! `null` has one meaning throughout: the figure lives in the supervisor,
 //! and the supervisor is not reachable right now.

@@ -1,4 +1,4 @@
-// The router as openai-node sees it. Run by tests/tests/client_sdks.rs:
+// The router as openai-node sees it. Run by tests/tests/e2e/client_sdks.rs:
 //
 //     node sdk_node.mjs BASE_URL SCENARIO.json
 //

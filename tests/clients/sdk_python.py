@@ -1,7 +1,7 @@
 """The router as the OpenAI Python SDK (sync and async), httpx-sse, litellm and langchain-openai
 see it.
 
-Run by tests/tests/client_sdks.rs against a router on the fake backend:
+Run by tests/tests/e2e/client_sdks.rs against a router on the fake backend:
 
     python sdk_python.py BASE_URL SCENARIO.json
 

@@ -375,6 +375,13 @@ impl Stack {
         http::open_chat(self.addr(), body)
     }
 
+    /// Serves one JSON request for `model` (its message `warm`, nothing for the fake), so that a
+    /// scenario starts with the model loaded and its load behind it.
+    pub fn warm(&self, model: &str) {
+        self.chat(&chat_request(model, false, "warm", Value::Null))
+            .expect_status(200);
+    }
+
     /// A streaming request that holds `model` busy until the test lets go of it (it would run
     /// for a minute), read up to its first data frame: it has its lease then. Letting go
     /// (dropping or disconnecting it) is a client disconnect, which ends the lease at once, so

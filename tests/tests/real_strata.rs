@@ -14,6 +14,9 @@
 //! whose usage and timings come from the real frames, `off`/`on`, idle unload (QUIT again), a
 //! client disconnect reaching the engine as `STOP`, SIGKILL of the server and of the engine,
 //! `readiness: "auto"` choosing `health` (this Strata has no `--ready-file`).
+//!
+//! A test binary of its own, not a module of `e2e/`, so that the command above builds and
+//! runs these tests alone.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

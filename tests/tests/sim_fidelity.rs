@@ -11,6 +11,10 @@
 //! shorter or longer (checked here before the real run). The simulated load time of each model
 //! is the one the real run measured (its median `model_load_ms`), since a real start adds the
 //! interpreter's own start to the fake's `load_ms`.
+//!
+//! A test binary of its own, not a module of `e2e/`: each real wait must match the simulated
+//! one within 500 ms (or a quarter of it), which the trace was sized for with the machine to
+//! itself, not with another test's daemons on the same two cores.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -17,6 +17,10 @@
 //! Short form (in `cargo test`, so in `.ci/run`): `SOAK_REQUESTS` defaults to 2000 with
 //! `SOAK_CLIENTS` 12. Long form (docs/testing.md#soak): `SOAK_REQUESTS=50000 cargo test --release
 //! -p strata-e2e --test soak -- --nocapture`.
+//!
+//! A test binary of its own, not a module of `e2e/`: it loads the machine on purpose, and
+//! the other files' tests beside it would see their deadlines and keepalive gaps stretched;
+//! alone, it runs after or before them. The long form above also names it with `--test`.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;

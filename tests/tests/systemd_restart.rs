@@ -30,6 +30,10 @@
 //! The strict checks (the activating request, the backlog of a restart and of a SIGKILL are
 //! all served) hold because a new proxy reaches its supervisor before it accepts
 //! (`proxy::server::STARTUP_LINK_WAIT`); with the old order they failed about half the runs.
+//!
+//! A test binary of its own, not a module of `e2e/`: its tests take turns at one private
+//! systemd at a time (`strata_e2e::systemd`'s lock serialises them within one binary), and
+//! the strict checks want the two cores for that systemd, not for other tests' daemons.
 
 use std::io::{ErrorKind, Write};
 use std::net::SocketAddr;

@@ -20,9 +20,9 @@
 //!   of keys it does not show, each with the reason;
 //! - the configuration reference: `docs/configuration.md`'s key tables are
 //!   rendered from the table ([`super::keys_markdown`]) by
-//!   `protocol/tests/config_keys_doc.rs`, between marker lines;
+//!   `protocol/tests/protocol/config_keys_doc.rs`, between marker lines;
 //! - `config.example.json` sets every top-level key
-//!   (`protocol/tests/example_config.rs`).
+//!   (`protocol/tests/protocol/example_config.rs`).
 //!
 //! The fingerprint's text itself (`settings_text`) stays written by hand:
 //! its exact form is what two builds compare, and it leaves some values out
@@ -47,7 +47,7 @@
 //! 5. Give it a sample value in `config::testing::set_sample` if the generic
 //!    one for its form does not fit.
 //! 6. Set it in `config.example.json` (top-level keys).
-//! 7. Run `cargo test -p strata-protocol --test config_keys_doc`, which
+//! 7. Run `cargo test -p strata-protocol --test protocol config_keys_doc`, which
 //!    rewrites the key tables of `docs/configuration.md`, and commit that.
 //!
 //! `cargo test -p strata-protocol -p strata-ctl` then fails until every

@@ -1,5 +1,5 @@
 //! The configuration reference's key tables, rendered from [`KEYS`] as
-//! markdown, one per [`Place`]. `protocol/tests/config_keys_doc.rs` keeps the copy in
+//! markdown, one per [`Place`]. `protocol/tests/protocol/config_keys_doc.rs` keeps the copy in
 //! `docs/configuration.md` equal to this.
 
 use super::keys::{Default, Form, KEYS, Key, Place, Unit};

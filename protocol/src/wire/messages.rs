@@ -58,7 +58,7 @@ pub const PROTOCOL_VERSION: u32 = 10;
 /// IDs and aliases, at most 128 bytes each) and the upstream model name,
 /// which the config does not bound. A cache-lookup answer holds at most the
 /// 256 tickets asked for (about 6 KiB). 64 KiB plus twice the upstream name
-/// leaves ample room (`protocol/tests/wire.rs` checks the largest of each).
+/// leaves ample room (`protocol/tests/protocol/wire.rs` checks the largest of each).
 pub fn proxy_frame_limit(longest_upstream_model: usize) -> u32 {
     let limit = 64 * 1024 + 2 * longest_upstream_model as u64;
     limit.min(u64::from(super::MAX_FRAME_BYTES)) as u32

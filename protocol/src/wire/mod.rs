@@ -9,7 +9,7 @@
 //! so a proxy built or configured differently cannot misroute.
 //!
 //! These types are an IPC contract: changing a variant or field changes the
-//! wire format and needs a [`PROTOCOL_VERSION`] bump. `protocol/tests/wire.rs`
+//! wire format and needs a [`PROTOCOL_VERSION`] bump. `protocol/tests/protocol/wire.rs`
 //! pins a hash of every sample message's frame together with the version,
 //! so a change fails that test until both are updated. The hello and its
 //! two answers are the exception: they are how builds of different versions

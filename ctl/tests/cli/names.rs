@@ -4,11 +4,9 @@
 //! name; each calls itself by its own name, whatever file name it is run
 //! under. (Every other ctl test file runs its subcommand under both names.)
 
-mod common;
-
 use std::fs;
 
-use common::*;
+use crate::common::*;
 
 const SUBCOMMANDS: [&str; 9] = [
     "check-config",

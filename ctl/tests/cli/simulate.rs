@@ -3,12 +3,10 @@
 //! replayed request log, and the errors (under both names, which their
 //! messages start with).
 
-mod common;
-
 use std::path::Path;
 use std::process::Output;
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 under_both_names!(bad_arguments_say_what_is_wrong);

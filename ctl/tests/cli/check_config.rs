@@ -2,15 +2,13 @@
 //! check-config`, `strata-ctl check-config`): exit status, the summary on
 //! stdout, the error line on stderr.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Output;
 
-use common::*;
+use crate::common::*;
 
 fn check_config(exe: Exe, path: &Path) -> Output {
     exe.run(&["check-config", path.to_str().expect("a UTF-8 path")])

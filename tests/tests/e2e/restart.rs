@@ -77,9 +77,7 @@ fn a_retained_listener_carries_every_request_from_the_old_proxy_to_the_new() {
         http::try_request(addr, "GET", "/health", &[], b"").is_ok_and(|r| r.status == 200)
     });
     let instance = stack.status().instance_id.clone();
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
+    stack.warm(A);
 
     // A's accepted work: two streams for the loaded model, a delayed-header request, and two
     // requests for B that wait behind them.

@@ -7,14 +7,12 @@
 //! (no deadline: a stream runs to its end after Ctrl-C, a second Ctrl-C
 //! still interrupts it).
 
-mod common;
-
 use std::fs;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use strata_e2e::http::{Frame, Stream, chat_body, open_chat};

@@ -4,15 +4,13 @@
 //! the spec's form, and `strata-ctl status SOCKET`) with the same
 //! assertions: same output, same exit status.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Output, Stdio};
 use std::thread;
 
-use common::*;
+use crate::common::*;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use strata_protocol::control::Done;

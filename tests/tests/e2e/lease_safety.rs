@@ -83,9 +83,7 @@ fn backend_pid(stack: &Stack, model: &str) -> u32 {
 /// The setup of both reproductions: `M1` loaded, one stalled stream holding the one dispatch
 /// slot, three more `M1` streams accepted behind it. Returns (stalled, waiting).
 fn stalled_and_three_waiting(stack: &Stack) -> (Stream, Vec<Stream>) {
-    stack
-        .chat(&chat_request(M1, false, "warm", Value::Null))
-        .expect_status(200);
+    stack.warm(M1);
     let stalled = stalled_client(stack, &big_stream(M1));
     let m1 = backend_pid(stack, M1);
     poll_until(DEADLINE, "the stalled stream to reach the backend", || {
@@ -235,9 +233,7 @@ fn a_client_that_stops_reading_is_cut_off_at_response_ms_and_frees_its_slot() {
             .set("response_ms", 5000)
             .build(),
     );
-    stack
-        .chat(&chat_request(M1, false, "warm", Value::Null))
-        .expect_status(200);
+    stack.warm(M1);
     let stalled = stalled_client(&stack, &big_stream(M1));
     let stalled_id = stalled.request_id().to_owned();
     let m1 = backend_pid(&stack, M1);
@@ -274,9 +270,7 @@ fn off_now_interrupts_a_client_that_stopped_reading() {
             .set("response_ms", 0)
             .build(),
     );
-    stack
-        .chat(&chat_request(M1, false, "warm", Value::Null))
-        .expect_status(200);
+    stack.warm(M1);
     let stalled = stalled_client(&stack, &big_stream(M1));
     let stalled_id = stalled.request_id().to_owned();
     let m1 = backend_pid(&stack, M1);
@@ -307,9 +301,7 @@ fn off_now_during_the_header_wait_is_routing_off() {
                 .wait_when_busy(wait_first)
                 .build(),
         );
-        stack
-            .chat(&chat_request(M1, false, "warm", Value::Null))
-            .expect_status(200);
+        stack.warm(M1);
         let slow = json!({"header_delay_ms": 60000});
         let streaming =
             wait_first.then(|| stack.open_chat(&chat_request(M1, true, "s", slow.clone())));

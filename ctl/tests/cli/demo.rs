@@ -6,14 +6,12 @@
 //! checked there. Two runs use the real strata-proxy (the `/requests`
 //! one is ignored until the proxy serves it).
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use strata_e2e::accounting::Record;

@@ -31,7 +31,7 @@ fn a_proxy_with_a_different_configuration_waits_instead_of_exiting() {
     // models with other scheduling rules or timers: each is refused by the supervisor, and the
     // proxy neither exits (a restart loop, systemd's trigger limit) nor serves: it answers 503
     // naming the mismatch and says hello again until a matching supervisor answers
-    // (tests/tests/config_change.rs restarts one).
+    // (tests/tests/e2e/config_change.rs restarts one).
     let edits: [ConfigEdit; 3] = [
         ("registry", |v| v["enabled_models"] = json!([])),
         ("scheduling", |v| v["wait_when_busy"] = json!(true)),

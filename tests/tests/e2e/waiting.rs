@@ -80,6 +80,22 @@ fn wait_first(tag: &str) -> ConfigBuilder {
     ConfigBuilder::new(tag).wait_when_busy(true)
 }
 
+/// The wait-first config of the scenarios with two models, A and B.
+fn two_models(tag: &str) -> ConfigBuilder {
+    wait_first(tag)
+        .model(ModelSpec::new(A))
+        .model(ModelSpec::new(B))
+}
+
+/// The start of most scenarios: the stack of `config`, A loaded, and a stream holding A (see
+/// [`Stack::hold`]) tagged `holder`, so that what the test sends next waits.
+fn a_warm_and_held(config: ConfigBuilder) -> (Stack, Stream) {
+    let stack = Stack::start(config.build());
+    stack.warm(A);
+    let holder = stack.hold(A, "holder");
+    (stack, holder)
+}
+
 // ---- wait-first ---------------------------------------------------------------------------
 
 /// More clients than `max_pending` over two proxies at once: every request succeeds, the
@@ -94,9 +110,7 @@ fn overload_across_two_proxies_never_dispatches_more_than_max_pending() {
             .build(),
     );
     let second = stack.start_extra_proxy();
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
+    stack.warm(A);
     let slow = json!({"tokens": 6, "token_delay_ms": 60});
     let handles: Vec<JoinHandle<Response>> = (0..12)
         .map(|i| {
@@ -158,9 +172,7 @@ fn delayed_headers_block_admission_in_legacy_mode_only() {
             .set("max_pending", 8)
             .build(),
         );
-        stack
-            .chat(&chat_request(A, false, "warm", Value::Null))
-            .expect_status(200);
+        stack.warm(A);
         let log = stack.fake_log();
         let slow = spawn_chat(
             stack.addr(),
@@ -201,18 +213,8 @@ fn delayed_headers_block_admission_in_legacy_mode_only() {
 /// together, and once it is quiet the earliest waiting model group goes next, whole.
 #[test]
 fn model_groups_run_a_a_then_b_b() {
-    let stack = Stack::start(
-        wait_first("groups")
-            .model(ModelSpec::new(A))
-            .model(ModelSpec::new(B))
-            .model_grace_ms(0)
-            .build(),
-    );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
+    let (stack, holder) = a_warm_and_held(two_models("groups").model_grace_ms(0));
     let log = stack.fake_log();
-    let holder = stack.hold(A, "holder");
     let mut handles = Vec::new();
     for (model, tag) in [(B, "b1"), (A, "a2"), (B, "b3"), (A, "a4")] {
         let before = received(&log).len();
@@ -255,15 +257,11 @@ fn model_groups_run_a_a_then_b_b() {
 fn grace_keeps_the_model_through_a_tool_gap_and_restarts() {
     let grace = Duration::from_millis(1500);
     let stack = Stack::start(
-        wait_first("toolgap")
-            .model(ModelSpec::new(A))
-            .model(ModelSpec::new(B))
+        two_models("toolgap")
             .model_grace_ms(grace.as_millis() as u64)
             .build(),
     );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
+    stack.warm(A);
     let log = stack.fake_log();
     let b = spawn_chat(stack.addr(), tagged(B, false, "b", Value::Null));
     poll_until(DEADLINE, "b queued", || stack.waiting() == 1);
@@ -291,17 +289,12 @@ fn grace_keeps_the_model_through_a_tool_gap_and_restarts() {
 /// tier (and by model) meanwhile, and each record snapshots the engine at its arrival.
 #[test]
 fn tiers_order_the_loaded_models_queue_and_metrics_split_it() {
-    let stack = Stack::start(
+    let (stack, holder) = a_warm_and_held(
         wait_first("tiers-in")
             .model(ModelSpec::new(A))
-            .set("max_pending", 1)
-            .build(),
+            .set("max_pending", 1),
     );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
     let log = stack.fake_log();
-    let holder = stack.hold(A, "holder");
     let mut handles = Vec::new();
     for (tier, tag) in [("default", "d"), ("flex", "f"), ("priority", "p")] {
         let mut body = tagged(A, false, tag, Value::Null);
@@ -369,18 +362,8 @@ fn tiers_order_the_loaded_models_queue_and_metrics_split_it() {
 /// to finish (nothing preempts it), then switches at once (priority skips the grace hold).
 #[test]
 fn a_priority_request_for_another_model_drains_the_loaded_one_then_switches() {
-    let stack = Stack::start(
-        wait_first("tiers-across")
-            .model(ModelSpec::new(A))
-            .model(ModelSpec::new(B))
-            .model_grace_ms(1000)
-            .build(),
-    );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
+    let (stack, holder) = a_warm_and_held(two_models("tiers-across").model_grace_ms(1000));
     let log = stack.fake_log();
-    let holder = stack.hold(A, "holder");
     let mut priority_b = tagged(B, false, "pb", Value::Null);
     priority_b["service_tier"] = json!("priority");
     let pb = spawn_chat(stack.addr(), priority_b);
@@ -405,19 +388,9 @@ fn a_priority_request_for_another_model_drains_the_loaded_one_then_switches() {
 /// for B wait; the default one goes first (a switch), flex after it.
 #[test]
 fn flex_waits_behind_default_work_for_another_model() {
-    let stack = Stack::start(
-        wait_first("flex")
-            .model(ModelSpec::new(A))
-            .model(ModelSpec::new(B))
-            .set("max_pending", 1)
-            .model_grace_ms(0)
-            .build(),
-    );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
+    let (stack, holder) =
+        a_warm_and_held(two_models("flex").set("max_pending", 1).model_grace_ms(0));
     let log = stack.fake_log();
-    let holder = stack.hold(A, "holder");
     let mut flex_a = tagged(A, false, "fa", Value::Null);
     flex_a["service_tier"] = json!("flex");
     let fa = spawn_chat(stack.addr(), flex_a);
@@ -462,19 +435,14 @@ fn cache_scenario(
     for (key, value) in fake_profile {
         model = model.fake(key, value.clone());
     }
-    let stack = Stack::start(
+    let (stack, holder) = a_warm_and_held(
         ConfigBuilder::new(tag)
             .wait_when_busy(wait_when_busy)
             .model(model)
             .set("cache_max_active", 1)
-            .set("cache_lookup_ms", lookup_ms)
-            .build(),
+            .set("cache_lookup_ms", lookup_ms),
     );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
     let log = stack.fake_log();
-    let holder = stack.hold(A, "holder");
     let mut handles = Vec::new();
     for (tag, cached) in [("c10", 200), ("c90", 1800), ("c50", 1000)] {
         let extra = json!({"prompt_tokens": 2000, "cached_tokens": cached});
@@ -569,9 +537,7 @@ fn a_busy_backend_falls_back_to_arrival_order() {
             .set("cache_max_active", 2)
             .build(),
     );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
+    stack.warm(A);
     let log = stack.fake_log();
     let long = stack.hold(A, "long");
     let short = stack.hold(A, "short");
@@ -609,19 +575,14 @@ fn a_busy_backend_falls_back_to_arrival_order() {
 /// 429 at once), and a request that waits longer than `queue_ms` gets 504 without a switch.
 #[test]
 fn legacy_queue_full_and_queue_timeout_apply_to_every_tier() {
-    let stack = Stack::start(
+    let (stack, holder) = a_warm_and_held(
         ConfigBuilder::new("legacy-tiers")
             .model(ModelSpec::new(A))
             .model(ModelSpec::new(B))
             .wait_when_busy(false)
             .set("max_pending", 2)
-            .set("queue_ms", 800)
-            .build(),
+            .set("queue_ms", 800),
     );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
-    let holder = stack.hold(A, "holder");
     let mut priority_b = chat_request(B, false, "pb", Value::Null);
     priority_b["service_tier"] = json!("priority");
     let started = Instant::now();
@@ -656,9 +617,7 @@ fn legacy_the_lock_goes_to_the_best_tier_first() {
             .wait_when_busy(false)
             .build(),
     );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
+    stack.warm(A);
     let log = stack.fake_log();
     let slow = spawn_chat(
         stack.addr(),
@@ -915,19 +874,14 @@ fn legacy_queue_depth_by_tier_counts_the_load_and_the_header_wait() {
 /// admitted (`lease_at`) but never granted. Both leave the queue, and nothing is sent upstream.
 #[test]
 fn disconnects_while_queued_and_while_admitted() {
-    let stack = Stack::start(
+    let (stack, holder) = a_warm_and_held(
         wait_first("disc")
             .model(ModelSpec::new(A))
             .model(ModelSpec::new(B).load_ms(4000))
             .set("max_pending", 1)
-            .model_grace_ms(0)
-            .build(),
+            .model_grace_ms(0),
     );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
     let log = stack.fake_log();
-    let holder = stack.hold(A, "holder");
     let mut queued = http::Conn::connect(stack.addr()).unwrap();
     let body = tagged(A, false, "queued", Value::Null).to_string();
     queued
@@ -1002,17 +956,12 @@ fn disconnects_while_queued_and_while_admitted() {
 /// request of the group a 503 `model_load_error`, and the cooldown refuses the next at once.
 #[test]
 fn a_failed_load_fails_its_waiting_group_with_one_launch() {
-    let stack = Stack::start(
+    let (stack, holder) = a_warm_and_held(
         wait_first("groupfail")
             .model(ModelSpec::new(A))
             .model(ModelSpec::new(B).start_failure("exit"))
-            .model_grace_ms(0)
-            .build(),
+            .model_grace_ms(0),
     );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
-    let holder = stack.hold(A, "holder");
     let handles: Vec<JoinHandle<Response>> = (0..3)
         .map(|i| {
             let handle = spawn_chat(stack.addr(), chat_request(B, false, "b", Value::Null));
@@ -1044,9 +993,7 @@ fn a_draining_proxy_serves_its_waiting_tickets() {
             .set("max_pending", 1)
             .build(),
     );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
+    stack.warm(A);
     let holder = stack.hold(A, "holder");
     let handles: Vec<JoinHandle<Response>> = (0..2)
         .map(|i| {

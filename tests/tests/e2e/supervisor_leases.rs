@@ -6,15 +6,33 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use serde_json::json;
-use strata_e2e::TicketPhase;
 use strata_e2e::{
-    A3B, ConfigBuilder, DEADLINE, ModelSpec, Supervisor, child_pid, off_line, poll_for, poll_until,
-    procs,
+    A3B, ConfigBuilder, DEADLINE, FakeProxy, LeaseId, ModelSpec, Supervisor, TicketPhase,
+    child_pid, off_line, poll_for, poll_until, procs,
 };
 use strata_protocol::wire::{LeaseFailure, LoadPhase};
 
 const A: &str = "flash-a";
 const B: &str = "a3b-b";
+
+/// A supervisor serving A alone, and one proxy holding lease `lease` on A: granted, so A is
+/// loaded. Returns the backend's PID too.
+async fn a_leased(tag: &str, lease: LeaseId) -> (Supervisor, FakeProxy, u32) {
+    let config = ConfigBuilder::new(tag).model(ModelSpec::new(A)).build();
+    let supervisor = Supervisor::start(config);
+    let mut proxy = supervisor.proxy().await;
+    proxy.acquire(lease, A).await;
+    proxy.wait_granted(lease).await;
+    let pid = child_pid(&supervisor.status());
+    (supervisor, proxy, pid)
+}
+
+/// The config of the scenarios with a model switch: A, and B of another family.
+fn a_and_b(tag: &str) -> ConfigBuilder {
+    ConfigBuilder::new(tag)
+        .model(ModelSpec::new(A))
+        .model(ModelSpec::new(B).family(A3B))
+}
 
 /// After the last lease ends, `idle_ms` later the backend is stopped and reaped; the model
 /// stays loaded as long as a lease is held; the next lease reloads it.
@@ -88,14 +106,7 @@ async fn idle_unload_leaves_no_process_and_the_next_lease_reloads() {
 /// comes only after the release, once the process group is gone.
 #[tokio::test]
 async fn off_waits_for_the_active_lease() {
-    let config = ConfigBuilder::new("offwait")
-        .model(ModelSpec::new(A))
-        .build();
-    let supervisor = Supervisor::start(config);
-    let mut proxy = supervisor.proxy().await;
-    proxy.acquire(1, A).await;
-    proxy.wait_granted(1).await;
-    let pid = child_pid(&supervisor.status());
+    let (supervisor, mut proxy, pid) = a_leased("offwait", 1).await;
 
     let mut off = supervisor.control().open(&off_line(false));
     off.wait_progress(
@@ -151,14 +162,7 @@ async fn off_waits_for_the_active_lease() {
 /// holds it, and the process group is gone.
 #[tokio::test]
 async fn off_now_revokes_the_lease_and_unloads_once_it_is_released() {
-    let config = ConfigBuilder::new("offnow")
-        .model(ModelSpec::new(A))
-        .build();
-    let supervisor = Supervisor::start(config);
-    let mut proxy = supervisor.proxy().await;
-    proxy.acquire(7, A).await;
-    proxy.wait_granted(7).await;
-    let pid = child_pid(&supervisor.status());
+    let (supervisor, mut proxy, pid) = a_leased("offnow", 7).await;
 
     let mut off = supervisor.control().open(&off_line(true));
     off.wait_progress(DEADLINE, "interrupting 1 active request");
@@ -195,14 +199,7 @@ async fn off_now_revokes_the_lease_and_unloads_once_it_is_released() {
 /// closing releases all of a proxy's leases), so `off --now` completes.
 #[tokio::test]
 async fn off_now_completes_when_the_revoked_proxy_disconnects() {
-    let config = ConfigBuilder::new("offnow-gone")
-        .model(ModelSpec::new(A))
-        .build();
-    let supervisor = Supervisor::start(config);
-    let mut proxy = supervisor.proxy().await;
-    proxy.acquire(1, A).await;
-    proxy.wait_granted(1).await;
-    let pid = child_pid(&supervisor.status());
+    let (supervisor, mut proxy, pid) = a_leased("offnow-gone", 1).await;
     let mut off = supervisor.control().open(&off_line(true));
     proxy.wait_revoked(1).await;
     drop(proxy);
@@ -215,10 +212,7 @@ async fn off_now_completes_when_the_revoked_proxy_disconnects() {
 /// then gets a switch: the old backend is gone before the new one starts.
 #[tokio::test]
 async fn a_switch_waits_for_the_other_models_leases() {
-    let config = ConfigBuilder::new("switch")
-        .model(ModelSpec::new(A))
-        .model(ModelSpec::new(B).family(A3B))
-        .build();
+    let config = a_and_b("switch").build();
     let supervisor = Supervisor::start(config);
     let log = supervisor.fake_log();
     let mut first = supervisor.proxy().await;
@@ -368,10 +362,7 @@ async fn a_proxy_disconnecting_mid_load_leaves_the_model_loaded() {
 /// loaded model that arrive meanwhile wait too, and are served by the new model's turn order.
 #[tokio::test]
 async fn on_another_model_waits_for_active_leases() {
-    let config = ConfigBuilder::new("onwaits")
-        .model(ModelSpec::new(A))
-        .model(ModelSpec::new(B).family(A3B))
-        .build();
+    let config = a_and_b("onwaits").build();
     let supervisor = Supervisor::start(config);
     let log = supervisor.fake_log();
     let mut proxy = supervisor.proxy().await;
@@ -449,9 +440,7 @@ async fn a_backend_that_dies_is_reaped_and_reloaded() {
 #[tokio::test]
 async fn grace_keeps_the_model_between_leases_and_priority_skips_it() {
     let grace = Duration::from_millis(2_500);
-    let config = ConfigBuilder::new("grace")
-        .model(ModelSpec::new(A))
-        .model(ModelSpec::new(B).family(A3B))
+    let config = a_and_b("grace")
         .model_grace_ms(grace.as_millis() as u64)
         .wait_when_busy(true)
         .build();
@@ -559,15 +548,8 @@ async fn waiting_for_readiness_arrives_while_the_backend_loads() {
 /// model stays loaded (also after the lease ends), and `on` re-enables routing without a load.
 #[tokio::test]
 async fn a_cancelled_off_leaves_routing_disabled_and_the_model_loaded() {
-    let config = ConfigBuilder::new("offcancel")
-        .model(ModelSpec::new(A))
-        .build();
-    let supervisor = Supervisor::start(config);
+    let (supervisor, mut proxy, pid) = a_leased("offcancel", 1).await;
     let log = supervisor.fake_log();
-    let mut proxy = supervisor.proxy().await;
-    proxy.acquire(1, A).await;
-    proxy.wait_granted(1).await;
-    let pid = child_pid(&supervisor.status());
 
     let mut off = supervisor.control().open(&off_line(false));
     off.wait_progress(DEADLINE, "1 active request, waiting for it to finish");
@@ -614,15 +596,8 @@ async fn a_cancelled_off_leaves_routing_disabled_and_the_model_loaded() {
 /// routing disabled as it promises.
 #[tokio::test]
 async fn a_legacy_on_during_off_makes_off_fail_and_routing_stays_on() {
-    let config = ConfigBuilder::new("offlegacy")
-        .model(ModelSpec::new(A))
-        .build();
-    let supervisor = Supervisor::start(config);
+    let (supervisor, mut proxy, pid) = a_leased("offlegacy", 1).await;
     let control = supervisor.control();
-    let mut proxy = supervisor.proxy().await;
-    proxy.acquire(1, A).await;
-    proxy.wait_granted(1).await;
-    let pid = child_pid(&supervisor.status());
     let mut off = control.open(&off_line(false));
     off.wait_progress(DEADLINE, "1 active request, waiting for it to finish");
     assert_eq!(control.request("on"), vec![json!({"routing": true})]);
@@ -645,11 +620,7 @@ async fn a_legacy_on_during_off_makes_off_fail_and_routing_stays_on() {
 /// a client that talks to the supervisor socket directly, and never starts.
 #[tokio::test]
 async fn a_model_outside_enabled_models_is_refused_and_never_started() {
-    let config = ConfigBuilder::new("disabled")
-        .model(ModelSpec::new(A))
-        .model(ModelSpec::new(B).family(A3B))
-        .enabled_models(&[A])
-        .build();
+    let config = a_and_b("disabled").enabled_models(&[A]).build();
     let log = config.fake_log();
     let upstream_b = config.upstream(B);
     let supervisor = Supervisor::start(config);

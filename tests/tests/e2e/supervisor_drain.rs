@@ -32,9 +32,7 @@ fn sigterm_serves_accepted_work_then_stops() {
             .drain_ms(0)
             .build(),
     );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
+    stack.warm(A);
     let holder = stack.hold(A, "hold");
     let queued_a = spawn_chat(stack.addr(), chat_request(A, false, "qa", Value::Null));
     poll_until(DEADLINE, "qa queued", || stack.waiting() == 1);
@@ -112,9 +110,7 @@ fn a_second_signal_forces_the_end() {
             .drain_ms(0)
             .build(),
     );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
+    stack.warm(A);
     let mut holder = stack.hold(A, "hold");
     let queued = spawn_chat(stack.addr(), chat_request(B, false, "qb", Value::Null));
     poll_until(DEADLINE, "qb queued", || stack.waiting() == 1);
@@ -151,9 +147,7 @@ fn drain_ms_bounds_the_wait() {
             .drain_ms(1000)
             .build(),
     );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
+    stack.warm(A);
     let mut holder = stack.hold(A, "hold");
     let asked = Instant::now();
     stack.supervisor().terminate();
@@ -185,9 +179,7 @@ fn the_drain_takes_no_new_proxies_or_loads() {
             .drain_ms(0)
             .build(),
     );
-    stack
-        .chat(&chat_request(A, false, "warm", Value::Null))
-        .expect_status(200);
+    stack.warm(A);
     let holder = stack.hold(A, "hold");
     stack.supervisor().terminate();
     poll_until(DEADLINE, "draining", || stack.status().draining);

@@ -5,13 +5,11 @@
 //! first and the error cases run under both names (`strata-router requests`,
 //! `strata-ctl requests`).
 
-mod common;
-
 use std::fs;
 use std::io::{Read, Write};
 use std::process::{Command, Output};
 
-use common::*;
+use crate::common::*;
 use nix::sys::signal::Signal;
 use strata_e2e::accounting::{Record, page, wait_records};
 use strata_e2e::http::{self, CHAT_PATH};

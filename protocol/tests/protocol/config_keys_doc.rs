@@ -8,7 +8,7 @@
 //! rewrites it in the file and fails, so the next run passes and the change
 //! shows in `git diff` to be committed (as rust-analyzer regenerates its
 //! configuration docs): after changing a key, run
-//! `cargo test -p strata-protocol --test config_keys_doc` and commit the
+//! `cargo test -p strata-protocol --test protocol config_keys_doc` and commit the
 //! file. Where the file cannot be written (a read-only checkout) the test
 //! still fails with the same message.
 
@@ -20,12 +20,12 @@ use strata_protocol::config::keys_markdown;
 /// The marker lines around each generated table, and whose keys it holds.
 const REGIONS: [(&str, &str, Place); 2] = [
     (
-        "<!-- BEGIN generated config keys: cargo test -p strata-protocol --test config_keys_doc regenerates this table -->",
+        "<!-- BEGIN generated config keys: cargo test -p strata-protocol --test protocol config_keys_doc regenerates this table -->",
         "<!-- END generated config keys -->",
         Place::TopLevel,
     ),
     (
-        "<!-- BEGIN generated model keys: cargo test -p strata-protocol --test config_keys_doc regenerates this table -->",
+        "<!-- BEGIN generated model keys: cargo test -p strata-protocol --test protocol config_keys_doc regenerates this table -->",
         "<!-- END generated model keys -->",
         Place::Model,
     ),
