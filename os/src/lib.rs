@@ -1,6 +1,6 @@
 //! Process setup done one way for every strata-router process.
 //!
-//! - `daemon.rs`: [`Daemon`], a daemon's start around its library `run`: the command line
+//! - `daemon_main.rs`: [`Daemon`], a daemon's start around its library `run`: the command line
 //!   (`PROGRAM CONFIG`), the exit status for a bad config ([`EXIT_CONFIG`]), logging, the
 //!   open-file limit, the [`current_thread_runtime`] and the shutdown-signal counter.
 //! - `open_files.rs`: [`raise_open_file_limit`], done at each daemon's start.
@@ -36,13 +36,13 @@ mod memory;
 #[allow(unsafe_code)]
 pub mod page_cache;
 
-mod daemon;
+mod daemon_main;
 mod help_text;
 mod open_files;
 mod warn_limit;
 
 pub use child::die_with_parent;
-pub use daemon::{Daemon, EXIT_CONFIG, current_thread_runtime};
+pub use daemon_main::{Daemon, EXIT_CONFIG, current_thread_runtime};
 pub use dir_watch::DirWatch;
 pub use help_text::help_lists_flag;
 pub use memory::release_free_memory;

@@ -10,7 +10,7 @@
 //! - [`link`]: the private supervisor socket proxies lease through.
 //! - [`control`]: the operator control socket.
 //! - [`sockets`]: private directory checks and safe socket binding.
-//! - [`daemon`]: `run`, wiring it all together.
+//! - [`service`]: `run`, wiring it all together.
 //!
 //! No `unsafe`: the one `pre_exec` hook is `strata_os::die_with_parent`, and
 //! the page-cache calls are `strata_os::page_cache`.
@@ -20,10 +20,10 @@ pub mod accounting;
 pub mod backend;
 pub mod control;
 pub mod counters;
-pub mod daemon;
 pub mod engine;
 pub mod link;
 pub mod prefetch;
+pub mod service;
 pub mod sockets;
 
-pub use daemon::{RunError, run};
+pub use service::{RunError, run};

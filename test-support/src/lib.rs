@@ -9,7 +9,7 @@
 //! - [`poll_until`] and friends ([`poll`]): bounded polling; tests never sleep to synchronise.
 //! - [`procs`]: liveness, process groups and limits through procfs, and signals by PID.
 //! - [`Running`] ([`running`]): a child process that is stopped by PID and reaped on drop;
-//!   [`Daemon`] ([`daemon`]): one with its output captured in files.
+//!   [`Daemon`] ([`spawned`]): one with its output captured in files.
 //! - [`output_within`], [`run()`] ([`mod@run`]): a command run to completion with a deadline.
 //! - [`binary`], [`daemon_command`], [`with_ulimit`], [`wrap_command`] ([`binaries`]): the
 //!   workspace binaries and the commands that run them.
@@ -25,7 +25,6 @@
 
 pub mod binaries;
 pub mod config;
-pub mod daemon;
 pub mod net;
 pub mod poll;
 pub mod procs;
@@ -33,15 +32,16 @@ pub mod python;
 pub mod record;
 pub mod run;
 pub mod running;
+pub mod spawned;
 pub mod tempdir;
 
 pub use binaries::{binary, daemon_command, with_ulimit, wrap_command};
 pub use config::{ConfigBuilder, DEFAULT_FAMILY, ModelSpec, TestConfig, fake_profile, write_json};
-pub use daemon::Daemon;
 pub use net::{free_port, free_port_outside_ephemeral};
 pub use poll::{DEADLINE, POLL_INTERVAL, poll_for, poll_for_async, poll_until, poll_until_async};
 pub use python::{fake_strata_dir, python, repo_root};
 pub use record::{RECORD_FIELDS, RECORD_REASONS, record_json};
 pub use run::{output_within, run};
 pub use running::Running;
+pub use spawned::Daemon;
 pub use tempdir::TempDir;

@@ -54,7 +54,7 @@ pub mod weights;
 // re-exported under their old names, so `strata_e2e::procs::...` and `crate::poll::...` keep
 // working.
 // (`python` names both the module and its function.)
-pub use strata_test_support::{binaries, daemon, net, poll, procs, python, tempdir};
+pub use strata_test_support::{binaries, net, poll, procs, python, tempdir};
 
 pub use config::{A3B, ConfigBuilder, FLASH, ModelSpec, TestConfig};
 pub use control::{

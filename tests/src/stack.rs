@@ -30,11 +30,11 @@ use serde_json::{Value, json};
 use strata_protocol::api::{Health, Metrics, ModelList};
 use strata_protocol::control::Status;
 
+use crate::Daemon;
 use crate::accounting::chat_request;
 use crate::binaries::{binary, wrap_command};
 use crate::config::TestConfig;
 use crate::control::ControlClient;
-use crate::daemon::Daemon;
 use crate::fake_log::FakeLog;
 use crate::http::{self, Response};
 use crate::poll::{DEADLINE, POLL_INTERVAL};

@@ -13,10 +13,10 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use strata_protocol::control::Status;
 
+use crate::Daemon;
 use crate::binaries::daemon_command;
 use crate::config::TestConfig;
 use crate::control::{ControlClient, parse_status};
-use crate::daemon::Daemon;
 use crate::fake_log::FakeLog;
 use crate::poll::{DEADLINE, POLL_INTERVAL};
 use crate::proxy::FakeProxy;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use super::procstat;
-use crate::daemon::Daemon;
+use crate::Daemon;
 use crate::procs;
 
 /// The `nginx` binary on `PATH`, if any.
