@@ -1,5 +1,5 @@
 //! The weights prefetch's warnings end to end, in a test binary of their own so that its file
-//! reads do not compete with `e2e/prefetch.rs`'s (the prefetch reads at the idle I/O class, which
+//! reads do not compete with `prefetch.rs`'s (the prefetch reads at the idle I/O class, which
 //! other readers starve): a listed path that does not exist is warned about once per model
 //! and left out, and the paths that exist are still prefetched each time B waits.
 

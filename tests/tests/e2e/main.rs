@@ -15,7 +15,8 @@
 //! tests of one file always did: each test starts its own daemons, on its own free ports and
 //! in its own temp directory (`strata_e2e::stack`, `strata_test_support`). A file whose tests
 //! must not share the process or the machine with others stays a binary of its own next to this
-//! folder, and its module doc says why: `prefetch_warnings.rs` (its file reads would starve
+//! folder, and its module doc says why: `prefetch.rs` (its idle-class reads are starved by
+//! any other test's disk reads), `prefetch_warnings.rs` (its file reads would starve
 //! `prefetch.rs`'s idle-class prefetch), `real_strata.rs` (run by hand with
 //! `--test real_strata`), `sim_fidelity.rs` (real waits against simulated ones within 500 ms),
 //! `soak.rs` (loads the machine on purpose) and `systemd_restart.rs` (a private systemd at a
@@ -44,7 +45,6 @@ mod in_process;
 mod keepalive_gap;
 mod learned_load_time;
 mod lease_safety;
-mod prefetch;
 mod proxy_activation;
 mod proxy_aliases;
 mod proxy_disconnects;
@@ -95,7 +95,8 @@ fn every_file_of_this_folder_is_a_module_of_the_binary() {
 /// The test files beside this folder: each a binary of its own, for the reason its module doc
 /// gives. A new test file belongs in this folder as a module; one that must run alone is named
 /// here too, with its reason in its module doc.
-const OWN_BINARIES: [&str; 5] = [
+const OWN_BINARIES: [&str; 6] = [
+    "prefetch.rs",
     "prefetch_warnings.rs",
     "real_strata.rs",
     "sim_fidelity.rs",

@@ -8,6 +8,10 @@
 //! cold with `posix_fadvise(DONTNEED)` before each wait; residency is read with `mincore`. On
 //! a file system that keeps every page resident (tmpfs) a cold file cannot be made, and each
 //! test says so and stops.
+//!
+//! Its own binary: the prefetch reads at the idle I/O class, so any other test's disk reads
+//! starve it; in the shared e2e binary, where tests of other files run beside it, the 20 s wait
+//! for residency timed out under `.ci/run`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
