@@ -624,7 +624,7 @@ class ServingTests(unittest.TestCase):
         rest = resp.read()
         c.close()
         self.assertTrue(rest.endswith(b"data: [DONE]\n\n"))
-        self.fake.wait_event("response_done")
+        # Idle as soon as the client has the whole answer (not only once the handler ends).
         r, body = self.fake.post("/v1/cache/lookup", {"requests": bodies})
         self.assertEqual(r.status, 200)
         wait_until(lambda: len(self.fake.events("cache_lookup")) == 4, 5, "4 lookups logged")

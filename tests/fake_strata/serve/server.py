@@ -260,7 +260,7 @@ class State(object):
             self.idle_unload_s = profile.idle_unload_s
 
     def begin(self):
-        """A chat request arrived (busy for cache lookups until its last byte)."""
+        """A chat request arrived (busy for cache lookups until the engine is done with it)."""
         with self.lock:
             self.in_flight += 1
             self.handling += 1
@@ -268,7 +268,7 @@ class State(object):
             return self.in_flight
 
     def end_generation(self):
-        """The last byte was written (or the request was cancelled): no longer busy."""
+        """The engine is done with a request (or it was cancelled): no longer busy for it."""
         with self.lock:
             self.in_flight -= 1
 
@@ -500,6 +500,16 @@ class Handler(BaseHTTPRequestHandler):
             self.holding = False
             self.state.last_request_at = time.time()
             self.state.fifo.release()
+        self.generation_over()
+
+    def generation_over(self):
+        """The engine is done with this request: cache lookups stop answering busy for it.
+        Called at the engine's release, before the last bytes are written, so a client that
+        has the whole answer never finds the backend still busy with it (as with Strata,
+        whose engine is idle once its `done` line is read)."""
+        if self.generating:
+            self.generating = False
+            self.state.end_generation()
 
     # ---- request bodies -----------------------------------------------------
 
@@ -545,6 +555,7 @@ class Handler(BaseHTTPRequestHandler):
         self.frames = 0
         self.keepalives = 0
         self.holding = False
+        self.generating = False
         self.engine_wait_ms = None
         self.engine_turn = None
         self.engine_heard = time.monotonic()
@@ -619,6 +630,7 @@ class Handler(BaseHTTPRequestHandler):
             prompt = len(body) // 4
         cached = min(params["cached_tokens"], prompt)
         in_flight = st.begin()
+        self.generating = True
         try:
             st.log.event("request", path=path, model=requested, stream=stream,
                          body_bytes=len(body), fake=req.get("fake") or {}, in_flight=in_flight)
@@ -646,7 +658,7 @@ class Handler(BaseHTTPRequestHandler):
                 done = self.engine_died(died, stream)
                 if st.stopping:
                     cancelled = "shutdown"
-            st.end_generation()
+            self.generation_over()
             if cancelled is not None:
                 st.log.event("cancel", path=path, reason=cancelled, stream=stream,
                              frames=self.frames, engine_wait_ms=self.engine_wait_ms,
