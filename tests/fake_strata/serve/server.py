@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import traceback
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -984,6 +985,20 @@ def main(argv=None):
     start = profile.start
     signals = Signals(start["ignore_sigterm"])  # before `start` is logged: tests key on it
     log = script.EventLog(start["log"])
+    # The router discards a backend's stderr, so an uncaught exception (exit 1) would leave no
+    # trace a failing test could show: it goes to the event log too.
+    def crashed(kind, value, tb):
+        log.event("crash", error="".join(traceback.format_exception(kind, value, tb)))
+        sys.__excepthook__(kind, value, tb)
+
+    def thread_crashed(args):
+        log.event("crash", thread=args.thread.name if args.thread else None,
+                  error="".join(traceback.format_exception(
+                      args.exc_type, args.exc_value, args.exc_traceback)))
+        threading.__excepthook__(args)
+
+    sys.excepthook = crashed
+    threading.excepthook = thread_crashed
     log.event(
         "start",
         argv=list(sys.argv),
