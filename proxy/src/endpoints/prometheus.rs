@@ -383,6 +383,11 @@ impl Exposition {
     /// A family's `# HELP` and `# TYPE` lines. `name` is the sample name;
     /// OpenMetrics names a counter family without its samples' `_total`.
     fn family(&mut self, name: &str, kind: &str, help: &str) {
+        // OpenMetrics requires a counter's samples to end in `_total`.
+        debug_assert!(
+            kind != "counter" || name.ends_with("_total"),
+            "counter {name} without _total"
+        );
         let name = match name.strip_suffix("_total") {
             Some(family) if self.openmetrics && kind == "counter" => family,
             _ => name,

@@ -75,6 +75,20 @@ fn query(prometheus: SocketAddr, promql: &str) -> Option<Vec<Value>> {
     body["data"]["result"].as_array().cloned()
 }
 
+/// What to wait for, with Prometheus's view of the targets read when the wait fails (their
+/// `lastError` says why a scrape failed: "INVALID is not a valid start token" was JSON).
+struct WithTargets<'a>(&'a str, SocketAddr);
+
+impl std::fmt::Display for WithTargets<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let targets = http::try_request(self.1, "GET", "/api/v1/targets", &[], b"").map_or_else(
+            |err| format!("unreadable: {err}"),
+            |response| response.text(),
+        );
+        write!(f, "{}; Prometheus's targets: {targets}", self.0)
+    }
+}
+
 /// The single sample's value of a vector result, as a number.
 fn value(sample: &Value) -> Option<f64> {
     sample["value"][1].as_str()?.parse().ok()
@@ -116,7 +130,8 @@ fn a_default_scrape_job_sees_the_router_up_and_its_metrics() {
     let mut server = Daemon::spawn("prometheus", command, dir.path());
 
     let up = format!("up{{job=\"{JOB}\"}}");
-    poll_for(SCRAPED_WITHIN, format!("{up} == 1"), || {
+    let waited_for = format!("{up} == 1");
+    poll_for(SCRAPED_WITHIN, WithTargets(&waited_for, prometheus), || {
         let result = query(prometheus, &up)?;
         (result.len() == 1 && value(&result[0]) == Some(1.0)).then_some(())
     });
