@@ -1,11 +1,13 @@
 //! `GET /metrics`: the router's figures as a JSON document, or in the
-//! Prometheus text format (`prometheus`).
+//! Prometheus text or OpenMetrics format (`prometheus` writes both), as
+//! `metrics_format` negotiates.
 
 use hyper::StatusCode;
-use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue, VARY};
 use strata_protocol::api::{Metrics, RequestLogMetrics, TierCounts};
 use strata_protocol::wire::{RequestLogStats, RouterMetrics, ServiceTier};
 
+use super::metrics_format::MetricsFormat;
 use crate::app::App;
 use crate::reply::json_response;
 use crate::response_body::ProxyBody;
@@ -60,8 +62,8 @@ fn metrics_document(
     }
 }
 
-/// `GET /metrics`: JSON, or Prometheus text on `Accept: text/plain` or
-/// `?format=prometheus`.
+/// `GET /metrics`: JSON, or the exposition format a scraper's `Accept`
+/// prefers (or `?format=prometheus` asks for).
 pub async fn metrics(
     app: &App,
     request: &hyper::Request<hyper::body::Incoming>,
@@ -69,24 +71,31 @@ pub async fn metrics(
     let state = app.link.state();
     let metrics = app.link.metrics().await;
     let doc = metrics_document(app, &state, metrics.as_ref());
-    let wants_text = request
-        .uri()
-        .query()
-        .is_some_and(|query| query.split('&').any(|pair| pair == "format=prometheus"))
-        || request
-            .headers()
-            .get(ACCEPT)
-            .and_then(|value| value.to_str().ok())
-            .is_some_and(|accept| accept.starts_with("text/plain"));
-    if wants_text {
-        let text =
-            super::prometheus::render(&app.config, &doc, state.router.as_ref(), metrics.as_ref());
-        let mut response = hyper::Response::new(ProxyBody::full(text));
-        response.headers_mut().insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4"),
-        );
-        return response;
-    }
-    json_response(StatusCode::OK, &doc)
+    let accept = request
+        .headers()
+        .get(ACCEPT)
+        .and_then(|value| value.to_str().ok());
+    let format = MetricsFormat::choose(request.uri().query(), accept);
+    let mut response = match format.content_type() {
+        None => json_response(StatusCode::OK, &doc),
+        Some(content_type) => {
+            let text = super::prometheus::render(
+                &app.config,
+                &doc,
+                state.router.as_ref(),
+                metrics.as_ref(),
+                format == MetricsFormat::OpenMetrics,
+            );
+            let mut response = hyper::Response::new(ProxyBody::full(text));
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+            response
+        }
+    };
+    // The body depends on Accept: a cache must not answer a scraper with JSON.
+    response
+        .headers_mut()
+        .insert(VARY, HeaderValue::from_static("accept"));
+    response
 }

@@ -4,12 +4,13 @@
 //!
 //! - `models`: `GET /v1/models`, the enabled models and aliases.
 //! - `health`: `GET /health`.
-//! - `metrics`: `GET /metrics`, JSON or the Prometheus text `prometheus`
-//!   writes.
+//! - `metrics`: `GET /metrics`, JSON or the Prometheus text or OpenMetrics
+//!   `prometheus` writes, in the format `metrics_format` negotiates.
 //! - `records`: `GET /requests`, pages of accounting records.
 
 pub mod health;
 pub mod metrics;
+mod metrics_format;
 pub mod models;
 mod prometheus;
 pub mod records;

@@ -1,5 +1,8 @@
-//! `GET /metrics?format=prometheus`: the router's figures in the Prometheus
-//! text format (version 0.0.4).
+//! The router's figures in the Prometheus text format (version 0.0.4) or
+//! OpenMetrics 1.0.0, for `GET /metrics` when a scraper asks for either.
+//! The two differ only where OpenMetrics requires it: a counter family's
+//! name in `# HELP`/`# TYPE` lacks the `_total` its samples carry, and the
+//! text ends with `# EOF`.
 //!
 //! The counters and histograms are the supervisor's, counted over every
 //! record it stored (so they survive a proxy restart and match
@@ -15,14 +18,19 @@ use strata_protocol::config::Config;
 use strata_protocol::stats::{Histogram, RATE_BUCKETS, SECONDS_BUCKETS};
 use strata_protocol::wire::{RouterMetrics, RouterState, ServiceTier};
 
-/// The text of one scrape.
+/// The text of one scrape, in OpenMetrics when `openmetrics`, else in the
+/// Prometheus text format.
 pub fn render(
     config: &Config,
     doc: &Metrics,
     router: Option<&RouterState>,
     metrics: Option<&RouterMetrics>,
+    openmetrics: bool,
 ) -> String {
-    let mut out = Exposition::default();
+    let mut out = Exposition {
+        openmetrics,
+        ..Exposition::default()
+    };
     let flag = |on: bool| if on { 1.0 } else { 0.0 };
 
     // Counters.
@@ -360,19 +368,40 @@ pub fn render(
             out.sample(name, &[], value as f64);
         }
     }
-    out.text
+    out.finish()
 }
 
 /// The text being written.
 #[derive(Default)]
 struct Exposition {
     text: String,
+    /// OpenMetrics 1.0.0 rather than the Prometheus text format.
+    openmetrics: bool,
 }
 
 impl Exposition {
+    /// A family's `# HELP` and `# TYPE` lines. `name` is the sample name;
+    /// OpenMetrics names a counter family without its samples' `_total`.
     fn family(&mut self, name: &str, kind: &str, help: &str) {
+        // OpenMetrics requires a counter's samples to end in `_total`.
+        debug_assert!(
+            kind != "counter" || name.ends_with("_total"),
+            "counter {name} without _total"
+        );
+        let name = match name.strip_suffix("_total") {
+            Some(family) if self.openmetrics && kind == "counter" => family,
+            _ => name,
+        };
         let _ = writeln!(self.text, "# HELP strata_router_{name} {help}");
         let _ = writeln!(self.text, "# TYPE strata_router_{name} {kind}");
+    }
+
+    /// The finished text: OpenMetrics ends with `# EOF`.
+    fn finish(mut self) -> String {
+        if self.openmetrics {
+            self.text.push_str("# EOF\n");
+        }
+        self.text
     }
 
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
@@ -443,9 +472,31 @@ mod tests {
         out.sample("x_total", &[("model", "a\"b"), ("tier", "flex")], 3.0);
         out.sample("x_total", &[], 0.25);
         assert_eq!(
-            out.text,
+            out.finish(),
             "# HELP strata_router_x_total Things.\n# TYPE strata_router_x_total counter\n\
              strata_router_x_total{model=\"a\\\"b\",tier=\"flex\"} 3\nstrata_router_x_total 0.25\n"
+        );
+    }
+
+    #[test]
+    fn openmetrics_names_counter_families_without_total_and_ends_with_eof() {
+        let mut out = Exposition {
+            openmetrics: true,
+            ..Exposition::default()
+        };
+        out.family("x_total", "counter", "Things.");
+        out.sample("x_total", &[("model", "m")], 3.0);
+        out.family("y_total_bytes", "gauge", "A gauge keeps its name.");
+        out.sample("y_total_bytes", &[], 1.0);
+        out.family("z_total", "gauge", "So does a gauge ending in _total.");
+        assert_eq!(
+            out.finish(),
+            "# HELP strata_router_x Things.\n# TYPE strata_router_x counter\n\
+             strata_router_x_total{model=\"m\"} 3\n\
+             # HELP strata_router_y_total_bytes A gauge keeps its name.\n\
+             # TYPE strata_router_y_total_bytes gauge\nstrata_router_y_total_bytes 1\n\
+             # HELP strata_router_z_total So does a gauge ending in _total.\n\
+             # TYPE strata_router_z_total gauge\n# EOF\n"
         );
     }
 

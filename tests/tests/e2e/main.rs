@@ -45,6 +45,7 @@ mod in_process;
 mod keepalive_gap;
 mod learned_load_time;
 mod lease_safety;
+mod prometheus_server;
 mod proxy_activation;
 mod proxy_aliases;
 mod proxy_disconnects;

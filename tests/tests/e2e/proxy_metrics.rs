@@ -1,6 +1,7 @@
 //! `GET /metrics` against live traffic: the loaded model, in-flight and
 //! queued counts (by tier), the body limit, the last streamed request's
-//! TTFT and decode rate, and the same figures in Prometheus text.
+//! TTFT and decode rate, and the same figures in Prometheus text and OpenMetrics, each
+//! format chosen by the `Accept` header a client sends.
 
 use serde_json::json;
 use strata_e2e::http::{self, chat_body};
@@ -134,12 +135,17 @@ fn prometheus_text_has_the_same_figures() {
     for (path, headers) in [
         ("/metrics?format=prometheus", vec![]),
         ("/metrics", vec![("Accept", "text/plain")]),
+        (
+            "/metrics",
+            vec![("Accept", "application/json;q=0.5, text/plain")],
+        ),
     ] {
         let response = http::request(stack.addr(), "GET", path, &headers, b"");
         response.expect_status(200);
         let content_type = response.header("content-type").unwrap_or_default();
-        assert!(content_type.starts_with("text/plain"), "{content_type}");
+        assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
         let text = response.text();
+        promtool_check(&text);
         for line in [
             "strata_router_in_flight 0",
             "strata_router_queue_depth 0",
@@ -152,6 +158,74 @@ fn prometheus_text_has_the_same_figures() {
                 "missing {line:?} in\n{text}"
             );
         }
+    }
+    stack.stop();
+}
+
+/// What Prometheus 2.42 (Debian bookworm's) sends, and 3.x with its default scrape protocols.
+const PROMETHEUS_2_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,\
+    application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+const PROMETHEUS_3_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,\
+    application/openmetrics-text;version=0.0.1;q=0.5,\
+    text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+
+/// Prometheus's own Accept headers get OpenMetrics (counter families named without `_total`,
+/// `# EOF` last); curl's `*/*`, no Accept and `application/json` keep the spec's JSON.
+#[test]
+fn accept_negotiates_openmetrics_for_prometheus_and_json_for_the_rest() {
+    let stack = Stack::start(config("prom-accept"));
+    stack.chat(&chat_body(A, false)).expect_status(200);
+    for accept in [PROMETHEUS_2_ACCEPT, PROMETHEUS_3_ACCEPT] {
+        let response = http::request(stack.addr(), "GET", "/metrics", &[("Accept", accept)], b"");
+        response.expect_status(200);
+        assert_eq!(
+            response.header("content-type"),
+            Some("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            "{accept}"
+        );
+        let text = response.text();
+        assert!(text.ends_with("\n# EOF\n"), "{text}");
+        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+        for line in [
+            "# TYPE strata_router_requests counter",
+            "# TYPE strata_router_request_log_write_errors counter",
+            "# TYPE strata_router_queue_depth gauge",
+            "strata_router_max_request_body_bytes 123456",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("strata_router_requests_total{")),
+            "{text}"
+        );
+        assert!(
+            !text.contains("# TYPE strata_router_requests_total"),
+            "{text}"
+        );
+    }
+    for headers in [
+        vec![],
+        vec![("Accept", "*/*")],
+        vec![("Accept", "application/json")],
+        vec![("Accept", "application/json, text/plain;q=0.5")],
+        vec![("Accept", "text/plain;q=0")],
+    ] {
+        let response = http::request(stack.addr(), "GET", "/metrics", &headers, b"");
+        response.expect_status(200);
+        assert_eq!(
+            response.header("content-type"),
+            Some("application/json"),
+            "{headers:?}"
+        );
+        assert_eq!(
+            response.json()["max_request_body_bytes"],
+            123_456,
+            "{headers:?}"
+        );
     }
     stack.stop();
 }
