@@ -13,11 +13,13 @@
 //!   readiness contract a Strata supports).
 //! - `warn_limit.rs`: [`WarnLimit`], the first warning of a kind at once, then one counted
 //!   line per interval.
+//! - `local_time.rs`: [`local_clock_time`], the local time of day (`HH:MM:SS`) for operator
+//!   views.
 //!
 //! Nothing here knows what the processes say to each other (that is `strata-protocol`'s): this
 //! crate depends on no workspace crate.
 //!
-//! `unsafe` is denied in the crate and allowed in exactly four modules, below, each holding
+//! `unsafe` is denied in the crate and allowed in exactly five modules, below, each holding
 //! audited uses with their `SAFETY` comments and nothing else that needs `unsafe`. The other
 //! crates (`protocol`, the daemons, `strata-ctl`) forbid `unsafe` outright.
 #![deny(unsafe_code)]
@@ -28,6 +30,9 @@ mod child;
 // `DirWatch::new`: registering the inotify descriptor with tokio (`AsyncFd`).
 #[allow(unsafe_code)]
 mod dir_watch;
+// `local_clock_time`: the C library's `localtime_r`.
+#[allow(unsafe_code)]
+mod local_time;
 // `release_free_memory`: glibc's `malloc_trim`.
 #[allow(unsafe_code)]
 mod memory;
@@ -45,6 +50,7 @@ pub use child::die_with_parent;
 pub use daemon_main::{Daemon, EXIT_CONFIG, current_thread_runtime};
 pub use dir_watch::DirWatch;
 pub use help_text::help_lists_flag;
+pub use local_time::{ClockTime, local_clock_time};
 pub use memory::release_free_memory;
 pub use open_files::raise_open_file_limit;
 pub use warn_limit::WarnLimit;
