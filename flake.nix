@@ -44,6 +44,10 @@
 
           cargoLock.lockFile = ./Cargo.lock;
 
+          # The sandbox has no .git: tell proxy/build.rs the commit for
+          # strata_router_build_info (its fallback is "unknown").
+          STRATA_REVISION = self.shortRev or self.dirtyShortRev or "unknown";
+
           # `cargo test` (release profile, the whole workspace) runs in the
           # check phase, inside the build sandbox: the end-to-end tests start
           # the real binaries against the fake Strata backend in

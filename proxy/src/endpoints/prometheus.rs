@@ -18,6 +18,11 @@ use strata_protocol::config::Config;
 use strata_protocol::stats::{Histogram, RATE_BUCKETS, SECONDS_BUCKETS};
 use strata_protocol::wire::{RouterMetrics, RouterState, ServiceTier};
 
+/// This build's version, the `version` label of `strata_router_build_info`.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The commit this build came from, or "unknown" (see `proxy/build.rs`).
+const REVISION: &str = env!("STRATA_REVISION");
+
 /// The text of one scrape, in OpenMetrics when `openmetrics`, else in the
 /// Prometheus text format.
 pub fn render(
@@ -32,6 +37,17 @@ pub fn render(
         ..Exposition::default()
     };
     let flag = |on: bool| if on { 1.0 } else { 0.0 };
+
+    out.family(
+        "build_info",
+        "gauge",
+        "Always 1: the proxy's version and the git commit it was built from (unknown outside git).",
+    );
+    out.sample(
+        "build_info",
+        &[("version", VERSION), ("revision", REVISION)],
+        1.0,
+    );
 
     // Counters.
     out.family(
@@ -497,6 +513,36 @@ mod tests {
              # TYPE strata_router_y_total_bytes gauge\nstrata_router_y_total_bytes 1\n\
              # HELP strata_router_z_total So does a gauge ending in _total.\n\
              # TYPE strata_router_z_total gauge\n# EOF\n"
+        );
+    }
+
+    #[test]
+    fn build_info_names_the_version_and_a_revision() {
+        let config = strata_protocol::config::testing::one_model_config(std::path::Path::new(
+            "/nonexistent/control.sock",
+        ));
+        // The document of a proxy that never reached its supervisor.
+        let doc: Metrics = serde_json::from_value(serde_json::json!({
+            "supervisor_connected": false, "queue_depth_by_tier": {},
+            "max_request_body_bytes": 1,
+            "request_log": {"max_bytes": 1, "rotate_files": 1, "capacity": 1}
+        }))
+        .unwrap();
+        let text = render(&config, &doc, None, None, false);
+        let line = format!(
+            "strata_router_build_info{{version=\"{}\",revision=\"{REVISION}\"}} 1\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.contains(&line), "{text}");
+        assert!(text.contains("# TYPE strata_router_build_info gauge\n"));
+        // A commit's short hash (or what a packager set), or the fallback
+        // outside git: a plain label value either way.
+        assert!(
+            !REVISION.is_empty()
+                && !REVISION
+                    .chars()
+                    .any(|c| c.is_whitespace() || c == '"' || c == '\\'),
+            "{REVISION}"
         );
     }
 
