@@ -130,7 +130,7 @@ pub fn render(
 
     // Histograms, per model.
     type Pick = fn(&strata_protocol::stats::ModelHistograms) -> &Histogram;
-    let histograms: [(&str, &str, &[f64], Pick); 6] = [
+    let histograms: [(&str, &str, &[f64], Pick); 7] = [
         (
             "queue_wait_seconds",
             "Arrival to lease, for granted requests.",
@@ -156,8 +156,17 @@ pub fn render(
             |m| &m.ttft_after_lease,
         ),
         (
-            "total_seconds",
+            "request_duration_seconds",
             "Arrival to the end of the response.",
+            &SECONDS_BUCKETS,
+            |m| &m.total,
+        ),
+        // The old name read as a counter; kept for one release with the
+        // same samples so dashboards can move (docs/decisions.md).
+        (
+            "total_seconds",
+            "Deprecated: use strata_router_request_duration_seconds (the same samples; \
+             this name goes in the next release). Arrival to the end of the response.",
             &SECONDS_BUCKETS,
             |m| &m.total,
         ),

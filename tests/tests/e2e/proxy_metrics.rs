@@ -343,7 +343,9 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
             .filter(|r| r.model_resolved.as_deref() == Some(model))
             .count() as f64;
         assert_eq!(
-            got[&format!("strata_router_total_seconds_bucket{{model=\"{model}\",le=\"+Inf\"}}")],
+            got[&format!(
+                "strata_router_request_duration_seconds_bucket{{model=\"{model}\",le=\"+Inf\"}}"
+            )],
             total
         );
         let starts = stack
@@ -358,6 +360,23 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
         );
     }
     assert_eq!(got["strata_router_proxies"], 1.0);
+    // The duration histogram's deprecated old name carries the same samples
+    // for one release, and says so.
+    let deprecated: Vec<_> = got
+        .iter()
+        .filter(|(key, _)| key.starts_with("strata_router_total_seconds_"))
+        .collect();
+    assert!(!deprecated.is_empty(), "{text}");
+    for (key, value) in deprecated {
+        let renamed = key.replacen("total_seconds", "request_duration_seconds", 1);
+        assert_eq!(got.get(&renamed), Some(value), "{renamed}");
+    }
+    assert!(
+        text.contains(
+            "# HELP strata_router_total_seconds Deprecated: use strata_router_request_duration_seconds"
+        ),
+        "{text}"
+    );
     assert_eq!(
         got[&format!("strata_router_model_loaded{{model=\"{A}\"}}")]
             + got[&format!("strata_router_model_loaded{{model=\"{B}\"}}")],
