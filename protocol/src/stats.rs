@@ -12,9 +12,14 @@ use serde::{Deserialize, Serialize};
 use crate::record::{Reason, RequestRecord};
 use crate::wire::ServiceTier;
 
-/// Upper bounds (seconds) of the duration histograms' buckets.
-pub const SECONDS_BUCKETS: [f64; 15] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+/// Upper bounds (seconds) of the duration histograms' buckets. They reach
+/// 1800 s because a model load may take that long (docs recommend allowing
+/// 900 s), and a queue wait or a request's duration includes any load it
+/// waited for. The supervisor counts into them and the proxy labels them,
+/// so changing them changes the wire's meaning: bump `PROTOCOL_VERSION`.
+pub const SECONDS_BUCKETS: [f64; 18] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    900.0, 1800.0,
 ];
 
 /// Upper bounds (tokens per second) of the decode-rate histogram's buckets.
@@ -245,5 +250,24 @@ mod tests {
         assert_eq!(cumulative[4], (0.1, 0));
         assert_eq!(cumulative[5], (0.25, 2));
         assert_eq!(cumulative.last().unwrap().1, 2);
+    }
+
+    #[test]
+    fn a_load_of_a_quarter_hour_has_a_bucket_below_infinity() {
+        let mut stats = RequestStats::default();
+        stats.observe(
+            &record(
+                serde_json::json!({"model_switch": true, "model_load_ms": 1_000_000,
+                "total_ms": 1_100_000}),
+            ),
+            ServiceTier::Default,
+        );
+        let m = &stats.by_model["m"];
+        // 1000 s falls in the 1800 s bucket, not only in +Inf.
+        let load: Vec<(f64, u64)> = m.model_load.cumulative(&SECONDS_BUCKETS).collect();
+        assert_eq!(load[load.len() - 3], (900.0, 0));
+        assert_eq!(load[load.len() - 2], (1800.0, 1));
+        let total: Vec<(f64, u64)> = m.total.cumulative(&SECONDS_BUCKETS).collect();
+        assert_eq!(total[total.len() - 2], (1800.0, 1));
     }
 }
