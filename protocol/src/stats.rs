@@ -89,14 +89,20 @@ pub struct RequestLabels {
     pub status_hundreds: u16,
     pub tier: ServiceTier,
     pub stream: bool,
+    /// The record's `success`: false for a response that failed after its
+    /// 2xx headers (a stream's in-band error, a cut, a timeout).
+    pub success: bool,
 }
 
 impl RequestLabels {
-    /// The `status_class` label: `2xx`, `4xx`, `5xx` or `none`.
+    /// The `status_class` label: `2xx` (succeeded), `failed_after_headers`
+    /// (sent 2xx headers, then failed: a stream's error travels in band, so
+    /// counting it as `2xx` would hide it), `4xx`, `5xx` or `none`.
     pub fn status_class(&self) -> &'static str {
         match self.status_hundreds {
             0 => "none",
             1 => "1xx",
+            2 if !self.success => "failed_after_headers",
             2 => "2xx",
             3 => "3xx",
             4 => "4xx",
@@ -138,6 +144,7 @@ impl RequestStats {
             status_hundreds: record.status.map_or(0, |status| (status / 100).clamp(1, 5)),
             tier,
             stream: record.stream,
+            success: record.success,
         };
         *entry(&mut self.requests, model).entry(labels).or_default() += 1;
         self.response_bytes += record.response_bytes;
@@ -214,7 +221,7 @@ mod tests {
         stats.observe(
             &record(
                 serde_json::json!({"model_resolved": null, "model_requested": null,
-                "upstream_model": null, "status": 400, "reason": "invalid_request",
+                "upstream_model": null, "status": 400, "reason": "invalid_request", "success": false,
                 "stream": false, "response_bytes": 50}),
             ),
             ServiceTier::Default,
@@ -226,6 +233,7 @@ mod tests {
             status_hundreds: 2,
             tier: ServiceTier::Priority,
             stream: true,
+            success: true,
         };
         assert_eq!(completed.status_class(), "2xx");
         assert_eq!(stats.requests["m"][&completed], 2);
@@ -234,6 +242,7 @@ mod tests {
             status_hundreds: 4,
             tier: ServiceTier::Default,
             stream: false,
+            success: false,
         };
         assert_eq!(stats.requests[NO_MODEL][&rejected], 1);
         // Only resolved requests are measured.
@@ -250,6 +259,20 @@ mod tests {
         assert_eq!(cumulative[4], (0.1, 0));
         assert_eq!(cumulative[5], (0.25, 2));
         assert_eq!(cumulative.last().unwrap().1, 2);
+    }
+
+    #[test]
+    fn a_stream_that_fails_after_its_headers_is_not_counted_as_2xx() {
+        let mut stats = RequestStats::default();
+        stats.observe(
+            &record(serde_json::json!({"reason": "upstream_error", "success": false})),
+            ServiceTier::Default,
+        );
+        let (labels, count) = stats.requests["m"].iter().next().unwrap();
+        assert_eq!(*count, 1);
+        assert_eq!(labels.status_hundreds, 2, "the client got 200 headers");
+        assert_eq!(labels.status_class(), "failed_after_headers");
+        assert_eq!(labels.reason, Reason::UpstreamError);
     }
 
     #[test]

@@ -275,7 +275,7 @@ fn promtool_check(text: &str) {
 }
 
 /// Under traffic (streams and JSON on two models, so loads and a switch; a request for an
-/// unknown model), the supervisor's counters and histograms match the records one for one,
+/// unknown model; a stream that fails after its headers), the supervisor's counters and histograms match the records one for one,
 /// the scrape passes `promtool check metrics`, and the counts survive a proxy restart.
 #[test]
 fn prometheus_counters_match_the_records_and_pass_promtool() {
@@ -297,6 +297,11 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
         .chat(&chat_body("no-such-model", false))
         .expect_status(404);
     sent += 1;
+    // A stream that fails after its 200 headers (an in-band error frame).
+    let mut body = chat_body(A, true);
+    body["fake"] = json!({"mid_stream": "error", "mid_stream_after": 2, "tokens": 4});
+    stack.open_chat(&body).read_to_end(DEADLINE);
+    sent += 1;
     let records = strata_e2e::accounting::wait_records(addr, sent);
     let scrape = |stack: &Stack| {
         http::request(stack.addr(), "GET", "/metrics?format=prometheus", &[], b"").text()
@@ -309,9 +314,11 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
     let mut expected: std::collections::BTreeMap<String, f64> = Default::default();
     let mut bytes = 0.0;
     for record in &records {
-        let status_class = record
-            .status
-            .map_or("none".to_owned(), |s| format!("{}xx", s / 100));
+        let status_class = match record.status {
+            None => "none".to_owned(),
+            Some(s) if s / 100 == 2 && !record.success => "failed_after_headers".to_owned(),
+            Some(s) => format!("{}xx", s / 100),
+        };
         let key = format!(
             "strata_router_requests_total{{model=\"{}\",reason=\"{}\",status_class=\"{status_class}\",tier=\"default\",stream=\"{}\"}}",
             record.model_resolved.as_deref().unwrap_or("none"),
@@ -327,6 +334,12 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
         .map(|(key, value)| (key.clone(), *value))
         .collect();
     assert_eq!(counted, expected, "{text}");
+    assert!(
+        counted
+            .keys()
+            .any(|key| key.contains("status_class=\"failed_after_headers\"")),
+        "the failed stream is not counted as 2xx: {text}"
+    );
     assert_eq!(got["strata_router_response_bytes_total"], bytes);
     for model in [A, B] {
         let with_ttft = records
