@@ -118,6 +118,16 @@ pub struct RequestStats {
     pub requests: BTreeMap<String, BTreeMap<RequestLabels, u64>>,
     pub response_bytes: u64,
     pub by_model: BTreeMap<String, ModelHistograms>,
+    /// Tokens the backend reported, by resolved model.
+    pub tokens: BTreeMap<String, TokenCounts>,
+}
+
+/// One model's token totals, from the records' usage (a record without
+/// usage adds nothing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenCounts {
+    pub prompt: u64,
+    pub completion: u64,
 }
 
 fn seconds(ms: Option<u64>) -> Option<f64> {
@@ -151,6 +161,9 @@ impl RequestStats {
         if record.model_resolved.is_none() {
             return;
         }
+        let tokens = entry(&mut self.tokens, model);
+        tokens.prompt += record.prompt_tokens.unwrap_or(0);
+        tokens.completion += record.completion_tokens.unwrap_or(0);
         let histograms = entry(&mut self.by_model, model);
         let pairs = [
             (&mut histograms.queue_wait, seconds(record.queue_wait_ms)),
@@ -251,6 +264,15 @@ mod tests {
         assert_eq!(m.ttft.count, 2);
         assert!((m.ttft.sum - 0.3).abs() < 1e-9);
         assert_eq!(m.model_load.count, 0, "no load, no observation");
+        // 10 completion tokens each, no prompt usage reported.
+        assert_eq!(
+            stats.tokens["m"],
+            TokenCounts {
+                prompt: 0,
+                completion: 20
+            }
+        );
+        assert!(!stats.tokens.contains_key(NO_MODEL));
         // 9 tokens after the first in 0.9 s.
         assert!((m.decode_rate.sum - 20.0).abs() < 1e-9);
         // 0.15 s falls in the 0.25 bucket; cumulative counts end at the total.

@@ -45,7 +45,7 @@ use crate::record::RequestRecord;
 use crate::stats::RequestStats;
 
 /// Bumped whenever a message or field changes shape.
-pub const PROTOCOL_VERSION: u32 = 12;
+pub const PROTOCOL_VERSION: u32 = 13;
 
 /// The most bytes a frame from a proxy may have, for a config whose longest
 /// `upstream_model` is `longest_upstream_model` bytes. The supervisor

@@ -128,6 +128,26 @@ pub fn render(
         );
     }
 
+    for (name, help, pick) in [
+        (
+            "prompt_tokens_total",
+            "Prompt tokens the backend reported, by model.",
+            (|t| t.prompt) as fn(&strata_protocol::stats::TokenCounts) -> u64,
+        ),
+        (
+            "completion_tokens_total",
+            "Completion tokens the backend reported, by model.",
+            |t| t.completion,
+        ),
+    ] {
+        out.family(name, "counter", help);
+        if let Some(metrics) = metrics {
+            for (model, tokens) in &metrics.requests.tokens {
+                out.sample(name, &[("model", model)], pick(tokens) as f64);
+            }
+        }
+    }
+
     // Histograms, per model.
     type Pick = fn(&strata_protocol::stats::ModelHistograms) -> &Histogram;
     let histograms: [(&str, &str, &[f64], Pick); 7] = [

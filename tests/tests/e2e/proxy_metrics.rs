@@ -361,6 +361,25 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
             )],
             total
         );
+        for (family, tokens) in [
+            (
+                "prompt",
+                (|r| r.prompt_tokens) as fn(&strata_protocol::record::RequestRecord) -> Option<u64>,
+            ),
+            ("completion", |r| r.completion_tokens),
+        ] {
+            let reported: u64 = records
+                .iter()
+                .filter(|r| r.model_resolved.as_deref() == Some(model))
+                .filter_map(|r| tokens(r))
+                .sum();
+            assert!(reported > 0, "{family}: the fake reports usage");
+            assert_eq!(
+                got[&format!("strata_router_{family}_tokens_total{{model=\"{model}\"}}")],
+                reported as f64,
+                "{text}"
+            );
+        }
         let starts = stack
             .fake_log()
             .start_count(&stack.config().upstream(model)) as f64;
