@@ -84,6 +84,7 @@ pub async fn metrics(
                 &doc,
                 state.router.as_ref(),
                 metrics.as_ref(),
+                &super::process::read(),
                 format == MetricsFormat::OpenMetrics,
             );
             let mut response = hyper::Response::new(ProxyBody::full(text));

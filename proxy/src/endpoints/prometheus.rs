@@ -18,6 +18,8 @@ use strata_protocol::config::Config;
 use strata_protocol::stats::{Histogram, RATE_BUCKETS, SECONDS_BUCKETS};
 use strata_protocol::wire::{RouterMetrics, RouterState, ServiceTier};
 
+use super::process::ProcessFigures;
+
 /// This build's version, the `version` label of `strata_router_build_info`.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The commit this build came from, or "unknown" (see `proxy/build.rs`).
@@ -30,6 +32,7 @@ pub fn render(
     doc: &Metrics,
     router: Option<&RouterState>,
     metrics: Option<&RouterMetrics>,
+    process: &ProcessFigures,
     openmetrics: bool,
 ) -> String {
     let mut out = Exposition {
@@ -413,6 +416,52 @@ pub fn render(
             out.sample(name, &[], value as f64);
         }
     }
+
+    // The proxy process, under the standard names every exporter uses.
+    let whole = |value: Option<u64>| value.map(|v| v as f64);
+    for (name, kind, help, value) in [
+        (
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time of the proxy process, seconds.",
+            process.cpu_seconds,
+        ),
+        (
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory of the proxy process.",
+            whole(process.resident_memory_bytes),
+        ),
+        (
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory of the proxy process.",
+            whole(process.virtual_memory_bytes),
+        ),
+        (
+            "process_open_fds",
+            "gauge",
+            "Open file descriptors of the proxy process.",
+            whole(process.open_fds),
+        ),
+        (
+            "process_max_fds",
+            "gauge",
+            "The proxy process's limit on open file descriptors.",
+            whole(process.max_fds),
+        ),
+        (
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the proxy process, seconds since the Unix epoch.",
+            process.start_time_seconds,
+        ),
+    ] {
+        out.family_named(name, kind, help);
+        if let Some(value) = value {
+            out.sample_named(name, &[], value);
+        }
+    }
     out.finish()
 }
 
@@ -428,6 +477,12 @@ impl Exposition {
     /// A family's `# HELP` and `# TYPE` lines. `name` is the sample name;
     /// OpenMetrics names a counter family without its samples' `_total`.
     fn family(&mut self, name: &str, kind: &str, help: &str) {
+        self.family_named(&format!("strata_router_{name}"), kind, help);
+    }
+
+    /// [`Self::family`] with the whole name, for the standard families
+    /// (`process_*`) that carry no router prefix.
+    fn family_named(&mut self, name: &str, kind: &str, help: &str) {
         // OpenMetrics requires a counter's samples to end in `_total`.
         debug_assert!(
             kind != "counter" || name.ends_with("_total"),
@@ -437,8 +492,8 @@ impl Exposition {
             Some(family) if self.openmetrics && kind == "counter" => family,
             _ => name,
         };
-        let _ = writeln!(self.text, "# HELP strata_router_{name} {help}");
-        let _ = writeln!(self.text, "# TYPE strata_router_{name} {kind}");
+        let _ = writeln!(self.text, "# HELP {name} {help}");
+        let _ = writeln!(self.text, "# TYPE {name} {kind}");
     }
 
     /// The finished text: OpenMetrics ends with `# EOF`.
@@ -450,7 +505,12 @@ impl Exposition {
     }
 
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
-        let _ = write!(self.text, "strata_router_{name}");
+        self.sample_named(&format!("strata_router_{name}"), labels, value);
+    }
+
+    /// [`Self::sample`] with the whole name.
+    fn sample_named(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        let _ = write!(self.text, "{name}");
         if !labels.is_empty() {
             self.text.push('{');
             for (n, (label, value)) in labels.iter().enumerate() {
@@ -557,7 +617,7 @@ mod tests {
             "request_log": {"max_bytes": 1, "rotate_files": 1, "capacity": 1}
         }))
         .unwrap();
-        let text = render(&config, &doc, None, None, false);
+        let text = render(&config, &doc, None, None, &ProcessFigures::default(), false);
         let line = format!(
             "strata_router_build_info{{version=\"{}\",revision=\"{REVISION}\"}} 1\n",
             env!("CARGO_PKG_VERSION")
@@ -573,6 +633,41 @@ mod tests {
                     .any(|c| c.is_whitespace() || c == '"' || c == '\\'),
             "{REVISION}"
         );
+    }
+
+    #[test]
+    fn process_families_carry_the_standard_names() {
+        let config = strata_protocol::config::testing::one_model_config(std::path::Path::new(
+            "/nonexistent/control.sock",
+        ));
+        let doc: Metrics = serde_json::from_value(serde_json::json!({
+            "supervisor_connected": false, "queue_depth_by_tier": {},
+            "max_request_body_bytes": 1,
+            "request_log": {"max_bytes": 1, "rotate_files": 1, "capacity": 1}
+        }))
+        .unwrap();
+        let process = ProcessFigures {
+            cpu_seconds: Some(1.5),
+            resident_memory_bytes: Some(4096),
+            open_fds: None,
+            ..ProcessFigures::default()
+        };
+        let text = render(&config, &doc, None, None, &process, true);
+        assert!(
+            text.contains("# TYPE process_cpu_seconds counter\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nprocess_cpu_seconds_total 1.5\n"), "{text}");
+        assert!(
+            text.contains("\nprocess_resident_memory_bytes 4096\n"),
+            "{text}"
+        );
+        // A figure that could not be read is absent, not 0.
+        assert!(
+            text.contains("# TYPE process_open_fds gauge\n# HELP"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
     }
 
     #[test]

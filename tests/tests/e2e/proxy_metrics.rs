@@ -392,6 +392,10 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
         );
     }
     assert_eq!(got["strata_router_proxies"], 1.0);
+    // The proxy's own process families, under their standard names.
+    assert!(got["process_resident_memory_bytes"] > 0.0, "{text}");
+    assert!(got["process_open_fds"] > 0.0, "{text}");
+    assert!(got["process_start_time_seconds"] > 1.7e9, "{text}");
     // The duration histogram's deprecated old name carries the same samples
     // for one release, and says so.
     let deprecated: Vec<_> = got
