@@ -1,6 +1,6 @@
 //! A daemon's start, done one way by `strata-supervisor` and `strata-proxy`: the command line,
 //! the exit status for a bad config, logging, the open-file limit, the current-thread runtime
-//! and the shutdown-signal counter, around the daemon library's own `run`.
+//! the shutdown-signal counter and the SIGHUP notice, around the daemon library's own `run`.
 //!
 //! [`Daemon`] holds only what both `main`s share, in two calls, so that what each daemon does
 //! in between stays in its own `main`: the proxy adopts its listener after loading the config
@@ -77,6 +77,9 @@ impl Daemon {
             let Ok(signals) = count_shutdown_signals() else {
                 return self.fail(ExitCode::FAILURE, "cannot install signal handlers");
             };
+            if explain_hangups().is_err() {
+                return self.fail(ExitCode::FAILURE, "cannot install signal handlers");
+            }
             run(signals).await
         })
     }
@@ -146,4 +149,22 @@ fn count_shutdown_signals() -> io::Result<watch::Receiver<u32>> {
         }
     });
     Ok(count_rx)
+}
+
+/// What a daemon logs on SIGHUP, once per signal.
+const HANGUP_NOTICE: &str = "SIGHUP ignored: the configuration is read only at start; \
+                             restart the daemon to apply changes";
+
+/// Catches SIGHUP from now on (its default action ends the process, which a `systemctl reload`
+/// or a closed terminal would do to both daemons at once, without the SIGTERM drain) and logs,
+/// once per signal, that the configuration is read only at start. Nothing else changes: the
+/// daemons reload nothing, so the units have no `ExecReload=`. Call it inside the runtime.
+fn explain_hangups() -> io::Result<()> {
+    let mut hangup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            tracing::warn!("{HANGUP_NOTICE}");
+        }
+    });
+    Ok(())
 }
