@@ -9,7 +9,7 @@
 //! exit status `run`'s outcome maps to.
 
 use std::fmt::Display;
-use std::io::{self, IsTerminal};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -17,6 +17,7 @@ use tokio::runtime::Runtime;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
+use crate::log_output::init_logging;
 use crate::raise_open_file_limit;
 
 /// Exit status for an invalid configuration (sysexits `EX_CONFIG`); the systemd units do not
@@ -118,19 +119,6 @@ fn config_path_from_args(program: &str) -> Result<PathBuf, ExitCode> {
             Err(ExitCode::from(2))
         }
     }
-}
-
-/// Logs to stderr (colours only on a terminal) at the level `STRATA_LOG` names, `info`
-/// without it.
-fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_writer(io::stderr)
-        .with_ansi(io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
 }
 
 /// Counts SIGTERM and SIGINT from now on: the daemons' `run` drains on the first and forces on
