@@ -17,8 +17,8 @@
 //! 6. A proxy that keeps failing (exits 1 at start, or SIGKILLed each time it runs) makes
 //!    systemd give up, and the socket unit fails with it and stops listening.
 //! 7. A config change converges whichever unit is restarted first (and with both at once).
-//! 8. Under journald, each log line's level is its journal priority (warning 4, info 6), and
-//!    SIGHUP stops neither daemon.
+//! 8. Under journald, each log line's level is its journal priority (warning 4, info 6: a
+//!    failed load and the SIGHUP notice are warnings), and SIGHUP stops neither daemon.
 //!
 //! Plus `systemd-analyze verify` of the contrib units and checks of the harness itself (not
 //! root-only), and a stack whose binaries and fake Strata are under `/tmp` (the harness's
@@ -796,6 +796,32 @@ fn the_journal_gets_each_lines_priority_and_sighup_stops_neither_daemon() {
     assert_eq!(stack.show(&supervisor, "NRestarts"), "0");
     assert_eq!(stack.show(&proxy, "NRestarts"), "0");
     wait_settled(&stack);
+    stack.stop_all_and_check();
+}
+
+/// Check 8, the case: a failed load is a warning in the journal (priority 4), so
+/// `journalctl -p warning -u strata-supervisor` is no longer empty after one.
+#[test]
+fn a_failed_load_reaches_the_journal_as_a_warning() {
+    if skip() {
+        return;
+    }
+    let stack = SdStack::builder()
+        .journal()
+        .fake("start_failure", "exit")
+        .boot();
+    let supervisor = stack.names.supervisor();
+    wait_linked(&stack);
+    let response = http::chat(stack.addr(), &body(MODEL, false, json!({})));
+    assert_ne!(
+        response.status, 200,
+        "a start set to fail served: {response}"
+    );
+    let failed = poll_for(DEADLINE, "the failed start in the journal", || {
+        // The warning (engine/backend_slot.rs), not the info line about the stopped group.
+        journal_entry(&stack, &supervisor, "backend start failed model=")
+    });
+    assert_eq!(failed["PRIORITY"], "4", "{failed}");
     stack.stop_all_and_check();
 }
 
