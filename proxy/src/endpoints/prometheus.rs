@@ -320,7 +320,7 @@ pub fn render(
     );
 
     // The endpoint picker's gauges (the Model Server Protocol).
-    model_server::render(&mut out, doc, router, metrics);
+    model_server::render(&mut out, config, doc, router, metrics);
 
     // The request log.
     let log = &doc.request_log;

@@ -15,11 +15,15 @@
 //! The router serves one model at a time, so the info gauge names the
 //! loaded model as the one running "adapter" with `max_lora` 1: the
 //! picker's adapter affinity then sends a model's requests to the host that
-//! has it loaded, or that already waits for it.
+//! has it loaded, or that already waits for it. An alias is listed beside
+//! the model it resolves to now (a request for `qwen3.8-flash-next` is
+//! served by the loaded `qwen3.8-flash-next-q4_k_m` without a swap), since
+//! the picker compares the name a request asks for.
 
 use std::collections::BTreeMap;
 
 use strata_protocol::api::Metrics;
+use strata_protocol::config::{Config, Resolution};
 use strata_protocol::wire::{RouterMetrics, RouterState};
 
 use super::Exposition;
@@ -28,6 +32,7 @@ use super::Exposition;
 /// are listed without samples, like the others.
 pub(super) fn render(
     out: &mut Exposition,
+    config: &Config,
     doc: &Metrics,
     router: Option<&RouterState>,
     metrics: Option<&RouterMetrics>,
@@ -57,10 +62,22 @@ pub(super) fn render(
          for as waiting adapters (comma-separated); max_lora is 1: one model at a time.",
     );
     if let (Some(router), Some(metrics)) = (router, metrics) {
+        let loaded = router.loaded.as_deref();
+        let aliases: Vec<(&str, &str)> = config
+            .registry
+            .aliases()
+            .filter_map(|alias| match config.registry.resolve(&alias.name, loaded) {
+                Resolution::Alias { alias, model } => {
+                    Some((alias.name.as_str(), model.id.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
         let labels = adapter_labels(
-            router.loaded.as_deref(),
+            loaded,
             router.loading.as_deref(),
             &metrics.queue_depth_by_model,
+            &aliases,
         );
         out.sample(
             "lora_requests_info",
@@ -77,30 +94,42 @@ pub(super) fn render(
 /// The info gauge's adapter lists, comma-separated as vLLM writes them.
 #[derive(Debug, PartialEq, Eq)]
 struct AdapterLabels {
-    /// The loaded model, or empty.
+    /// The loaded model and the aliases that resolve to it, or empty.
     running: String,
-    /// The models with waiting requests and the model being loaded, in ID
-    /// order, without the loaded one.
+    /// The models with waiting requests and the model being loaded, without
+    /// the loaded one, and the aliases that resolve to one of them.
     waiting: String,
 }
 
+/// `aliases` pairs each visible alias with the model it resolves to while
+/// `loaded` is loaded. Lists are in name order.
 fn adapter_labels(
     loaded: Option<&str>,
     loading: Option<&str>,
     waiting_by_model: &BTreeMap<String, u64>,
+    aliases: &[(&str, &str)],
 ) -> AdapterLabels {
-    let running = loaded.unwrap_or_default();
     let mut waiting: Vec<&str> = waiting_by_model
         .iter()
         .filter(|(_, count)| **count > 0)
         .map(|(model, _)| model.as_str())
         .chain(loading)
-        .filter(|model| *model != running)
+        .filter(|model| Some(*model) != loaded)
         .collect();
-    waiting.sort_unstable();
-    waiting.dedup();
+    let mut running: Vec<&str> = loaded.into_iter().collect();
+    for (alias, model) in aliases {
+        if Some(*model) == loaded {
+            running.push(alias);
+        } else if waiting.contains(model) {
+            waiting.push(alias);
+        }
+    }
+    for list in [&mut running, &mut waiting] {
+        list.sort_unstable();
+        list.dedup();
+    }
     AdapterLabels {
-        running: running.to_owned(),
+        running: running.join(","),
         waiting: waiting.join(","),
     }
 }
@@ -122,6 +151,7 @@ mod tests {
             Some("a"),
             None,
             &waiting(&[("a", 2), ("b", 1), ("c", 0), ("d", 3)]),
+            &[],
         );
         assert_eq!(
             labels,
@@ -134,7 +164,7 @@ mod tests {
 
     #[test]
     fn a_model_being_loaded_waits_and_nothing_runs() {
-        let labels = adapter_labels(None, Some("b"), &waiting(&[("a", 1), ("b", 1)]));
+        let labels = adapter_labels(None, Some("b"), &waiting(&[("a", 1), ("b", 1)]), &[]);
         assert_eq!(
             labels,
             AdapterLabels {
@@ -145,8 +175,29 @@ mod tests {
     }
 
     #[test]
+    fn an_alias_is_listed_beside_the_model_it_resolves_to() {
+        let labels = adapter_labels(
+            Some("flash-q4"),
+            None,
+            &waiting(&[("a3b-q4", 1), ("flash-q4", 0)]),
+            &[
+                ("flash", "flash-q4"),
+                ("a3b", "a3b-q4"),
+                ("other", "idle-model"),
+            ],
+        );
+        assert_eq!(
+            labels,
+            AdapterLabels {
+                running: "flash,flash-q4".to_owned(),
+                waiting: "a3b,a3b-q4".to_owned()
+            }
+        );
+    }
+
+    #[test]
     fn an_idle_router_writes_empty_lists_and_max_lora_1() {
-        let labels = adapter_labels(None, None, &waiting(&[("a", 0)]));
+        let labels = adapter_labels(None, None, &waiting(&[("a", 0)]), &[]);
         let mut out = Exposition::default();
         out.sample(
             "lora_requests_info",
