@@ -1,6 +1,6 @@
 //! A daemon's start, done one way by `strata-supervisor` and `strata-proxy`: the command line,
 //! the exit status for a bad config, logging, the open-file limit, the current-thread runtime
-//! and the shutdown-signal counter, around the daemon library's own `run`.
+//! the shutdown-signal counter and the SIGHUP notice, around the daemon library's own `run`.
 //!
 //! [`Daemon`] holds only what both `main`s share, in two calls, so that what each daemon does
 //! in between stays in its own `main`: the proxy adopts its listener after loading the config
@@ -9,7 +9,7 @@
 //! exit status `run`'s outcome maps to.
 
 use std::fmt::Display;
-use std::io::{self, IsTerminal};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -17,6 +17,7 @@ use tokio::runtime::Runtime;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
+use crate::log_output::init_logging;
 use crate::raise_open_file_limit;
 
 /// Exit status for an invalid configuration (sysexits `EX_CONFIG`); the systemd units do not
@@ -77,6 +78,9 @@ impl Daemon {
             let Ok(signals) = count_shutdown_signals() else {
                 return self.fail(ExitCode::FAILURE, "cannot install signal handlers");
             };
+            if explain_hangups().is_err() {
+                return self.fail(ExitCode::FAILURE, "cannot install signal handlers");
+            }
             run(signals).await
         })
     }
@@ -117,19 +121,6 @@ fn config_path_from_args(program: &str) -> Result<PathBuf, ExitCode> {
     }
 }
 
-/// Logs to stderr (colours only on a terminal) at the level `STRATA_LOG` names, `info`
-/// without it.
-fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_writer(io::stderr)
-        .with_ansi(io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-}
-
 /// Counts SIGTERM and SIGINT from now on: the daemons' `run` drains on the first and forces on
 /// the second. Call it inside the runtime.
 fn count_shutdown_signals() -> io::Result<watch::Receiver<u32>> {
@@ -146,4 +137,22 @@ fn count_shutdown_signals() -> io::Result<watch::Receiver<u32>> {
         }
     });
     Ok(count_rx)
+}
+
+/// What a daemon logs on SIGHUP, once per signal.
+const HANGUP_NOTICE: &str = "SIGHUP ignored: the configuration is read only at start; \
+                             restart the daemon to apply changes";
+
+/// Catches SIGHUP from now on (its default action ends the process, which a `systemctl reload`
+/// or a closed terminal would do to both daemons at once, without the SIGTERM drain) and logs,
+/// once per signal, that the configuration is read only at start. Nothing else changes: the
+/// daemons reload nothing, so the units have no `ExecReload=`. Call it inside the runtime.
+fn explain_hangups() -> io::Result<()> {
+    let mut hangup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            tracing::warn!("{HANGUP_NOTICE}");
+        }
+    });
+    Ok(())
 }

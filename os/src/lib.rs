@@ -2,7 +2,10 @@
 //!
 //! - `daemon_main.rs`: [`Daemon`], a daemon's start around its library `run`: the command line
 //!   (`PROGRAM CONFIG`), the exit status for a bad config ([`EXIT_CONFIG`]), logging, the
-//!   open-file limit, the [`current_thread_runtime`] and the shutdown-signal counter.
+//!   open-file limit, the [`current_thread_runtime`], the shutdown-signal counter and the
+//!   SIGHUP notice.
+//! - `log_output.rs`: the daemons' log output, on stderr, with journald priorities under
+//!   systemd.
 //! - `open_files.rs`: [`raise_open_file_limit`], done at each daemon's start.
 //! - `child.rs`: [`die_with_parent`], the parent-death hook every spawned child gets.
 //! - `memory.rs`: [`release_free_memory`], the heap handed back after a burst.
@@ -43,6 +46,7 @@ pub mod page_cache;
 
 mod daemon_main;
 mod help_text;
+mod log_output;
 mod open_files;
 mod warn_limit;
 

@@ -27,7 +27,9 @@
 //!   systemd did is read with `systemctl show` instead, and the services' output goes to
 //!   files (`StandardOutput=append:` in the unit copies);
 //! - masks the tmpfiles units and every sysinit-type unit, and boots `TEST.target`, which
-//!   wants only the units under test (all with `DefaultDependencies=no`).
+//!   wants only the units under test (all with `DefaultDependencies=no`). journald is masked
+//!   too, except for a test that reads the journal ([`SdStackBuilder::journal`]): its journal
+//!   is volatile, under the private `/run`.
 //!
 //! Everything the services read or write and everything the test reads afterwards (config,
 //! profiles, unit copies, boot script, console, the services' output, the fake backend's log,
@@ -141,10 +143,14 @@ mount -t cgroup2 cgroup2 /sys/fs/cgroup
 mount --bind /proc/sys /proc/sys
 mount -o remount,bind,ro /proc/sys
 mount --bind "$BASE/console.log" /dev/console
+# journald stays unmasked for a test that reads the journal ($BASE/journal exists): it writes
+# only under the private /run (its volatile journal) and /var/log, both tmpfs here.
+journal_units="systemd-journald.service systemd-journald.socket"
+[ ! -e "$BASE/journal" ] || journal_units=
 for u in systemd-tmpfiles-setup.service systemd-tmpfiles-setup-dev.service \
          systemd-tmpfiles-clean.service systemd-tmpfiles-clean.timer \
-         sysinit.target basic.target local-fs.target swap.target systemd-journald.service \
-         systemd-journald.socket systemd-udevd.service systemd-sysctl.service \
+         sysinit.target basic.target local-fs.target swap.target $journal_units \
+         systemd-udevd.service systemd-sysctl.service \
          systemd-modules-load.service modprobe@.service systemd-binfmt.service \
          proc-sys-fs-binfmt_misc.automount systemd-logind.service dbus.service dbus.socket; do
   ln -s /dev/null "/etc/systemd/system/$u"
@@ -461,6 +467,8 @@ pub struct Rewrite {
     pub nofile_cap: Option<u64>,
     /// `STRATA_LOG` for both daemons.
     pub strata_log: String,
+    /// The services' output goes to the private journal (systemd's default), not to files.
+    pub journal: bool,
 }
 
 /// The contrib unit `name` (`strata-proxy.socket`, ...) rewritten for a test (see
@@ -531,8 +539,12 @@ pub fn rewrite_unit(name: &str, text: &str, rewrite: &Rewrite) -> String {
                     "# and this service's output (the journal is masked) are written here.".into(),
                 );
                 out.push(format!("ReadWritePaths={}", rewrite.rw_dir.display()));
-                out.push(format!("StandardOutput=append:{}", log.display()));
-                out.push(format!("StandardError=append:{}", log.display()));
+                if rewrite.journal {
+                    out.push("# test: this boot runs journald; the output goes to it.".into());
+                } else {
+                    out.push(format!("StandardOutput=append:{}", log.display()));
+                    out.push(format!("StandardError=append:{}", log.display()));
+                }
                 out.push(format!(
                     "Environment=STRATA_LOG={} PYTHONDONTWRITEBYTECODE=1",
                     rewrite.strata_log
@@ -1027,9 +1039,18 @@ pub struct SdStackBuilder {
     proxy_edit: Option<ConfigEdit>,
     bin_dir: Option<PathBuf>,
     strata_dir: Option<PathBuf>,
+    journal: bool,
 }
 
 impl SdStackBuilder {
+    /// Boots with journald running (in the namespace only, its journal under the private
+    /// `/run/log/journal`) and the services' output going to it, for
+    /// [`SdStack::journal_entries`]; [`SdStack::service_log`] is then empty.
+    pub fn journal(mut self) -> SdStackBuilder {
+        self.journal = true;
+        self
+    }
+
     /// Sets a top-level config key (for both daemons).
     pub fn set(mut self, key: &str, value: impl Into<Value>) -> SdStackBuilder {
         self.top.insert(key.to_owned(), value.into());
@@ -1173,7 +1194,12 @@ impl SdStackBuilder {
             rw_dir: rw.clone(),
             nofile_cap: hard_nofile(),
             strata_log: std::env::var("STRATA_LOG").unwrap_or_else(|_| "info".into()),
+            journal: self.journal,
         };
+        if self.journal {
+            // The boot script leaves journald's units unmasked where this file exists.
+            write_file(&root.join("journal"), "");
+        }
         for (contrib, copy) in [
             ("strata-supervisor.service", names.supervisor()),
             ("strata-proxy.socket", names.socket()),
@@ -1186,11 +1212,18 @@ impl SdStackBuilder {
         }
         // As docs/deployment-systemd.md's production layout: the supervisor and the socket are enabled, the
         // proxy service is started by the socket.
+        // A journal test's journald comes first: nothing else pulls it in (sysinit.target,
+        // which would, is masked), and a unit's output to the journal only orders after it.
+        let journal = if self.journal {
+            "systemd-journald.socket systemd-journald.service "
+        } else {
+            ""
+        };
         write_file(
             &units_dir.join("TEST.target"),
             &format!(
                 "[Unit]\nDescription=strata-router systemd test\nDefaultDependencies=no\n\
-                 Wants={sup} {sock}\nAfter={sup} {sock}\n",
+                 Wants={journal}{sup} {sock}\nAfter={journal}{sup} {sock}\n",
                 sup = names.supervisor(),
                 sock = names.socket()
             ),
@@ -1249,6 +1282,7 @@ impl SdStack {
             proxy_edit: None,
             bin_dir: None,
             strata_dir: None,
+            journal: false,
         }
     }
 
@@ -1426,6 +1460,20 @@ impl SdStack {
             .collect()
     }
 
+    /// `unit`'s entries in the private journal (a stack booted with
+    /// [`SdStackBuilder::journal`]), one JSON object each (`journalctl -o json`: `MESSAGE`,
+    /// `PRIORITY` as a string, ...).
+    pub fn journal_entries(&self, unit: &str) -> Vec<Value> {
+        let mut command = self.sd().nsenter("journalctl");
+        command.args(["--no-pager", "-o", "json", "-u", unit]);
+        let output = output_within(command, DEADLINE)
+            .unwrap_or_else(|err| panic!("journalctl: {err}\n{}", self.report()));
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+
     /// The services' output (`StandardOutput=append:` in the unit copies).
     pub fn service_log(&self, unit: &str) -> String {
         let name = unit.trim_end_matches(".service");
@@ -1518,7 +1566,11 @@ impl SdStack {
                 "{unit}'s cgroup still has processes {procs:?}"
             );
         }
-        let others = self.sd().procs_outside_init();
+        // journald (a journal test's) is not one of the units under test; it dies with the
+        // namespace.
+        let journald = self.sd().unit_procs("systemd-journald.service");
+        let mut others = self.sd().procs_outside_init();
+        others.retain(|pid| !journald.contains(pid));
         assert!(
             others.is_empty(),
             "processes other than systemd left in the namespace: {others:?} ({:?})",

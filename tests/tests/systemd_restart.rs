@@ -17,6 +17,8 @@
 //! 6. A proxy that keeps failing (exits 1 at start, or SIGKILLed each time it runs) makes
 //!    systemd give up, and the socket unit fails with it and stops listening.
 //! 7. A config change converges whichever unit is restarted first (and with both at once).
+//! 8. Under journald, each log line's level is its journal priority (warning 4, info 6: a
+//!    failed load and the SIGHUP notice are warnings), and SIGHUP stops neither daemon.
 //!
 //! Plus `systemd-analyze verify` of the contrib units and checks of the harness itself (not
 //! root-only), and a stack whose binaries and fake Strata are under `/tmp` (the harness's
@@ -730,6 +732,99 @@ fn sigkill_of_the_supervisor_kills_the_backend_and_the_proxy_reconnects() {
     stack.stop_all_and_check();
 }
 
+/// The journal entry of `unit` whose message contains `text`, if there is one yet.
+fn journal_entry(stack: &SdStack, unit: &str, text: &str) -> Option<Value> {
+    stack
+        .journal_entries(unit)
+        .into_iter()
+        .find(|entry| entry["MESSAGE"].as_str().is_some_and(|m| m.contains(text)))
+}
+
+/// Check 8: with the units' output going to journald (systemd's default, where the other
+/// checks write files), each line reaches the journal at its level's priority: the SIGHUP
+/// notice of both daemons (a warning) at 4, so `journalctl -p warning` lists it, and the
+/// supervisor's "backend verified" (info) at 6, with no `<N>` left in a message. And SIGHUP
+/// stops neither daemon: the same main PIDs serve, systemd restarted nothing.
+#[test]
+fn the_journal_gets_each_lines_priority_and_sighup_stops_neither_daemon() {
+    if skip() {
+        return;
+    }
+    let stack = SdStack::builder().journal().boot();
+    let (supervisor, proxy) = (stack.names.supervisor(), stack.names.proxy());
+    warm_up(&stack);
+    let (supervisor_pid, _) = stack.wait_main(&supervisor);
+    let (proxy_pid, _) = stack.wait_main(&proxy);
+
+    for unit in [&supervisor, &proxy] {
+        stack.systemctl(&["kill", "--kill-whom=main", "--signal=SIGHUP", unit]);
+    }
+    for unit in [&supervisor, &proxy] {
+        let notice = poll_for(DEADLINE, "the SIGHUP notice in the journal", || {
+            journal_entry(
+                &stack,
+                unit,
+                "SIGHUP ignored: the configuration is read only at start",
+            )
+        });
+        assert_eq!(notice["PRIORITY"], "4", "{unit}: {notice}");
+        let mut command = stack.sd().nsenter("journalctl");
+        command.args(["--no-pager", "-o", "cat", "-p", "warning", "-u", unit]);
+        let warnings = strata_e2e::systemd::output_within(command, DEADLINE).expect("journalctl");
+        assert!(
+            String::from_utf8_lossy(&warnings.stdout).contains("SIGHUP ignored"),
+            "{unit}: journalctl -p warning does not list the notice"
+        );
+    }
+    let verified = journal_entry(&stack, &supervisor, "backend verified")
+        .unwrap_or_else(|| panic!("no 'backend verified' in the journal\n{}", stack.report()));
+    assert_eq!(verified["PRIORITY"], "6", "{verified}");
+    for unit in [&supervisor, &proxy] {
+        for entry in stack.journal_entries(unit) {
+            let message = entry["MESSAGE"].as_str().unwrap_or_default();
+            assert!(
+                !message.starts_with('<'),
+                "{unit}: a prefix left in {entry}"
+            );
+        }
+    }
+
+    chat_ok(stack.addr(), MODEL, true, json!({}))
+        .unwrap_or_else(|err| panic!("after SIGHUP: {err}"));
+    assert_eq!(stack.main_pid(&supervisor), Some(supervisor_pid));
+    assert_eq!(stack.main_pid(&proxy), Some(proxy_pid));
+    assert_eq!(stack.show(&supervisor, "NRestarts"), "0");
+    assert_eq!(stack.show(&proxy, "NRestarts"), "0");
+    wait_settled(&stack);
+    stack.stop_all_and_check();
+}
+
+/// Check 8, the case: a failed load is a warning in the journal (priority 4), so
+/// `journalctl -p warning -u strata-supervisor` is no longer empty after one.
+#[test]
+fn a_failed_load_reaches_the_journal_as_a_warning() {
+    if skip() {
+        return;
+    }
+    let stack = SdStack::builder()
+        .journal()
+        .fake("start_failure", "exit")
+        .boot();
+    let supervisor = stack.names.supervisor();
+    wait_linked(&stack);
+    let response = http::chat(stack.addr(), &body(MODEL, false, json!({})));
+    assert_ne!(
+        response.status, 200,
+        "a start set to fail served: {response}"
+    );
+    let failed = poll_for(DEADLINE, "the failed start in the journal", || {
+        // The warning (engine/backend_slot.rs), not the info line about the stopped group.
+        journal_entry(&stack, &supervisor, "backend start failed model=")
+    });
+    assert_eq!(failed["PRIORITY"], "4", "{failed}");
+    stack.stop_all_and_check();
+}
+
 /// Rewrites the config both units read, as an operator edits it.
 fn edit_config(stack: &SdStack, key: &str, value: Value) {
     let path = stack.root().join("config.json");
@@ -1092,6 +1187,7 @@ fn unit_copies_differ_from_contrib_only_where_the_test_needs() {
         rw_dir: rw.clone(),
         nofile_cap: Some(1024),
         strata_log: "info".into(),
+        journal: false,
     };
     let rewritten = [
         "ExecStart",

@@ -444,6 +444,20 @@ pub enum LookupFailure {
     UnknownTickets,
 }
 
+impl LookupFailure {
+    /// The failure as the log names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LookupFailure::Unsupported => "unsupported",
+            LookupFailure::Busy => "busy",
+            LookupFailure::Timeout => "timeout",
+            LookupFailure::Unavailable => "unavailable",
+            LookupFailure::Invalid => "invalid",
+            LookupFailure::UnknownTickets => "unknown_tickets",
+        }
+    }
+}
+
 /// One model's current status, as `/v1/models` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelStatusEntry {

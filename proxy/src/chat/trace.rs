@@ -336,8 +336,8 @@ impl Trace {
             in_flight_at_arrival = self.in_flight_at_arrival,
             reason = reason.as_str(),
             success,
-            status = ?self.status,
-            upstream_status = ?self.upstream_status,
+            status = self.status,
+            upstream_status = self.upstream_status,
             disconnect_phase = disconnect_phase.map(Phase::as_str),
             total_ms = self.arrived.elapsed().as_millis() as u64,
             "request finished"

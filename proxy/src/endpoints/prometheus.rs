@@ -13,6 +13,8 @@
 
 use std::fmt::Write;
 
+mod model_server;
+
 use strata_protocol::api::Metrics;
 use strata_protocol::config::Config;
 use strata_protocol::stats::{Histogram, RATE_BUCKETS, SECONDS_BUCKETS};
@@ -364,6 +366,9 @@ pub fn render(
         "Decode rate of the last streamed request this proxy served.",
         doc.last_stream_decode_tokens_per_second,
     );
+
+    // The endpoint picker's gauges (the Model Server Protocol).
+    model_server::render(&mut out, config, doc, router, metrics);
 
     // The request log.
     let log = &doc.request_log;

@@ -57,6 +57,18 @@ pub enum CancelReason {
     Abandoned,
 }
 
+impl CancelReason {
+    /// The reason as the log names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelReason::RoutingOff => "routing_off",
+            CancelReason::ControlClientGone => "control_client_gone",
+            CancelReason::Shutdown => "shutdown",
+            CancelReason::Abandoned => "abandoned",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
     Idle,
@@ -68,6 +80,19 @@ pub enum StopReason {
     /// The probes found it unresponsive and the action is `restart`; the
     /// model stays selected, as after a death.
     Unresponsive,
+}
+
+impl StopReason {
+    /// The reason as the log names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Idle => "idle",
+            StopReason::Off => "off",
+            StopReason::Shutdown => "shutdown",
+            StopReason::ChildDied => "child_died",
+            StopReason::Unresponsive => "unresponsive",
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -169,7 +194,11 @@ impl Finished {
                 ..
             } => tracing::info!(model, pid, load_ms, "backend verified"),
             Finished::Cancelled { model, reason, .. } => {
-                tracing::info!(model, ?reason, "load cancelled");
+                tracing::info!(
+                    model,
+                    reason = reason.map(CancelReason::as_str),
+                    "load cancelled"
+                );
             }
             Finished::Failed {
                 model,
@@ -181,7 +210,15 @@ impl Finished {
                 pid,
                 reason,
                 report,
-            } => tracing::info!(pid, ?reason, ?report, "backend stopped"),
+            } => tracing::info!(
+                pid,
+                reason = reason.as_str(),
+                exit = report.exit.as_ref().map(tracing::field::display),
+                forced_kill = report.forced_kill,
+                elapsed_ms = report.elapsed.as_millis() as u64,
+                group_gone = report.group_gone,
+                "backend stopped"
+            ),
             Finished::Stale => {}
         }
     }

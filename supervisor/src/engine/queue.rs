@@ -225,7 +225,10 @@ impl Queue {
                 Some(scores.results.iter().map(rank).collect())
             }
             Err(failure) => {
-                tracing::debug!(?failure, "cache lookup failed; arrival order");
+                tracing::debug!(
+                    failure = failure.as_str(),
+                    "cache lookup failed; arrival order"
+                );
                 if failure == LookupFailure::Unsupported {
                     self.lookups_unsupported_by(serving);
                 }

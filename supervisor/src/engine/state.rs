@@ -239,7 +239,7 @@ impl Engine {
     /// The maintenance tick: notices a dead child, then decides.
     pub fn tick(&mut self, now: Now) {
         if let Some((pid, exit)) = self.slot.child_died() {
-            tracing::warn!(pid, ?exit, "backend exited unexpectedly");
+            tracing::warn!(pid, exit = %exit, "backend exited unexpectedly");
             // Members of its group may outlive it; the stop path confirms
             // the whole group is gone before anything else can start.
             self.start_stop(StopReason::ChildDied, now);

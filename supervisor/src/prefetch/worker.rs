@@ -244,7 +244,7 @@ impl Worker {
         if self.first_time(model, what) {
             tracing::info!(
                 model,
-                mem_available = ?available,
+                mem_available = available,
                 bytes_left = left,
                 prefetch_min_free_bytes = min_free,
                 "weights prefetch skipped: MemAvailable minus what is left to read would fall below prefetch_min_free_bytes"

@@ -60,6 +60,7 @@ mod proxy_waiting;
 mod proxy_without_supervisor;
 mod restart;
 mod scheduling_fixes;
+mod sighup;
 mod stock_strata;
 mod stream_idle;
 mod supervisor_control;

@@ -433,9 +433,10 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
         let m = stack.metrics();
         m.in_flight == Some(1) && m.queue_depth == Some(1)
     });
-    let busy = scrape(&stack);
-    promtool_check(&busy);
-    let busy = samples(&busy);
+    let busy_text = scrape(&stack);
+    promtool_check(&busy_text);
+    model_server_protocol_gauges(&busy_text, A, B);
+    let busy = samples(&busy_text);
     assert_eq!(busy["strata_router_in_flight"], 1.0);
     assert_eq!(
         busy[&format!("strata_router_queue_depth_by_model{{model=\"{B}\"}}")],
@@ -460,4 +461,38 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
         assert_eq!(again.get(key), Some(value), "{key} after a proxy restart");
     }
     stack.stop();
+}
+
+/// The endpoint picker's gauges (Model Server Protocol, `docs/many-hosts.md`) on a scrape
+/// while `running` is loaded and serves one request and one request waits for `waiting`:
+/// their types, one sample each, and the info gauge's labels as vLLM writes them.
+fn model_server_protocol_gauges(text: &str, running: &str, waiting: &str) {
+    for family in [
+        "num_requests_waiting",
+        "num_requests_running",
+        "lora_requests_info",
+    ] {
+        let type_line = format!("# TYPE strata_router_{family} gauge");
+        assert!(
+            text.lines().any(|l| l == type_line),
+            "missing {type_line:?} in\n{text}"
+        );
+    }
+    let got = samples(text);
+    assert_eq!(got["strata_router_num_requests_waiting"], 1.0, "{text}");
+    assert_eq!(got["strata_router_num_requests_running"], 1.0, "{text}");
+    let info = format!(
+        "strata_router_lora_requests_info{{running_lora_adapters=\"{running}\",\
+         waiting_lora_adapters=\"{waiting}\",max_lora=\"1\"}}"
+    );
+    assert_eq!(got.get(&info), Some(&1.0), "missing {info} in\n{text}");
+    assert_eq!(
+        got.keys()
+            .filter(|key| key.starts_with("strata_router_lora_requests_info"))
+            .count(),
+        1,
+        "{text}"
+    );
+    // No backend reports a KV-cache figure, so none is made up.
+    assert!(!text.contains("cache_usage"), "{text}");
 }

@@ -75,13 +75,13 @@ impl Book for EngineBook<'_> {
     }
 
     fn unload(&mut self) {
-        tracing::info!(model = ?self.engine.slot.selected(), "idle: unloading");
+        tracing::info!(model = self.engine.slot.selected(), "idle: unloading");
         self.engine.start_stop(StopReason::Idle, self.now);
     }
 
     fn cancel_load(&mut self) {
         tracing::info!(
-            model = ?self.engine.slot.loading_model(),
+            model = self.engine.slot.loading_model(),
             "nobody waits for the load any more: cancelling it"
         );
         self.engine.slot.cancel_load(CancelReason::Abandoned);
