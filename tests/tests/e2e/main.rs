@@ -37,6 +37,7 @@ mod bench_upstream;
 mod client_sdks;
 mod cliproxyapi;
 mod config_change;
+mod contrib_ops;
 mod cooldown_growth;
 mod ctl_top;
 mod docs_links;
