@@ -406,11 +406,11 @@ fn every_metric_and_label_the_rules_and_dashboard_query_is_in_a_real_scrape() {
     for (family, _) in SAMPLED_ELSEWHERE {
         assert!(scrape.types.contains_key(family), "{family} not declared");
     }
-    let mut missing = missing(&scrape, RULES, &rule_exprs);
-    missing.extend(self::missing(&scrape, DASHBOARD, &dashboard_exprs));
+    let mut gaps = missing(&scrape, RULES, &rule_exprs);
+    gaps.extend(missing(&scrape, DASHBOARD, &dashboard_exprs));
     assert!(
-        missing.is_empty(),
+        gaps.is_empty(),
         "queried but not scraped:\n{}\nscraped: {scrape:#?}",
-        missing.join("\n")
+        gaps.join("\n")
     );
 }
