@@ -471,9 +471,18 @@ fn cache_scenario(
     out
 }
 
+/// The holder leaves by disconnecting, and the backend is busy with it until it notices (at its
+/// next token, up to 100 ms later; Strata too). The first lookup follows the lease's end at
+/// once, so under load it could find the backend still busy (409, arrival order, by design):
+/// the fake answers each lookup 300 ms after it arrives, well inside `cache_lookup_ms`, so the
+/// cache order is what these tests see.
+fn settle_before_lookup() -> [(&'static str, Value); 1] {
+    [("cache_lookup_delay_ms", json!(300))]
+}
+
 #[test]
 fn cache_matches_order_competing_requests_90_50_10() {
-    let got = cache_scenario("cache-order", true, &[], 1000);
+    let got = cache_scenario("cache-order", true, &settle_before_lookup(), 1000);
     assert_eq!(got[..4], ["holder", "c90", "c50", "c10"], "{got:?}");
     assert!(got[4].contains("200"), "lookups were answered: {got:?}");
 }
@@ -484,7 +493,7 @@ fn cache_matches_order_competing_requests_90_50_10() {
 /// its headers; so each admission finds the backend idle, and the cache order applies.
 #[test]
 fn legacy_cache_max_active_keeps_requests_queued_for_cache_order() {
-    let got = cache_scenario("legacy-cache", false, &[], 1000);
+    let got = cache_scenario("legacy-cache", false, &settle_before_lookup(), 1000);
     assert_eq!(got[..4], ["holder", "c90", "c50", "c10"], "{got:?}");
     assert!(got[4].contains("200"), "lookups were answered: {got:?}");
 }
