@@ -18,6 +18,8 @@
 //! - [`RECORD_FIELDS`], [`RECORD_REASONS`], [`record_json`] ([`record`]): the record schema's
 //!   field and reason pins and a
 //!   schema-valid record fixture.
+//! - [`test_binary::undeclared_modules`]: the files a folder's one test binary forgets to
+//!   declare as modules.
 //!
 //! It depends on neither strata-protocol nor any other workspace crate, so every crate can
 //! use it as a dev-dependency without a cycle.
@@ -34,6 +36,7 @@ pub mod run;
 pub mod running;
 pub mod spawned;
 pub mod tempdir;
+pub mod test_binary;
 
 pub use binaries::{binary, daemon_command, with_ulimit, wrap_command};
 pub use config::{ConfigBuilder, DEFAULT_FAMILY, ModelSpec, TestConfig, fake_profile, write_json};

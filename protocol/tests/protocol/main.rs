@@ -16,18 +16,7 @@ mod wire;
 #[test]
 fn every_file_of_this_folder_is_a_module_of_the_binary() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/protocol");
-    let main = std::fs::read_to_string(dir.join("main.rs")).expect("read main.rs");
-    let mut undeclared = Vec::new();
-    for entry in std::fs::read_dir(&dir).expect("read tests/protocol") {
-        let name = entry.expect("a directory entry").file_name();
-        let name = name.to_string_lossy();
-        if let Some(module) = name.strip_suffix(".rs")
-            && module != "main"
-            && !main.lines().any(|line| line == format!("mod {module};"))
-        {
-            undeclared.push(name.into_owned());
-        }
-    }
+    let undeclared = strata_test_support::test_binary::undeclared_modules(&dir);
     assert!(
         undeclared.is_empty(),
         "protocol/tests/protocol/main.rs does not declare {undeclared:?}: add `mod NAME;` for each"
