@@ -49,10 +49,8 @@ fn an_abandoned_load_is_cancelled_when_another_model_waits() {
     let stack = Stack::start(
         ConfigBuilder::new("abandon")
             .wait_when_busy(true)
-            // Long enough that the departure is seen well before the load would finish, also
-            // on a loaded machine: a write to a socket its peer closed succeeds once (the peer
-            // answers with a reset), so the held head's keepalives see the client gone at the
-            // second one, 8 s after arrival; a 10 s load lost that race under CI load.
+            // Long enough that B is queued and A's client has left well before the load
+            // would finish, also on a loaded machine.
             .model(ModelSpec::new(A).load_ms(16_000))
             .model(ModelSpec::new(B))
             .model_grace_ms(0)
@@ -68,7 +66,10 @@ fn an_abandoned_load_is_cancelled_when_another_model_waits() {
         log.start_count(&up_a) == 1
     });
     let b = spawn_chat(stack.addr(), tagged(B, "b", Value::Null));
-    poll_until(DEADLINE, "B queued", || stack.waiting() == 1);
+    // A's admitted ticket stays in the queue until it is granted: B queued makes two. (Waiting
+    // for one passed at once, so A's client often left before B arrived and the cancel came
+    // on B's arrival; when B won that race the test failed, as in a CI run.)
+    poll_until(DEADLINE, "B queued", || stack.waiting() == 2);
     drop(leaving);
     let response = b.join().expect("B's request");
     assert_eq!(response.status, 200, "{response}");
