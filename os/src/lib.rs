@@ -18,6 +18,8 @@
 //!   line per interval.
 //! - `local_time.rs`: [`local_clock_time`], the local time of day (`HH:MM:SS`) for operator
 //!   views.
+//! - `process_usage.rs`: [`own_process_usage`], this process's CPU time, memory, descriptors
+//!   and start time (`/proc/self`), behind the `process_*` metrics of both daemons.
 //!
 //! Nothing here knows what the processes say to each other (that is `strata-protocol`'s): this
 //! crate depends on no workspace crate.
@@ -48,6 +50,7 @@ mod daemon_main;
 mod help_text;
 mod log_output;
 mod open_files;
+mod process_usage;
 mod warn_limit;
 
 pub use child::die_with_parent;
@@ -57,4 +60,5 @@ pub use help_text::help_lists_flag;
 pub use local_time::{ClockTime, local_clock_time};
 pub use memory::release_free_memory;
 pub use open_files::raise_open_file_limit;
+pub use process_usage::{ProcessUsage, own_process_usage};
 pub use warn_limit::WarnLimit;

@@ -45,7 +45,7 @@ use crate::record::RequestRecord;
 use crate::stats::RequestStats;
 
 /// Bumped whenever a message or field changes shape.
-pub const PROTOCOL_VERSION: u32 = 13;
+pub const PROTOCOL_VERSION: u32 = 14;
 
 /// The most bytes a frame from a proxy may have, for a config whose longest
 /// `upstream_model` is `longest_upstream_model` bytes. The supervisor
@@ -239,7 +239,10 @@ pub enum SupervisorMessage {
     /// record as its stored text (byte for byte the JSONL line).
     Records { query: u64, page: RecordsPage },
     /// Answer to [`ProxyMessage::QueryMetrics`].
-    Metrics { query: u64, metrics: RouterMetrics },
+    Metrics {
+        query: u64,
+        metrics: Box<RouterMetrics>,
+    },
     /// Score these waiting tickets against the loaded backend's prompt
     /// cache (`POST {backend}/v1/cache/lookup`, in batches), all within
     /// `budget_ms`; answer with `TicketScores`.
@@ -285,6 +288,24 @@ pub struct RouterMetrics {
     /// The weights prefetch, per model that has been prefetched or loaded
     /// with a weights list.
     pub prefetch: BTreeMap<String, PrefetchFigures>,
+    /// The supervisor process's own figures, read when the metrics were
+    /// asked for (the proxy exports them beside its own).
+    pub supervisor_process: ProcessFigures,
+}
+
+/// One daemon process's figures behind the standard `process_*` families.
+/// A figure the system would not tell is `None`, exported as absent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessFigures {
+    /// User and system CPU time.
+    pub cpu_seconds: Option<f64>,
+    pub resident_memory_bytes: Option<u64>,
+    pub virtual_memory_bytes: Option<u64>,
+    pub open_fds: Option<u64>,
+    /// The soft limit on open file descriptors.
+    pub max_fds: Option<u64>,
+    /// Seconds since the Unix epoch.
+    pub start_time_seconds: Option<f64>,
 }
 
 /// One model's weights prefetch figures since the supervisor started.

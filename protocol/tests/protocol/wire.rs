@@ -223,7 +223,7 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
         },
         SupervisorMessage::Metrics {
             query: 3,
-            metrics: RouterMetrics {
+            metrics: Box::new(RouterMetrics {
                 queue_depth: 6,
                 queue_depth_by_tier: [1, 2, 3],
                 queue_depth_by_model: [("a".to_owned(), 4), ("b".to_owned(), 2)].into(),
@@ -242,6 +242,14 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
                     ("b".to_owned(), Default::default()),
                 ]
                 .into(),
+                supervisor_process: strata_protocol::wire::ProcessFigures {
+                    cpu_seconds: Some(1.25),
+                    resident_memory_bytes: Some(24 << 20),
+                    virtual_memory_bytes: None,
+                    open_fds: Some(17),
+                    max_fds: Some(20_000),
+                    start_time_seconds: Some(1.8e9),
+                },
                 in_flight_requests: vec![strata_protocol::api::InFlightRequest {
                     request_id: "inst-4".into(),
                     model: "a".into(),
@@ -262,7 +270,7 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
                     next_seq: 5,
                     instance_id: "1-2".into(),
                 },
-            },
+            }),
         },
         SupervisorMessage::ScoreTickets {
             lookup: 9,
@@ -389,7 +397,7 @@ fn fnv1a_64(bytes: &[u8]) -> u64 {
 /// The wire format as of a protocol version: `PROTOCOL_VERSION` and the
 /// hash of every sample message's frame. Round trips cannot notice a change
 /// (both ends are built from the same source); this can.
-const PINNED_WIRE: (u32, u64) = (13, 0x42a7_fac6_66c0_1494);
+const PINNED_WIRE: (u32, u64) = (14, 0xc6ca_56cb_e7fa_db5a);
 
 /// A change to any message's shape (a field, a variant, its order or type)
 /// changes the encoded samples; the test fails until `PROTOCOL_VERSION` and

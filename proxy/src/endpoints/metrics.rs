@@ -5,7 +5,7 @@
 use hyper::StatusCode;
 use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue, VARY};
 use strata_protocol::api::{Metrics, RequestLogMetrics, TierCounts};
-use strata_protocol::wire::{RequestLogStats, RouterMetrics, ServiceTier};
+use strata_protocol::wire::{ProcessFigures, RequestLogStats, RouterMetrics, ServiceTier};
 
 use super::metrics_format::MetricsFormat;
 use crate::app::App;
@@ -84,7 +84,7 @@ pub async fn metrics(
                 &doc,
                 state.router.as_ref(),
                 metrics.as_ref(),
-                &super::process::read(),
+                &own_process_figures(),
                 format == MetricsFormat::OpenMetrics,
             );
             let mut response = hyper::Response::new(ProxyBody::full(text));
@@ -99,4 +99,17 @@ pub async fn metrics(
         .headers_mut()
         .insert(VARY, HeaderValue::from_static("accept"));
     response
+}
+
+/// This process's `process_*` figures, read at the scrape.
+fn own_process_figures() -> ProcessFigures {
+    let usage = strata_os::own_process_usage();
+    ProcessFigures {
+        cpu_seconds: usage.cpu_seconds,
+        resident_memory_bytes: usage.resident_memory_bytes,
+        virtual_memory_bytes: usage.virtual_memory_bytes,
+        open_fds: usage.open_fds,
+        max_fds: usage.max_fds,
+        start_time_seconds: usage.start_time_seconds,
+    }
 }

@@ -7,13 +7,10 @@
 //! - `metrics`: `GET /metrics`, JSON or the Prometheus text or OpenMetrics
 //!   `prometheus` writes, in the format `metrics_format` negotiates.
 //! - `records`: `GET /requests`, pages of accounting records.
-//! - `process`: the proxy process's own figures for the `process_*`
-//!   families.
 
 pub mod health;
 pub mod metrics;
 mod metrics_format;
 pub mod models;
-mod process;
 mod prometheus;
 pub mod records;

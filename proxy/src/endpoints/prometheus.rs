@@ -14,13 +14,12 @@
 use std::fmt::Write;
 
 mod model_server;
+mod process;
 
 use strata_protocol::api::Metrics;
 use strata_protocol::config::Config;
 use strata_protocol::stats::{Histogram, RATE_BUCKETS, SECONDS_BUCKETS};
-use strata_protocol::wire::{RouterMetrics, RouterState, ServiceTier};
-
-use super::process::ProcessFigures;
+use strata_protocol::wire::{ProcessFigures, RouterMetrics, RouterState, ServiceTier};
 
 /// This build's version, the `version` label of `strata_router_build_info`.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -422,51 +421,8 @@ pub fn render(
         }
     }
 
-    // The proxy process, under the standard names every exporter uses.
-    let whole = |value: Option<u64>| value.map(|v| v as f64);
-    for (name, kind, help, value) in [
-        (
-            "process_cpu_seconds_total",
-            "counter",
-            "User and system CPU time of the proxy process, seconds.",
-            process.cpu_seconds,
-        ),
-        (
-            "process_resident_memory_bytes",
-            "gauge",
-            "Resident memory of the proxy process.",
-            whole(process.resident_memory_bytes),
-        ),
-        (
-            "process_virtual_memory_bytes",
-            "gauge",
-            "Virtual memory of the proxy process.",
-            whole(process.virtual_memory_bytes),
-        ),
-        (
-            "process_open_fds",
-            "gauge",
-            "Open file descriptors of the proxy process.",
-            whole(process.open_fds),
-        ),
-        (
-            "process_max_fds",
-            "gauge",
-            "The proxy process's limit on open file descriptors.",
-            whole(process.max_fds),
-        ),
-        (
-            "process_start_time_seconds",
-            "gauge",
-            "Start time of the proxy process, seconds since the Unix epoch.",
-            process.start_time_seconds,
-        ),
-    ] {
-        out.family_named(name, kind, help);
-        if let Some(value) = value {
-            out.sample_named(name, &[], value);
-        }
-    }
+    // Both daemons' processes, under the standard names every exporter uses.
+    process::render(&mut out, process, metrics.map(|m| &m.supervisor_process));
     out.finish()
 }
 
@@ -638,41 +594,6 @@ mod tests {
                     .any(|c| c.is_whitespace() || c == '"' || c == '\\'),
             "{REVISION}"
         );
-    }
-
-    #[test]
-    fn process_families_carry_the_standard_names() {
-        let config = strata_protocol::config::testing::one_model_config(std::path::Path::new(
-            "/nonexistent/control.sock",
-        ));
-        let doc: Metrics = serde_json::from_value(serde_json::json!({
-            "supervisor_connected": false, "queue_depth_by_tier": {},
-            "max_request_body_bytes": 1,
-            "request_log": {"max_bytes": 1, "rotate_files": 1, "capacity": 1}
-        }))
-        .unwrap();
-        let process = ProcessFigures {
-            cpu_seconds: Some(1.5),
-            resident_memory_bytes: Some(4096),
-            open_fds: None,
-            ..ProcessFigures::default()
-        };
-        let text = render(&config, &doc, None, None, &process, true);
-        assert!(
-            text.contains("# TYPE process_cpu_seconds counter\n"),
-            "{text}"
-        );
-        assert!(text.contains("\nprocess_cpu_seconds_total 1.5\n"), "{text}");
-        assert!(
-            text.contains("\nprocess_resident_memory_bytes 4096\n"),
-            "{text}"
-        );
-        // A figure that could not be read is absent, not 0.
-        assert!(
-            text.contains("# TYPE process_open_fds gauge\n# HELP"),
-            "{text}"
-        );
-        assert!(text.ends_with("# EOF\n"));
     }
 
     #[test]

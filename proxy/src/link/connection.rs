@@ -540,7 +540,7 @@ impl Session {
             }
             SupervisorMessage::Metrics { query, metrics } => {
                 if let Some(reply) = self.metrics.remove(&query) {
-                    let _ = reply.send(metrics);
+                    let _ = reply.send(*metrics);
                 }
             }
             SupervisorMessage::ProtocolError { message } => {

@@ -765,6 +765,7 @@ async fn questions_are_matched_to_their_answers_by_token() {
         prefetch: Default::default(),
         in_flight_requests: Vec::new(),
         requests: Default::default(),
+        supervisor_process: Default::default(),
         request_log: RequestLogStats {
             write_errors: 0,
             write_drops: 0,
@@ -781,7 +782,7 @@ async fn questions_are_matched_to_their_answers_by_token() {
     .await;
     peer.send(SupervisorMessage::Metrics {
         query: figures,
-        metrics: metrics.clone(),
+        metrics: Box::new(metrics.clone()),
     })
     .await;
     let sent_page = RecordsPage {

@@ -363,7 +363,10 @@ impl Connection {
             {
                 metrics.in_flight_requests = held;
             }
-            let _ = events.send(SupervisorMessage::Metrics { query, metrics });
+            let _ = events.send(SupervisorMessage::Metrics {
+                query,
+                metrics: Box::new(metrics),
+            });
         });
     }
 }

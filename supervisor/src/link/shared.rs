@@ -13,7 +13,7 @@ use strata_os::WarnLimit;
 use strata_protocol::record::RequestRecord;
 use strata_protocol::stats::RequestStats;
 use strata_protocol::wire::{
-    RefuseReason, RequestLogStats, RouterMetrics, ServiceTier, SubmittedRecord,
+    ProcessFigures, RefuseReason, RequestLogStats, RouterMetrics, ServiceTier, SubmittedRecord,
 };
 
 use super::orphans::{self, Claim, Orphans};
@@ -160,6 +160,7 @@ impl LinkShared {
                 .lock()
                 .unwrap_or_else(|poison| poison.into_inner())
                 .clone(),
+            supervisor_process: own_process_figures(),
             request_log: RequestLogStats {
                 write_errors: stats.write_errors,
                 write_drops: stats.write_drops,
@@ -169,5 +170,19 @@ impl LinkShared {
                 instance_id: self.instance_id.clone(),
             },
         }
+    }
+}
+
+/// This process's `process_*` figures, for the proxy to export beside its
+/// own.
+fn own_process_figures() -> ProcessFigures {
+    let usage = strata_os::own_process_usage();
+    ProcessFigures {
+        cpu_seconds: usage.cpu_seconds,
+        resident_memory_bytes: usage.resident_memory_bytes,
+        virtual_memory_bytes: usage.virtual_memory_bytes,
+        open_fds: usage.open_fds,
+        max_fds: usage.max_fds,
+        start_time_seconds: usage.start_time_seconds,
     }
 }

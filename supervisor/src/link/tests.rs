@@ -890,11 +890,21 @@ async fn metrics_come_from_the_shared_counters_and_the_store() {
         }
         other => panic!("expected InFlight, got {other:?}"),
     }
+    let mut answer = proxy.recv().await;
+    // The supervisor's own process figures are read live: present, then set aside.
+    if let SupervisorMessage::Metrics { metrics, .. } = &mut answer {
+        let process = std::mem::take(&mut metrics.supervisor_process);
+        assert!(
+            process.resident_memory_bytes.is_some_and(|bytes| bytes > 0)
+                && process.open_fds.is_some_and(|fds| fds > 0),
+            "{process:?}"
+        );
+    }
     assert_eq!(
-        proxy.recv().await,
+        answer,
         SupervisorMessage::Metrics {
             query: 4,
-            metrics: RouterMetrics {
+            metrics: Box::new(RouterMetrics {
                 queue_depth: 0,
                 queue_depth_by_tier: [0, 0, 0],
                 queue_depth_by_model: Default::default(),
@@ -903,6 +913,7 @@ async fn metrics_come_from_the_shared_counters_and_the_store() {
                 model_loads: Default::default(),
                 prefetch: Default::default(),
                 in_flight_requests: vec![held],
+                supervisor_process: Default::default(),
                 // Counted over all three stored records, the evicted one too.
                 requests: {
                     let mut stats = RequestStats::default();
@@ -919,7 +930,7 @@ async fn metrics_come_from_the_shared_counters_and_the_store() {
                     next_seq: 4,
                     instance_id: INSTANCE.into(),
                 },
-            },
+            }),
         }
     );
     no_command_yet(&mut commands);

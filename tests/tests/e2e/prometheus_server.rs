@@ -153,6 +153,19 @@ fn a_default_scrape_job_sees_the_router_up_and_its_metrics() {
         Some(1.0),
         "model loaded: {loaded:?}"
     );
+    // Both daemons' process families, one series each.
+    let memory = query(
+        prometheus,
+        &format!("process_resident_memory_bytes{{job=\"{JOB}\"}}"),
+    )
+    .expect("query process_resident_memory_bytes");
+    let mut daemons: Vec<&str> = memory
+        .iter()
+        .filter(|series| value(series).is_some_and(|bytes| bytes > 0.0))
+        .filter_map(|series| series["metric"]["daemon"].as_str())
+        .collect();
+    daemons.sort_unstable();
+    assert_eq!(daemons, ["proxy", "supervisor"], "{memory:?}");
 
     // The target's health, as the Prometheus UI shows it.
     let targets: Value =

@@ -392,10 +392,25 @@ fn prometheus_counters_match_the_records_and_pass_promtool() {
         );
     }
     assert_eq!(got["strata_router_proxies"], 1.0);
-    // The proxy's own process families, under their standard names.
-    assert!(got["process_resident_memory_bytes"] > 0.0, "{text}");
-    assert!(got["process_open_fds"] > 0.0, "{text}");
-    assert!(got["process_start_time_seconds"] > 1.7e9, "{text}");
+    // Both daemons' process families, under their standard names, each with its own figures.
+    for (daemon, pid) in [
+        ("proxy", stack.proxy_pid()),
+        ("supervisor", stack.supervisor_pid()),
+    ] {
+        let figure = |family: &str| got[&format!("{family}{{daemon=\"{daemon}\"}}")];
+        assert!(figure("process_resident_memory_bytes") > 0.0, "{text}");
+        assert!(figure("process_open_fds") > 0.0, "{text}");
+        assert_eq!(
+            figure("process_max_fds"),
+            strata_test_support::procs::open_file_limits(pid).unwrap().0 as f64,
+            "{daemon}: {text}"
+        );
+        let started = start_time_seconds(pid);
+        assert!(
+            (figure("process_start_time_seconds") - started).abs() < 0.015,
+            "{daemon} started at {started}: {text}"
+        );
+    }
     // The duration histogram's deprecated old name carries the same samples
     // for one release, and says so.
     let deprecated: Vec<_> = got
@@ -495,4 +510,30 @@ fn model_server_protocol_gauges(text: &str, running: &str, waiting: &str) {
     );
     // No backend reports a KV-cache figure, so none is made up.
     assert!(!text.contains("cache_usage"), "{text}");
+}
+
+/// When process `pid` started, seconds since the epoch, from `/proc` (proc(5): the boot time
+/// plus field 22 of `/proc/PID/stat` in clock ticks), read here independently of the daemons.
+fn start_time_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_command = stat.rsplit_once(')').unwrap().1;
+    // The text after the command starts at field 3.
+    let start_ticks: f64 = after_command
+        .split_whitespace()
+        .nth(22 - 3)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let boot: f64 = std::fs::read_to_string("/proc/stat")
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("btime "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .unwrap()
+        .unwrap() as f64;
+    boot + start_ticks / ticks
 }

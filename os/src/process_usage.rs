@@ -1,14 +1,15 @@
-//! The proxy process's own figures for the standard `process_*` Prometheus
+//! This process's own figures behind the standard `process_*` Prometheus
 //! families (CPU time, memory, file descriptors, start time), read from
-//! `/proc/self` at scrape time. Any figure that cannot be read is absent
-//! rather than zero.
+//! `/proc/self` when asked: each daemon reads its own, the supervisor for the
+//! proxy to export. Any figure that cannot be read is absent rather than
+//! zero.
 
 use nix::sys::resource::{Resource, getrlimit};
 use nix::unistd::{SysconfVar, sysconf};
 
 /// One reading of this process.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct ProcessFigures {
+pub struct ProcessUsage {
     pub cpu_seconds: Option<f64>,
     pub resident_memory_bytes: Option<u64>,
     pub virtual_memory_bytes: Option<u64>,
@@ -18,7 +19,7 @@ pub struct ProcessFigures {
 }
 
 /// Reads this process's figures now.
-pub fn read() -> ProcessFigures {
+pub fn own_process_usage() -> ProcessUsage {
     let stat = std::fs::read_to_string("/proc/self/stat").ok();
     let boot_time = std::fs::read_to_string("/proc/stat")
         .ok()
@@ -51,9 +52,9 @@ struct Stat {
 }
 
 impl Stat {
-    fn figures(&self, ticks: Option<i64>, page: Option<i64>, boot: Option<u64>) -> ProcessFigures {
+    fn figures(&self, ticks: Option<i64>, page: Option<i64>, boot: Option<u64>) -> ProcessUsage {
         let ticks = ticks.filter(|t| *t > 0).map(|t| t as f64);
-        ProcessFigures {
+        ProcessUsage {
             cpu_seconds: ticks.map(|t| self.cpu_ticks as f64 / t),
             resident_memory_bytes: page
                 .filter(|p| *p > 0)
@@ -62,7 +63,7 @@ impl Stat {
             start_time_seconds: ticks
                 .zip(boot)
                 .map(|(t, boot)| boot as f64 + self.start_ticks as f64 / t),
-            ..ProcessFigures::default()
+            ..ProcessUsage::default()
         }
     }
 }
@@ -121,7 +122,7 @@ mod tests {
 
     #[test]
     fn this_process_reads_its_own_figures() {
-        let figures = read();
+        let figures = own_process_usage();
         assert!(
             figures.resident_memory_bytes.is_some_and(|b| b > 0),
             "{figures:?}"
