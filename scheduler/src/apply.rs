@@ -15,7 +15,7 @@
 //! - starting and cancelling a load, the idle unload and a cache lookup are
 //!   the caller's operations, run as decided.
 
-use crate::{Decision, Failure, TicketKey};
+use crate::{Decision, Failure, SwitchReason, TicketKey};
 
 /// The state a plan is applied to: the engine's parts, or the simulator's.
 pub trait Book {
@@ -43,8 +43,9 @@ pub trait Book {
     /// Ends a ticket taken out of the queue with `failure`.
     fn fail(&mut self, ticket: Self::Ticket, failure: Failure);
 
-    /// Stops whatever runs and starts loading `model`.
-    fn start_load(&mut self, model: String);
+    /// Stops whatever runs and starts loading `model`; `reason` says why
+    /// the serving model gives way (`None`: nothing was loaded).
+    fn start_load(&mut self, model: String, reason: Option<SwitchReason>);
 
     /// The idle unload: stops the serving backend.
     fn unload(&mut self);
@@ -76,7 +77,7 @@ pub fn apply<B: Book>(book: &mut B, decision: Decision) {
                 book.fail(ticket, failure);
             }
         }
-        Decision::StartLoad { model } => book.start_load(model),
+        Decision::StartLoad { model, reason } => book.start_load(model, reason),
         Decision::Unload => book.unload(),
         Decision::CancelLoad => book.cancel_load(),
         Decision::StartLookup(keys) => book.start_lookup(keys),
@@ -138,9 +139,14 @@ mod tests {
             self.done.push(format!("fail {key:?} {failure:?}"));
         }
 
-        fn start_load(&mut self, model: String) {
+        fn start_load(&mut self, model: String, reason: Option<SwitchReason>) {
             self.loading = Some(7);
-            self.done.push(format!("load {model}"));
+            match reason {
+                Some(reason) => self
+                    .done
+                    .push(format!("load {model} ({})", reason.as_str())),
+                None => self.done.push(format!("load {model}")),
+            }
         }
 
         fn unload(&mut self) {
@@ -212,12 +218,20 @@ mod tests {
             vec![
                 Decision::StartLoad {
                     model: "b".to_owned(),
+                    reason: Some(SwitchReason::GraceExpired),
                 },
                 Decision::Admit((1, 1)),
                 Decision::Admit((1, 2)),
             ],
         );
-        assert_eq!(done, ["load b", "admitted (1, 1)", "admitted (1, 2)"]);
+        assert_eq!(
+            done,
+            [
+                "load b (grace_expired)",
+                "admitted (1, 1)",
+                "admitted (1, 2)"
+            ]
+        );
         // An admitted ticket is still in the queue; a grant takes it with its load.
         apply(&mut book, Decision::Grant((1, 2)));
         assert_eq!(book.done, ["grant (1, 2) from load Some(7)"]);

@@ -215,18 +215,85 @@ pub enum Decision {
     /// [`Decision::StartLoad`] of the same plan starts); it is granted when
     /// the load is verified.
     Admit(TicketKey),
-    /// Stop whatever runs and load `model`.
+    /// Stop whatever runs and load `model`. `reason` says why the serving
+    /// model gives way; `None` when nothing was loaded (a load, not a
+    /// switch).
     StartLoad {
         model: String,
+        reason: Option<SwitchReason>,
     },
     Fail(TicketKey, Failure),
-    /// Idle unload.
+    /// Idle unload ([`SwitchReason::Idle`]).
     Unload,
     /// Score these tickets (the competitors of one admission) against the
     /// serving backend's cache.
     StartLookup(Vec<TicketKey>),
-    /// Stop the running load: nobody waits for it, and another model does.
+    /// Stop the running load: nobody waits for it, and another model does
+    /// ([`SwitchReason::Abandoned`]).
     CancelLoad,
+}
+
+impl Decision {
+    /// Why this decision switches or unloads the model, if it does.
+    pub fn switch_reason(&self) -> Option<SwitchReason> {
+        match self {
+            Decision::StartLoad { reason, .. } => *reason,
+            Decision::Unload => Some(SwitchReason::Idle),
+            Decision::CancelLoad => Some(SwitchReason::Abandoned),
+            Decision::Grant(_)
+            | Decision::Admit(_)
+            | Decision::Fail(..)
+            | Decision::StartLookup(_) => None,
+        }
+    }
+}
+
+/// Why the loaded (or loading) model gave way: the `reason` of a switch in
+/// the supervisor's log, of `strata_router_model_switches_total` and of the
+/// simulator's counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SwitchReason {
+    /// The serving model was quiet for `model_grace_ms` while another
+    /// model waited.
+    GraceExpired,
+    /// `model_hold_max_ms` fell due for a waiting ticket of another model.
+    BoundDue,
+    /// The serving model had nothing left and no grace applies (legacy
+    /// mode, or `model_grace_ms` 0): the switch followed its last response.
+    QueueDrained,
+    /// A priority ticket for another model skipped the grace.
+    Priority,
+    /// An operator `on` or `off` (decided by the engine, not here).
+    Operator,
+    /// Idle unload after `idle_ms` of quiet.
+    Idle,
+    /// A load nobody waited for any more was cancelled for another model.
+    Abandoned,
+}
+
+impl SwitchReason {
+    pub const ALL: [SwitchReason; 7] = [
+        SwitchReason::GraceExpired,
+        SwitchReason::BoundDue,
+        SwitchReason::QueueDrained,
+        SwitchReason::Priority,
+        SwitchReason::Operator,
+        SwitchReason::Idle,
+        SwitchReason::Abandoned,
+    ];
+
+    /// The label value (`reason="grace_expired"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SwitchReason::GraceExpired => "grace_expired",
+            SwitchReason::BoundDue => "bound_due",
+            SwitchReason::QueueDrained => "queue_drained",
+            SwitchReason::Priority => "priority",
+            SwitchReason::Operator => "operator",
+            SwitchReason::Idle => "idle",
+            SwitchReason::Abandoned => "abandoned",
+        }
+    }
 }
 
 /// The decisions due now, in order, and when something becomes due next
@@ -520,15 +587,22 @@ fn wait_first(
     {
         return;
     }
-    if let BackendView::Serving { .. } = view.backend
-        && top != ServiceTier::Priority
-        && !held_too_long
-    {
+    let mut reason = None;
+    if let BackendView::Serving { .. } = view.backend {
         let quiet_until = view.quiet_since + rules.grace;
-        if view.now < quiet_until {
+        let in_grace = view.now < quiet_until;
+        reason = Some(if held_too_long {
+            SwitchReason::BoundDue
+        } else if in_grace && top == ServiceTier::Priority {
+            SwitchReason::Priority
+        } else if in_grace {
             plan.wake(quiet_until);
             return;
-        }
+        } else if rules.grace.is_zero() {
+            SwitchReason::QueueDrained
+        } else {
+            SwitchReason::GraceExpired
+        });
     }
     if cooling_down(view, &first.model, plan) {
         // Its tickets fail now; the next round looks at the others.
@@ -537,6 +611,7 @@ fn wait_first(
     }
     plan.decisions.push(Decision::StartLoad {
         model: first.model.clone(),
+        reason,
     });
     let group: Vec<&Waiting> = waiting
         .iter()
@@ -618,8 +693,11 @@ fn legacy(view: &View, waiting: &[&Waiting], top: ServiceTier, admitted: usize, 
                 fail_launches(waiting, &head.model, plan);
                 return;
             }
+            let reason = matches!(view.backend, BackendView::Serving { .. })
+                .then_some(SwitchReason::QueueDrained);
             plan.decisions.push(Decision::StartLoad {
                 model: head.model.clone(),
+                reason,
             });
             plan.decisions.push(Decision::Admit(head.key));
         }

@@ -163,7 +163,7 @@ impl World {
                         }
                     }
                 }
-                Decision::StartLoad { model } => {
+                Decision::StartLoad { model, .. } => {
                     loaded = Some(model.clone());
                 }
                 Decision::Fail(key, _) => self.queue.retain(|ticket| ticket.key != *key),
@@ -190,9 +190,20 @@ fn grants(ids: &[u64]) -> Vec<Decision> {
     ids.iter().map(|id| Decision::Grant((1, *id))).collect()
 }
 
+/// A load from nothing (not a switch), admitting `admit`.
 fn load(model: &str, admit: &[u64]) -> Vec<Decision> {
+    start(model, None, admit)
+}
+
+/// A switch to `model` for `reason`, admitting `admit`.
+fn switch(model: &str, reason: SwitchReason, admit: &[u64]) -> Vec<Decision> {
+    start(model, Some(reason), admit)
+}
+
+fn start(model: &str, reason: Option<SwitchReason>, admit: &[u64]) -> Vec<Decision> {
     let mut decisions = vec![Decision::StartLoad {
         model: model.to_owned(),
+        reason,
     }];
     decisions.extend(admit.iter().map(|id| Decision::Admit((1, *id))));
     decisions
@@ -249,7 +260,10 @@ fn model_groups_run_together_a_a_then_b_b() {
     assert_eq!(world.decide().decisions, [], "B waits for A's leases");
     world.leases = 0;
     world.quiet_since = world.now - GRACE;
-    assert_eq!(world.decide().decisions, load("b", &[2, 4]));
+    assert_eq!(
+        world.decide().decisions,
+        switch("b", SwitchReason::GraceExpired, &[2, 4])
+    );
 }
 
 #[test]
@@ -295,11 +309,20 @@ fn grace_keeps_the_model_then_the_next_group_goes_and_priority_skips_it() {
     assert_eq!(busy.decide().decisions, grants(&[2]));
     // Priority does not wait for the grace period.
     world.queue[0].tier = P;
-    assert_eq!(world.decide().decisions, load("b", &[1]));
+    assert_eq!(
+        world.decide().decisions,
+        switch("b", SwitchReason::Priority, &[1])
+    );
     // Zero grace disables the hold.
     world.queue[0].tier = D;
     world.rules.grace = Duration::ZERO;
-    assert_eq!(world.decide().decisions, load("b", &[1]));
+    assert_eq!(
+        world.decide().decisions,
+        switch("b", SwitchReason::QueueDrained, &[1])
+    );
+    // Nothing loaded: a load, not a switch.
+    let empty = World::new(Mode::WaitFirst, 16).queue(&[(1, "b", D)]);
+    assert_eq!(empty.decide().decisions, load("b", &[1]));
 }
 
 #[test]
@@ -332,7 +355,10 @@ fn a_waiting_higher_tier_for_another_model_holds_back_the_loaded_model() {
     // Once A's active response ends, priority switches at once (no grace).
     world.leases = 0;
     world.quiet_since = world.now;
-    assert_eq!(world.decide().decisions, load("b", &[1]));
+    assert_eq!(
+        world.decide().decisions,
+        switch("b", SwitchReason::Priority, &[1])
+    );
 }
 
 #[test]
@@ -346,7 +372,10 @@ fn flex_waits_behind_default_and_priority_work() {
     let world = World::new(Mode::WaitFirst, 16)
         .serving("a")
         .queue(&[(1, "a", F), (2, "b", D)]);
-    assert_eq!(world.decide().decisions, load("b", &[2]));
+    assert_eq!(
+        world.decide().decisions,
+        switch("b", SwitchReason::GraceExpired, &[2])
+    );
     // Flex is served when nothing better waits.
     let world = World::new(Mode::WaitFirst, 16)
         .serving("a")
@@ -392,7 +421,10 @@ fn a_start_cooldown_fails_only_the_cooling_models_tickets() {
     assert_eq!(plan.wake_at, Some(world.now + Duration::from_secs(5)));
     // The engine applies the failures and decides again: c, not cooling, loads.
     world.queue.retain(|ticket| ticket.model != "b");
-    assert_eq!(world.decide().decisions, load("c", &[3]));
+    assert_eq!(
+        world.decide().decisions,
+        switch("c", SwitchReason::GraceExpired, &[3])
+    );
 
     // Legacy mode, the same: the cooling head fails, the next head loads.
     let mut legacy = World::new(Mode::Legacy, 16).queue(&[(1, "b", D), (2, "c", D)]);
@@ -415,7 +447,7 @@ fn an_expired_cooldown_lets_its_model_load_again() {
     world.cooldowns.insert("b".into(), world.now);
     assert_eq!(
         world.decide().decisions,
-        load("b", &[1]),
+        switch("b", SwitchReason::GraceExpired, &[1]),
         "expired cooldown"
     );
 }
@@ -496,7 +528,12 @@ fn past_the_hold_bound_the_serving_model_gets_no_grants_and_the_switch_skips_gra
     // (b waited, a ready for, leases, decisions)
     let cases: Vec<(Duration, Duration, usize, Vec<Decision>)> = vec![
         (secs(9), secs(60), 0, grants(&[2])),
-        (secs(10), secs(60), 0, load("b", &[1])),
+        (
+            secs(10),
+            secs(60),
+            0,
+            switch("b", SwitchReason::BoundDue, &[1]),
+        ),
         // Leases on a: no grants for a, and the switch waits for them.
         (secs(10), secs(60), 3, vec![]),
         // Counted from a's readiness: b waited through a's load.
@@ -706,7 +743,7 @@ fn legacy_a_ticket_for_another_model_waits_at_the_head() {
     world.leases = 0;
     assert_eq!(
         world.decide().decisions,
-        load("b", &[1]),
+        switch("b", SwitchReason::QueueDrained, &[1]),
         "the lock holder alone"
     );
     // Nothing loaded: the head loads.
@@ -723,7 +760,10 @@ fn legacy_a_ticket_for_another_model_waits_at_the_head() {
 #[test]
 fn legacy_switches_without_grace() {
     // a quiet for less than the grace: wait-first holds, legacy switches.
-    for (mode, expected) in [(Mode::WaitFirst, vec![]), (Mode::Legacy, load("b", &[1]))] {
+    for (mode, expected) in [
+        (Mode::WaitFirst, vec![]),
+        (Mode::Legacy, switch("b", SwitchReason::QueueDrained, &[1])),
+    ] {
         let mut world = World::new(mode, 16).serving("a").queue(&[(1, "b", D)]);
         world.quiet_since = world.now - GRACE / 2;
         assert_eq!(world.decide().decisions, expected, "{mode:?}");
@@ -764,7 +804,10 @@ fn legacy_tiers_take_the_lock_first() {
             .serving("a")
             .queue(&[(1, "a", F), (2, "a", D), (3, "b", P)]);
     // Priority B is the head: nothing for A, B loads once A is quiet (priority: no grace).
-    assert_eq!(world.decide().decisions, load("b", &[3]));
+    assert_eq!(
+        world.decide().decisions,
+        switch("b", SwitchReason::QueueDrained, &[3])
+    );
     let world = World::new(Mode::Legacy, 16)
         .serving("a")
         .queue(&[(1, "a", F), (2, "a", D)]);
@@ -890,7 +933,16 @@ async fn grace_expiry_switches_exactly_when_the_quiet_period_ends() {
         .queue(&[(1, "b", D)]);
     world.quiet_since = Instant::now();
     let log = run_timers(&mut world, Duration::from_secs(10)).await;
-    assert_eq!(log[0], (GRACE, Decision::StartLoad { model: "b".into() }));
+    assert_eq!(
+        log[0],
+        (
+            GRACE,
+            Decision::StartLoad {
+                model: "b".into(),
+                reason: Some(SwitchReason::GraceExpired)
+            }
+        )
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -1014,7 +1066,13 @@ async fn the_cooldown_refuses_launches_until_it_ends() {
     let log = run_timers(&mut world, Duration::from_secs(1)).await;
     assert_eq!(
         log[0],
-        (Duration::ZERO, Decision::StartLoad { model: "b".into() })
+        (
+            Duration::ZERO,
+            Decision::StartLoad {
+                model: "b".into(),
+                reason: None
+            }
+        )
     );
 }
 
@@ -1146,4 +1204,26 @@ fn the_next_switch_waits_out_the_grace_and_skips_failed_tickets() {
     let view = world.view();
     let plan = decide(&view);
     assert_eq!(next_switch(&view, &plan), None, "{plan:?}");
+}
+
+#[test]
+fn every_switch_and_unload_says_why() {
+    let start = |reason| Decision::StartLoad {
+        model: "b".into(),
+        reason,
+    };
+    assert_eq!(start(None).switch_reason(), None, "a load from nothing");
+    assert_eq!(
+        start(Some(SwitchReason::BoundDue)).switch_reason(),
+        Some(SwitchReason::BoundDue)
+    );
+    assert_eq!(Decision::Unload.switch_reason(), Some(SwitchReason::Idle));
+    assert_eq!(
+        Decision::CancelLoad.switch_reason(),
+        Some(SwitchReason::Abandoned)
+    );
+    assert_eq!(Decision::Grant((1, 1)).switch_reason(), None);
+    // The label values `/metrics` writes are these, in this order.
+    let labels: Vec<&str> = SwitchReason::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(labels, strata_protocol::wire::SWITCH_REASONS);
 }

@@ -14,7 +14,7 @@
 //! `cache_max_active` when cache lookups are on), unload after `idle_ms`
 //! without work, and know no tiers, grace, cache order or queue deadline.
 
-use strata_scheduler::{BackendView, Decision, Plan, View, Waiting};
+use strata_scheduler::{BackendView, Decision, Plan, SwitchReason, View, Waiting};
 
 /// The router's dispatch limits apply to every policy alike, so the
 /// comparison is of order alone.
@@ -49,10 +49,21 @@ fn waiting<'a>(view: &View<'a>) -> Vec<&'a Waiting> {
         .collect()
 }
 
-/// Starts `model`'s load and admits its first `limit` waiting tickets.
-fn load<'a>(plan: &mut Plan, group: impl Iterator<Item = &'a Waiting>, model: &str, limit: usize) {
+/// Starts `model`'s load and admits its first `limit` waiting tickets. The
+/// baselines switch as soon as the loaded model has nothing running, with
+/// no grace: a switch's reason is always `queue_drained`.
+fn load<'a>(
+    view: &View,
+    plan: &mut Plan,
+    group: impl Iterator<Item = &'a Waiting>,
+    model: &str,
+    limit: usize,
+) {
+    let reason =
+        matches!(view.backend, BackendView::Serving { .. }).then_some(SwitchReason::QueueDrained);
     plan.decisions.push(Decision::StartLoad {
         model: model.to_owned(),
+        reason,
     });
     for ticket in group.take(limit) {
         plan.decisions.push(Decision::Admit(ticket.key));
@@ -90,7 +101,13 @@ pub fn fifo(view: &View) -> Plan {
             }
         }
         BackendView::Serving { .. } | BackendView::Empty if view.leases == 0 && admitted == 0 => {
-            load(&mut plan, run(), &head.model, dispatch_limit(view.rules));
+            load(
+                view,
+                &mut plan,
+                run(),
+                &head.model,
+                dispatch_limit(view.rules),
+            );
         }
         _ => {}
     }
@@ -124,6 +141,7 @@ pub fn collate(view: &View) -> Plan {
             }
             if mine.is_empty() && view.leases == 0 && admitted == 0 {
                 load(
+                    view,
                     &mut plan,
                     of(&oldest.model),
                     &oldest.model,
@@ -138,6 +156,7 @@ pub fn collate(view: &View) -> Plan {
         }
         BackendView::Empty if view.leases == 0 => {
             load(
+                view,
                 &mut plan,
                 of(&oldest.model),
                 &oldest.model,

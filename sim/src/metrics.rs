@@ -2,6 +2,10 @@
 //!
 //! - `swaps`: loads started (the first, cold one included; failed and
 //!   abandoned ones too).
+//! - `switches`: switches and unloads by reason (`grace_expired`,
+//!   `bound_due`, `queue_drained`, `priority`, `idle`, `abandoned`: see
+//!   `SwitchReason`); a cold load is no switch, and a replay of records
+//!   knows no reasons.
 //! - `load_s`: their total duration; `wasted_load_s`: the part of it spent
 //!   on loads that finished with no ticket left for their model, or were
 //!   abandoned.
@@ -59,6 +63,7 @@ pub struct Waits {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Metrics {
     pub swaps: u64,
+    pub switches: BTreeMap<String, u64>,
     pub load_s: f64,
     pub wasted_load_s: f64,
     pub busy_fraction: f64,
@@ -119,6 +124,11 @@ impl Metrics {
         let busy = busy_time(timeline);
         Metrics {
             swaps: timeline.loads.len() as u64,
+            switches: timeline
+                .switches_by_reason()
+                .into_iter()
+                .map(|(reason, count)| (reason.as_str().to_owned(), count))
+                .collect(),
             load_s: secs(load),
             wasted_load_s: secs(wasted),
             busy_fraction: if makespan.is_zero() {
@@ -205,18 +215,21 @@ mod tests {
             outcome,
         };
         let timeline = Timeline {
+            unloads: Vec::new(),
             loads: vec![
                 LoadSpan {
                     model: "a".into(),
                     start: s(0),
                     end: s(10),
                     outcome: LoadOutcome::Verified { wasted: false },
+                    reason: None,
                 },
                 LoadSpan {
                     model: "b".into(),
                     start: s(30),
                     end: s(40),
                     outcome: LoadOutcome::Verified { wasted: true },
+                    reason: None,
                 },
             ],
             requests: vec![

@@ -348,6 +348,7 @@ impl Reader {
                             } else {
                                 LoadOutcome::Verified { wasted: false }
                             },
+                            reason: None,
                         });
                     }
                 }
@@ -647,6 +648,7 @@ mod reading {
                     start,
                     end: granted,
                     outcome: LoadOutcome::Verified { wasted: false },
+                    reason: None,
                 }),
             }
         }

@@ -44,11 +44,11 @@ use tokio::time::Instant;
 use crate::baselines;
 use crate::queue::Queue;
 use crate::rng::Rng;
-use crate::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
+use crate::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline, Unload};
 use crate::workload::Workload;
 use strata_scheduler::{
-    BackendView, Book, CacheState, ConnId, Failure, Hold, Mode, Plan, Refusal, Rules, TicketKey,
-    View, Waiting, apply, decide, refusal,
+    BackendView, Book, CacheState, ConnId, Failure, Hold, Mode, Plan, Refusal, Rules, SwitchReason,
+    TicketKey, View, Waiting, apply, decide, refusal,
 };
 
 /// The decision functions a simulation can run.
@@ -209,6 +209,7 @@ struct Sim<'a> {
     cache: CacheState,
     lookups: u64,
     loads: Vec<LoadSpan>,
+    unloads: Vec<Unload>,
     rng: Rng,
     wake: Option<Duration>,
     /// Requests created and not ended yet.
@@ -266,6 +267,7 @@ impl<'a> Sim<'a> {
             cache: CacheState::default(),
             lookups: 0,
             loads: Vec::new(),
+            unloads: Vec::new(),
             rng: Rng::new(workload.seed ^ 0x5EED_1A0D),
             wake: None,
             open: 0,
@@ -654,6 +656,8 @@ impl<'a> Sim<'a> {
                     start: self.now,
                     end,
                     outcome: LoadOutcome::Verified { wasted: false },
+                    // The ideal keeps every model: nothing gives way.
+                    reason: None,
                 });
                 self.ideal_loading
                     .insert(self.load_seq, (model, self.loads.len() - 1));
@@ -684,6 +688,7 @@ impl<'a> Sim<'a> {
         requests.sort_by_key(|r| r.arrival);
         Timeline {
             loads: self.loads,
+            unloads: self.unloads,
             requests,
         }
     }
@@ -741,7 +746,7 @@ impl Book for Sim<'_> {
         }
     }
 
-    fn start_load(&mut self, model: String) {
+    fn start_load(&mut self, model: String, reason: Option<SwitchReason>) {
         self.load_seq += 1;
         let load = self.workload.load_time(&model);
         let fail_rate = self
@@ -756,6 +761,7 @@ impl Book for Sim<'_> {
             start: self.now,
             end,
             outcome: LoadOutcome::Verified { wasted: false },
+            reason,
         });
         self.backend = Backend::Loading {
             model,
@@ -768,6 +774,12 @@ impl Book for Sim<'_> {
     }
 
     fn unload(&mut self) {
+        if let Backend::Serving { model, .. } = &self.backend {
+            self.unloads.push(Unload {
+                model: model.clone(),
+                at: self.now,
+            });
+        }
         self.backend = Backend::Empty;
     }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use strata_protocol::record::Reason;
 use strata_protocol::wire::ServiceTier;
+use strata_scheduler::SwitchReason;
 
 /// How a load ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +28,9 @@ pub struct LoadSpan {
     pub start: Duration,
     pub end: Duration,
     pub outcome: LoadOutcome,
+    /// Why the model before it gave way; `None` when nothing was loaded,
+    /// and in a replay of records (which do not say).
+    pub reason: Option<SwitchReason>,
 }
 
 impl LoadSpan {
@@ -64,14 +68,43 @@ impl RequestSpan {
     }
 }
 
+/// An idle unload: the model left the GPU with nothing to load after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unload {
+    pub model: String,
+    pub at: Duration,
+}
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Timeline {
     pub loads: Vec<LoadSpan>,
+    /// Idle unloads, in time order (a switch's unload is the next load's
+    /// start). Not known in a replay of records.
+    pub unloads: Vec<Unload>,
     /// In arrival order.
     pub requests: Vec<RequestSpan>,
 }
 
 impl Timeline {
+    /// Switches and unloads by reason: each load's reason, an abandoned
+    /// load's cancel, each idle unload.
+    pub fn switches_by_reason(&self) -> std::collections::BTreeMap<SwitchReason, u64> {
+        let mut counts = std::collections::BTreeMap::new();
+        let reasons = self
+            .loads
+            .iter()
+            .flat_map(|load| {
+                let cancelled =
+                    (load.outcome == LoadOutcome::Abandoned).then_some(SwitchReason::Abandoned);
+                load.reason.into_iter().chain(cancelled)
+            })
+            .chain(self.unloads.iter().map(|_| SwitchReason::Idle));
+        for reason in reasons {
+            *counts.entry(reason).or_default() += 1;
+        }
+        counts
+    }
+
     /// The sequence of models loaded, in order (failed loads included).
     pub fn load_sequence(&self) -> Vec<&str> {
         self.loads.iter().map(|load| load.model.as_str()).collect()

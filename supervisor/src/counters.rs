@@ -23,6 +23,8 @@ pub struct Counters {
     proxies: AtomicU64,
     /// Finished loads by (model, outcome).
     loads: Mutex<BTreeMap<(String, String), u64>>,
+    /// Switches and unloads by reason (`SwitchReason::as_str`).
+    switches: Mutex<BTreeMap<String, u64>>,
     /// The weights prefetch's figures per model (its worker thread and
     /// the residency check at each load's start write them).
     prefetch: Mutex<BTreeMap<String, PrefetchFigures>>,
@@ -88,6 +90,16 @@ impl Counters {
     /// Finished loads so far.
     pub fn loads(&self) -> BTreeMap<(String, String), u64> {
         lock(&self.loads).clone()
+    }
+
+    /// One switch or unload, for `reason`.
+    pub(super) fn count_switch(&self, reason: &str) {
+        *lock(&self.switches).entry(reason.to_owned()).or_default() += 1;
+    }
+
+    /// Switches and unloads so far, by reason.
+    pub fn switches(&self) -> BTreeMap<String, u64> {
+        lock(&self.switches).clone()
     }
 
     /// The prefetch of `model` read `bytes` more in `seconds`.

@@ -543,6 +543,7 @@ mod tests {
             start,
             end,
             outcome: LoadOutcome::Verified { wasted: false },
+            reason: None,
         }
     }
 
@@ -607,6 +608,7 @@ mod tests {
             let timeline = Timeline {
                 loads: vec![load("a", ms(0), ms(10))],
                 requests: vec![request("a", ms(0), ms(10), end)],
+                unloads: Vec::new(),
             };
             let svg = drawing(&Workload::default(), timeline);
             let ticks = count(&svg, "tick");
@@ -644,7 +646,14 @@ mod tests {
             })
             .collect();
         let loads = vec![load("a", ms(0), ms(5)), load("b", ms(5), ms(15))];
-        (workload, Timeline { loads, requests })
+        (
+            workload,
+            Timeline {
+                loads,
+                requests,
+                unloads: Vec::new(),
+            },
+        )
     }
 
     #[test]
@@ -686,6 +695,7 @@ mod tests {
         let timeline = Timeline {
             loads,
             requests: vec![request("a", ms(0), ms(10), ms(300_000))],
+            unloads: Vec::new(),
         };
         let svg = drawing(&Workload::default(), timeline);
         assert_eq!(count(&svg, "swap"), 0);
@@ -712,6 +722,7 @@ mod tests {
             Timeline {
                 loads: Vec::new(),
                 requests,
+                unloads: Vec::new(),
             },
         );
         assert_eq!(count(&svg, "request"), 100, "every request is still drawn");

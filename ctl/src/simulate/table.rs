@@ -125,28 +125,57 @@ pub fn render(
             run.metrics.wait_ms.by_tier.get(key).copied()
         });
     }
+    let reasons: BTreeSet<&str> = runs
+        .iter()
+        .flat_map(|r| r.metrics.switches.keys().map(String::as_str))
+        .collect();
+    counts(
+        &mut text,
+        width,
+        runs,
+        "switches by reason",
+        &reasons,
+        &|run, key| run.metrics.switches.get(key).copied(),
+    );
     let failures: BTreeSet<&str> = runs
         .iter()
         .flat_map(|r| r.metrics.failed.keys().map(String::as_str))
         .collect();
-    if !failures.is_empty() {
-        let _ = writeln!(text);
-        let _ = write!(text, "{:width$}", "failed by reason");
-        for key in &failures {
-            let _ = write!(text, "  {key:>18}");
-        }
-        let _ = writeln!(text);
-        for run in runs {
-            let _ = write!(text, "{:width$}", run.label);
-            for key in &failures {
-                let _ = write!(
-                    text,
-                    "  {:>18}",
-                    run.metrics.failed.get(*key).copied().unwrap_or(0)
-                );
-            }
-            let _ = writeln!(text);
-        }
-    }
+    counts(
+        &mut text,
+        width,
+        runs,
+        "failed by reason",
+        &failures,
+        &|run, key| run.metrics.failed.get(key).copied(),
+    );
     text
+}
+
+/// A block of counts: one column per key, one row per run (nothing when no
+/// run has any).
+fn counts(
+    text: &mut String,
+    width: usize,
+    runs: &[Run],
+    title: &str,
+    keys: &BTreeSet<&str>,
+    get: &dyn Fn(&Run, &str) -> Option<u64>,
+) {
+    if keys.is_empty() {
+        return;
+    }
+    let _ = writeln!(text);
+    let _ = write!(text, "{title:width$}");
+    for key in keys {
+        let _ = write!(text, "  {key:>18}");
+    }
+    let _ = writeln!(text);
+    for run in runs {
+        let _ = write!(text, "{:width$}", run.label);
+        for key in keys {
+            let _ = write!(text, "  {:>18}", get(run, key).unwrap_or(0));
+        }
+        let _ = writeln!(text);
+    }
 }

@@ -29,13 +29,14 @@ fn ok_json(args: &[&str]) -> Value {
     serde_json::from_slice(&output.stdout).expect("one JSON document")
 }
 
-const POLICY_KEYS: [&str; 8] = [
+const POLICY_KEYS: [&str; 9] = [
     "busy_fraction",
     "completed",
     "failed",
     "load_s",
     "makespan_s",
     "swaps",
+    "switches",
     "wait_ms",
     "wasted_load_s",
 ];
@@ -56,6 +57,25 @@ fn check_policy(name: &str, policy: &Value) {
         assert!(policy[key].is_f64(), "{name}.{key}: {}", policy[key]);
     }
     assert!(policy["failed"].is_object());
+    // A switch is a load after another model: never more of them than loads
+    // after the first, plus the idle unloads and cancels.
+    let switches = policy["switches"].as_object().unwrap();
+    for (reason, count) in switches {
+        assert!(
+            [
+                "grace_expired",
+                "bound_due",
+                "queue_drained",
+                "priority",
+                "operator",
+                "idle",
+                "abandoned"
+            ]
+            .contains(&reason.as_str()),
+            "{name}: {reason}"
+        );
+        assert!(count.as_u64().is_some_and(|n| n > 0), "{name}: {reason}");
+    }
     for group in ["by_tier", "by_model"] {
         let waits = policy["wait_ms"][group].as_object().unwrap();
         assert!(!waits.is_empty(), "{name}.{group}");
@@ -83,6 +103,32 @@ fn every_built_in_workload_runs_under_the_four_policies() {
         for (name, policy) in policies {
             check_policy(name, policy);
         }
+        // The router's switches say why: grace, the hold bound (the example
+        // config sets both), priority or an idle unload; the baselines switch
+        // as soon as a model's queue drains.
+        let reasons = |name: &str| {
+            let switches = policies[name]["switches"].as_object().unwrap();
+            switches.keys().cloned().collect::<Vec<String>>()
+        };
+        assert!(
+            reasons("router")
+                .iter()
+                .all(|r| ["grace_expired", "bound_due", "priority", "idle"].contains(&r.as_str())),
+            "{workload}: {:?}",
+            reasons("router")
+        );
+        assert!(reasons("router").contains(&"grace_expired".to_owned()));
+        assert!(
+            reasons("fifo")
+                .iter()
+                .all(|r| ["queue_drained", "idle"].contains(&r.as_str())),
+            "{workload}: {:?}",
+            reasons("fifo")
+        );
+        assert!(reasons("ideal").iter().all(|r| r == "idle"), "{workload}");
+        // The table counts them.
+        let table = text(&simulate(&["--workload", workload]).stdout);
+        assert!(table.contains("switches by reason"), "{table}");
         // The bound is a bound.
         let swaps = |name: &str| policies[name]["swaps"].as_u64().unwrap();
         for name in ["fifo", "collate", "router"] {

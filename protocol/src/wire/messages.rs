@@ -45,7 +45,7 @@ use crate::record::RequestRecord;
 use crate::stats::RequestStats;
 
 /// Bumped whenever a message or field changes shape.
-pub const PROTOCOL_VERSION: u32 = 14;
+pub const PROTOCOL_VERSION: u32 = 15;
 
 /// The most bytes a frame from a proxy may have, for a config whose longest
 /// `upstream_model` is `longest_upstream_model` bytes. The supervisor
@@ -280,6 +280,10 @@ pub struct RouterMetrics {
     pub proxies: u64,
     /// Finished loads by (model, outcome: `verified`, `failed`, `cancelled`).
     pub model_loads: BTreeMap<(String, String), u64>,
+    /// Model switches and unloads by reason (`grace_expired`, `bound_due`,
+    /// `queue_drained`, `priority`, `operator`, `idle`, `abandoned`); a
+    /// reason not seen yet is absent.
+    pub model_switches: BTreeMap<String, u64>,
     /// Counted over every stored record of this instance.
     pub requests: RequestStats,
     /// The oldest requests held (waiting, loading, leased), oldest first.
@@ -292,6 +296,18 @@ pub struct RouterMetrics {
     /// asked for (the proxy exports them beside its own).
     pub supervisor_process: ProcessFigures,
 }
+
+/// The `reason` label values of `strata_router_model_switches_total`, in
+/// the order they are written (the scheduler's `SwitchReason`s).
+pub const SWITCH_REASONS: [&str; 7] = [
+    "grace_expired",
+    "bound_due",
+    "queue_drained",
+    "priority",
+    "operator",
+    "idle",
+    "abandoned",
+];
 
 /// One daemon process's figures behind the standard `process_*` families.
 /// A figure the system would not tell is `None`, exported as absent.

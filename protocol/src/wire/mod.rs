@@ -28,8 +28,8 @@ pub use frame::{
 pub use messages::{
     ArrivalInfo, BackendHealth, BackendInstance, BackendState, CacheScores, Grant, LeaseFailure,
     LoadPhase, LookupFailure, ModelStatusEntry, PROTOCOL_VERSION, PrefetchFigures, ProcessFigures,
-    ProxyMessage, RequestLogStats, RevokeReason, RouterMetrics, RouterState, ServiceTier,
-    SubmittedRecord, SupervisorMessage, TicketId, TicketRequest, TicketScore, proxy_frame_limit,
-    typical_load_seconds,
+    ProxyMessage, RequestLogStats, RevokeReason, RouterMetrics, RouterState, SWITCH_REASONS,
+    ServiceTier, SubmittedRecord, SupervisorMessage, TicketId, TicketRequest, TicketScore,
+    proxy_frame_limit, typical_load_seconds,
 };
 pub use refuse::RefuseReason;

@@ -230,6 +230,7 @@ fn supervisor_messages() -> Vec<SupervisorMessage> {
                 in_flight: 2,
                 proxies: 1,
                 model_loads: [(("a".to_owned(), "verified".to_owned()), 3)].into(),
+                model_switches: [("grace_expired".to_owned(), 2)].into(),
                 prefetch: [
                     (
                         "a".to_owned(),
@@ -397,7 +398,7 @@ fn fnv1a_64(bytes: &[u8]) -> u64 {
 /// The wire format as of a protocol version: `PROTOCOL_VERSION` and the
 /// hash of every sample message's frame. Round trips cannot notice a change
 /// (both ends are built from the same source); this can.
-const PINNED_WIRE: (u32, u64) = (14, 0xc6ca_56cb_e7fa_db5a);
+const PINNED_WIRE: (u32, u64) = (15, 0xda44_0698_8630_db44);
 
 /// A change to any message's shape (a field, a variant, its order or type)
 /// changes the encoded samples; the test fails until `PROTOCOL_VERSION` and

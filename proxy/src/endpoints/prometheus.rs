@@ -19,7 +19,9 @@ mod process;
 use strata_protocol::api::Metrics;
 use strata_protocol::config::Config;
 use strata_protocol::stats::{Histogram, RATE_BUCKETS, SECONDS_BUCKETS};
-use strata_protocol::wire::{ProcessFigures, RouterMetrics, RouterState, ServiceTier};
+use strata_protocol::wire::{
+    ProcessFigures, RouterMetrics, RouterState, SWITCH_REASONS, ServiceTier,
+};
 
 /// This build's version, the `version` label of `strata_router_build_info`.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -89,6 +91,19 @@ pub fn render(
                 &[("model", model), ("outcome", outcome)],
                 *count as f64,
             );
+        }
+    }
+    out.family(
+        "model_switches_total",
+        "counter",
+        "Model switches and unloads by why the model gave way (grace_expired, bound_due, \
+         queue_drained, priority, operator, idle, abandoned).",
+    );
+    if let Some(metrics) = metrics {
+        // Every reason, seen or not, so a rate starts from a sample.
+        for reason in SWITCH_REASONS {
+            let count = metrics.model_switches.get(reason).copied().unwrap_or(0);
+            out.sample("model_switches_total", &[("reason", reason)], count as f64);
         }
     }
     out.family(

@@ -762,6 +762,7 @@ async fn questions_are_matched_to_their_answers_by_token() {
         in_flight: 2,
         proxies: 1,
         model_loads: Default::default(),
+        model_switches: Default::default(),
         prefetch: Default::default(),
         in_flight_requests: Vec::new(),
         requests: Default::default(),

@@ -20,7 +20,8 @@ use strata_protocol::wire::{
     Grant, LeaseFailure, RevokeReason, ServiceTier, SupervisorMessage, TicketId, TicketRequest,
 };
 use strata_scheduler::{
-    self as scheduler, ConnId, Decision, Hold, Mode, Refusal, Rules, TicketKey, Waiting,
+    self as scheduler, ConnId, Decision, Hold, Mode, Refusal, Rules, SwitchReason, TicketKey,
+    Waiting,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -572,12 +573,26 @@ impl Engine {
                     self.control_clients.done(op, ok, message, status);
                 }
                 OperatorAction::SetRouting(routing) => self.set_routing(routing, now),
-                OperatorAction::CancelLoad(reason) => self.slot.cancel_load(reason),
+                OperatorAction::CancelLoad(reason) => {
+                    self.count_switch(SwitchReason::Operator);
+                    self.slot.cancel_load(reason);
+                }
                 OperatorAction::RevokeAll => {
                     self.revoke_all_leases(RevokeReason::RoutingOff);
                 }
-                OperatorAction::StartLoad { model } => self.start_load(&model, true, now),
-                OperatorAction::StartStop => self.start_stop(StopReason::Off, now),
+                OperatorAction::StartLoad { model } => {
+                    // A switch when another model serves or loads; else a load.
+                    let reason = (self.slot.serving_model().is_some()
+                        || self.slot.loading_model().is_some())
+                    .then_some(SwitchReason::Operator);
+                    self.start_load(&model, true, reason, now);
+                }
+                OperatorAction::StartStop => {
+                    if self.slot.serving_model().is_some() {
+                        self.count_switch(SwitchReason::Operator);
+                    }
+                    self.start_stop(StopReason::Off, now);
+                }
                 OperatorAction::RestartQuietClock => self.leases.restart_quiet_clock(now.at),
             }
         }
@@ -585,16 +600,42 @@ impl Engine {
 
     // ---- ops --------------------------------------------------------------
 
-    /// Starts loading `model`, stopping the current backend first.
-    fn start_load(&mut self, model: &str, started_by_control: bool, now: Now) {
+    /// Starts loading `model`, stopping the current backend first;
+    /// `reason` says why the model that ran gives way (`None`: nothing
+    /// ran).
+    fn start_load(
+        &mut self,
+        model: &str,
+        started_by_control: bool,
+        reason: Option<SwitchReason>,
+        now: Now,
+    ) {
         // A switch stops the serving backend: its probes end here.
         self.stop_probes();
+        let from = self
+            .slot
+            .serving_model()
+            .or(self.slot.loading_model())
+            .map(str::to_owned);
+        if let Some(reason) = reason {
+            self.count_switch(reason);
+        }
         let spec = backend_slot::launch_spec(&self.config, model);
         self.prefetch.load_starting(model);
         let request = self.slot.start_load(spec, started_by_control, now.at);
         self.ops.run(request);
-        tracing::info!(model, "loading model");
+        tracing::info!(
+            model,
+            from,
+            reason = reason.map(SwitchReason::as_str),
+            "loading model"
+        );
         self.broadcast_state(now);
+    }
+
+    /// Counts one switch or unload for `/metrics`.
+    fn count_switch(&self, reason: SwitchReason) {
+        self.counters.count_switch(reason.as_str());
     }
 
     fn start_stop(&mut self, reason: StopReason, now: Now) {

@@ -153,6 +153,7 @@ impl LinkShared {
             in_flight,
             proxies,
             model_loads: self.counters.loads(),
+            model_switches: self.counters.switches(),
             prefetch: self.counters.prefetch(),
             in_flight_requests: Vec::new(),
             requests: self

@@ -911,6 +911,7 @@ async fn metrics_come_from_the_shared_counters_and_the_store() {
                 in_flight: 0,
                 proxies: 0,
                 model_loads: Default::default(),
+                model_switches: Default::default(),
                 prefetch: Default::default(),
                 in_flight_requests: vec![held],
                 supervisor_process: Default::default(),

@@ -32,11 +32,25 @@ fn order(log: &FakeLog) -> Vec<String> {
 
 /// `strata_router_model_loads_total{model=MODEL,outcome=OUTCOME}` in the Prometheus text.
 fn loads(stack: &Stack, model: &str, outcome: &str) -> u64 {
-    let text = stack.get("/metrics?format=prometheus").text();
     let series =
-        format!("strata_router_model_loads_total{{model=\"{model}\",outcome=\"{outcome}\"}} ");
+        format!("strata_router_model_loads_total{{model=\"{model}\",outcome=\"{outcome}\"}}");
+    counter(stack, &series)
+}
+
+/// `strata_router_model_switches_total{reason=REASON}` in the Prometheus text.
+fn switches(stack: &Stack, reason: &str) -> u64 {
+    counter(
+        stack,
+        &format!("strata_router_model_switches_total{{reason=\"{reason}\"}}"),
+    )
+}
+
+/// The value of one series (0 when absent).
+fn counter(stack: &Stack, series: &str) -> u64 {
+    let text = stack.get("/metrics?format=prometheus").text();
+    let prefix = format!("{series} ");
     text.lines()
-        .find_map(|line| line.strip_prefix(&series))
+        .find_map(|line| line.strip_prefix(&prefix))
         .map_or(0, |count| count.trim().parse::<f64>().unwrap_or(0.0) as u64)
 }
 
@@ -93,6 +107,15 @@ fn an_abandoned_load_is_cancelled_when_another_model_waits() {
     );
     assert_eq!(loads(&stack, A, "abandoned"), 1);
     assert_eq!(loads(&stack, A, "verified"), 0);
+    // The cancel is a switch that says why, in the metrics and the log.
+    assert_eq!(switches(&stack, "abandoned"), 1);
+    assert!(
+        stack
+            .supervisor_stderr()
+            .contains("cancelling it model=\"flash-a\" reason=\"abandoned\""),
+        "{}",
+        stack.supervisor_stderr()
+    );
     wait_record_where(stack.addr(), "A's client left while loading", |record| {
         record.reason == Reason::ClientDisconnect && record.model_resolved.as_deref() == Some(A)
     });
@@ -162,6 +185,15 @@ fn the_hold_bound_lets_a_waiting_model_in_between_an_agents_requests() {
             );
             // And A is loaded again for the rest of the session.
             assert_eq!(log.start_count(&stack.config().upstream(A)), 2);
+            // The switch to B says why.
+            assert!(switches(&stack, "bound_due") >= 1);
+            assert!(
+                stack.supervisor_stderr().contains(
+                    "loading model model=\"flash-b\" from=\"flash-a\" reason=\"bound_due\""
+                ),
+                "{}",
+                stack.supervisor_stderr()
+            );
         }
         stack.stop();
     }

@@ -4,7 +4,7 @@
 //! a ledger entry, a backend op) is below.
 
 use strata_protocol::wire::{LeaseFailure, LoadPhase, SupervisorMessage};
-use strata_scheduler::{Book, Failure, TicketKey, Waiting};
+use strata_scheduler::{Book, Failure, SwitchReason, TicketKey, Waiting};
 
 use super::{Engine, Now};
 use crate::engine::backend_slot::{CancelReason, StopReason};
@@ -70,18 +70,25 @@ impl Book for EngineBook<'_> {
         self.engine.failed(ticket.key, info, failure);
     }
 
-    fn start_load(&mut self, model: String) {
-        self.engine.start_load(&model, false, self.now);
+    fn start_load(&mut self, model: String, reason: Option<SwitchReason>) {
+        self.engine.start_load(&model, false, reason, self.now);
     }
 
     fn unload(&mut self) {
-        tracing::info!(model = self.engine.slot.selected(), "idle: unloading");
+        self.engine.count_switch(SwitchReason::Idle);
+        tracing::info!(
+            model = self.engine.slot.selected(),
+            reason = SwitchReason::Idle.as_str(),
+            "idle: unloading"
+        );
         self.engine.start_stop(StopReason::Idle, self.now);
     }
 
     fn cancel_load(&mut self) {
+        self.engine.count_switch(SwitchReason::Abandoned);
         tracing::info!(
             model = self.engine.slot.loading_model(),
+            reason = SwitchReason::Abandoned.as_str(),
             "nobody waits for the load any more: cancelling it"
         );
         self.engine.slot.cancel_load(CancelReason::Abandoned);
