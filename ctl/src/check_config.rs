@@ -9,6 +9,7 @@
 //! `NAME: config error: PATH: MESSAGE` on stderr otherwise (NAME:
 //! `strata-router` or `strata-ctl`, the name this program runs under).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt;
@@ -224,11 +225,36 @@ fn summary(path: &Path, config: &Config) -> String {
         .iter()
         .chain(&crate::strata_limits::warnings(config))
         .chain(&weights_warnings(config))
+        .chain(&hold_floor_warning(config))
     {
         lines.push(format!("warning: {warning}"));
     }
     lines.push(String::new());
     lines.join("\n")
+}
+
+/// A warning when `model_hold_max_ms` is below the floor the scheduler
+/// holds it to before any load was learned (see `Rules::effective_hold`).
+fn hold_floor_warning(config: &Config) -> Option<String> {
+    let rules = strata_scheduler::Rules::from_config(config);
+    let bound = rules
+        .hold_max
+        .filter(|_| rules.mode == strata_scheduler::Mode::WaitFirst)?;
+    let floor = rules.effective_hold(Duration::ZERO, &BTreeMap::new(), "", "");
+    (bound < floor).then(|| {
+        format!(
+            "model_hold_max_ms {} is below the hold bound's floor: the bound in force is never \
+             below {} x the longer load time of the loaded model and the waiting one (a bound \
+             below a load time makes three or more busy models thrash), and before any load is \
+             learned a load counts startup_ms / {} = {} ms, so {} ms; as the router runs it \
+             uses the learned load times (a model not loaded yet counts the longest learned one)",
+            bound.as_millis(),
+            strata_scheduler::HOLD_FLOOR_LOADS,
+            strata_scheduler::UNLEARNED_LOAD_SHARE,
+            rules.unlearned_load.as_millis(),
+            floor.as_millis(),
+        )
+    })
 }
 
 /// One warning for each model's weights path that does not exist or cannot

@@ -33,13 +33,18 @@
 //!   without valid scores (lookup failed, late, or invalidated) arrival
 //!   order stands. At most one lookup per admission round.
 //! - **Hold bound** (wait-first, opt-in `model_hold_max_ms`): once the
-//!   best tier's earliest ticket for another model has waited that long,
-//!   counted from the later of its arrival and the moment the serving
-//!   model became ready, the serving model gets no new grants and the
-//!   switch follows as soon as its leases end, without grace. Counting from
-//!   readiness means a switch always serves the group it was made for:
-//!   tickets that waited through a load cannot force the next switch at
-//!   once.
+//!   best tier's earliest ticket for another model (the due ticket) has
+//!   waited that long, counted from the later of its arrival and the moment
+//!   the serving model became ready, the serving model is granted only its
+//!   own tickets of the due ticket's tier that arrived before it ("fair
+//!   hold"), and the switch follows as soon as those and its leases end,
+//!   without grace. The bound in force is never below 1.5 load times of the
+//!   two models ([`Rules::effective_hold`]). Counting from readiness means a
+//!   switch always serves the group it was made for; fair hold and the
+//!   floor mean no more switches than FIFO, with any number of models.
+//! - **Switch reasons**: every [`Decision::StartLoad`] that replaces a
+//!   model, and every unload and cancel, says why
+//!   ([`Decision::switch_reason`]).
 //! - **Abandoned loads** (wait-first): a load whose tickets have all gone
 //!   (their clients left) while a ticket for another model waits is
 //!   cancelled, unless an operator `on` started it.
@@ -58,8 +63,10 @@ use strata_protocol::wire::{ServiceTier, TicketId};
 use tokio::time::Instant;
 
 mod apply;
+mod load_times;
 
 pub use apply::{Book, apply};
+pub use load_times::LoadTimes;
 
 /// One proxy connection on the supervisor socket.
 pub type ConnId = u64;
@@ -92,6 +99,9 @@ pub struct Rules {
     /// Wait-first `model_hold_max_ms`; `None` when 0 (off, the spec's
     /// behaviour).
     pub hold_max: Option<Duration>,
+    /// What a load is taken to last before any load was learned: a tenth of
+    /// `startup_ms` (see [`UNLEARNED_LOAD_SHARE`]).
+    pub unlearned_load: Duration,
 }
 
 impl Rules {
@@ -110,9 +120,49 @@ impl Rules {
             cache_lookup: config.cache_lookup_timeout().is_some(),
             hold_max: (config.timers.model_hold_max_ms > 0)
                 .then(|| Duration::from_millis(config.timers.model_hold_max_ms)),
+            unlearned_load: Duration::from_millis(config.timers.startup_ms) / UNLEARNED_LOAD_SHARE,
         }
     }
+
+    /// The hold bound in force between `serving` and `waiting`: the
+    /// configured one, but never below [`HOLD_FLOOR_LOADS`] times the
+    /// longer of their load times. A model's load time is its learned one;
+    /// for a model not loaded yet, the longest learned load of any model
+    /// (models on one machine load alike); before anything was learned,
+    /// [`Rules::unlearned_load`]. Below a load time, three or more busy
+    /// models thrash: each switch's load outlasts the bound of the next
+    /// waiting model.
+    pub fn effective_hold(
+        &self,
+        bound: Duration,
+        load_times: &BTreeMap<String, Duration>,
+        serving: &str,
+        waiting: &str,
+    ) -> Duration {
+        let longest_learned = load_times.values().max().copied();
+        let load = |model: &str| {
+            load_times
+                .get(model)
+                .copied()
+                .or(longest_learned)
+                .unwrap_or(self.unlearned_load)
+        };
+        bound.max(load(serving).max(load(waiting)).mul_f64(HOLD_FLOOR_LOADS))
+    }
 }
+
+/// The hold bound's floor, in load times of the models involved (see
+/// [`Rules::effective_hold`]).
+pub const HOLD_FLOOR_LOADS: f64 = 1.5;
+
+/// Before any load was learned, a load counts as `startup_ms` divided by
+/// this: a startup limit is set well above the loads it bounds (the default
+/// 120 s for loads of about 12 s; Strata's own 900 s for loads up to about
+/// 90 s). The scheduler itself never meets that case (the bound is only
+/// weighed while a verified model serves, and every verified load is
+/// learned); `check-config` states the floor with it, when nothing can be
+/// learned yet.
+pub const UNLEARNED_LOAD_SHARE: u32 = 10;
 
 /// A ticket in the queue.
 #[derive(Debug, Clone, PartialEq)]
@@ -191,6 +241,9 @@ pub struct View<'a> {
     /// The running load was started by an operator `on`: it is never
     /// abandoned.
     pub load_pinned: bool,
+    /// Each model's learned load time (the engine's typical load); a model
+    /// not in it counts [`Rules::unlearned_load`].
+    pub load_times: &'a BTreeMap<String, Duration>,
     /// Per model: no launch of it before this (its last start failed).
     pub cooldowns: &'a BTreeMap<String, Instant>,
     pub hold: Hold,
@@ -513,21 +566,26 @@ fn wait_first(
         plan.decisions.push(Decision::CancelLoad);
         return;
     }
-    let held_too_long = match (view.backend, first_other, rules.hold_max) {
-        (BackendView::Serving { .. }, Some(first), Some(bound)) => {
+    // The ticket the hold bound fell due for, if it did.
+    let due_for = match (view.backend, first_other, rules.hold_max) {
+        (BackendView::Serving { model }, Some(first), Some(bound)) => {
+            let bound = rules.effective_hold(bound, view.load_times, model, &first.model);
             let until = first.arrived_at.max(view.ready_since) + bound;
             if view.now < until {
                 plan.wake(until);
             }
-            view.now >= until
+            (view.now >= until).then_some(*first)
         }
-        _ => false,
+        _ => None,
     };
+    let held_too_long = due_for.is_some();
     // Admission for the model that serves or loads, best tier first; a tier
     // with tickets left (for this model or another) holds back the rest.
-    // Past the hold bound the serving model gets no new grants.
+    // Past the hold bound ("fair hold") the serving model is granted only
+    // its tickets of that ticket's tier that arrived before it, then gives
+    // way.
     let mut left_at_top = false;
-    if let Some(model) = model.filter(|_| !held_too_long) {
+    if let Some(model) = model {
         for tier in ServiceTier::ALL.into_iter().filter(|tier| *tier >= top) {
             let at_tier: Vec<&Waiting> = waiting
                 .iter()
@@ -541,6 +599,10 @@ fn wait_first(
                 .iter()
                 .copied()
                 .filter(|ticket| ticket.model == model)
+                .filter(|ticket| {
+                    due_for
+                        .is_none_or(|due| ticket.tier == due.tier && ticket.arrival < due.arrival)
+                })
                 .collect();
             let free = free_slots(rules, used, Some(rules.max_pending));
             let chosen = match order(view, candidates.clone(), free) {
@@ -580,11 +642,10 @@ fn wait_first(
     let Some(first) = first_other else {
         return;
     };
-    // The running model is not quiet while it has work, waiting included.
-    if matches!(view.backend, BackendView::Loading { .. })
-        || used > 0
-        || (left_at_top && !held_too_long)
-    {
+    // The running model is not quiet while it has work, waiting included
+    // (past the bound, the work that arrived before the due ticket: a
+    // cache lookup or a full slot may defer its grants).
+    if matches!(view.backend, BackendView::Loading { .. }) || used > 0 || left_at_top {
         return;
     }
     let mut reason = None;

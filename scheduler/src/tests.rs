@@ -21,8 +21,13 @@ fn rules(mode: Mode, max_pending: usize) -> Rules {
         idle: IDLE,
         cache_lookup: true,
         hold_max: None,
+        unlearned_load: UNLEARNED,
     }
 }
+
+/// What a load counts in these rules before anything was learned (a tenth
+/// of a 1200 s `startup_ms`).
+const UNLEARNED: Duration = Duration::from_secs(120);
 
 /// What runs, with owned names (a [`BackendView`] borrows).
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +49,7 @@ struct World {
     quiet_since: Instant,
     ready_since: Instant,
     load_pinned: bool,
+    load_times: BTreeMap<String, Duration>,
     cooldowns: BTreeMap<String, Instant>,
     hold: Hold,
     usable: bool,
@@ -66,6 +72,12 @@ impl World {
             quiet_since: now - GRACE * 10,
             ready_since: now - GRACE * 10,
             load_pinned: false,
+            // Every model learned at a second: the hold floor (1.5 s) stays
+            // below the bounds the tests set unless a test says otherwise.
+            load_times: ["a", "b", "c"]
+                .into_iter()
+                .map(|model| (model.to_owned(), Duration::from_secs(1)))
+                .collect(),
             cooldowns: BTreeMap::new(),
             hold: Hold::None,
             usable: false,
@@ -131,6 +143,7 @@ impl World {
             quiet_since: self.quiet_since,
             ready_since: self.ready_since,
             load_pinned: self.load_pinned,
+            load_times: &self.load_times,
             cooldowns: &self.cooldowns,
             hold: self.hold,
             cache: CacheView {
@@ -1226,4 +1239,160 @@ fn every_switch_and_unload_says_why() {
     // The label values `/metrics` writes are these, in this order.
     let labels: Vec<&str> = SwitchReason::ALL.iter().map(|r| r.as_str()).collect();
     assert_eq!(labels, strata_protocol::wire::SWITCH_REASONS);
+}
+
+/// The hold bound never falls below 1.5 load times of the two models
+/// involved (the longer one), learned or, before that, `startup_ms`.
+#[test]
+fn the_hold_bound_has_a_floor_of_one_and_a_half_load_times() {
+    let secs = Duration::from_secs;
+    let world = |waited: Duration, b_load: Option<Duration>| {
+        let mut world = World::new(Mode::WaitFirst, 16)
+            .serving("a")
+            .queue(&[(1, "b", D), (2, "a", D)]);
+        world.rules.hold_max = Some(secs(5));
+        world.load_times.insert("a".into(), secs(4));
+        world.load_times.insert("c".into(), secs(9));
+        match b_load {
+            Some(load) => world.load_times.insert("b".into(), load),
+            None => world.load_times.remove("b"),
+        };
+        world.queue[0].arrived_at = world.now - waited;
+        world.ready_since = world.now - secs(600);
+        world.quiet_since = world.now;
+        world
+    };
+    // (b waited, b's learned load, decisions, when to look again)
+    let cases = [
+        // The floor is 1.5 x b's 10 s load: the 5 s bound is not due at 14 s.
+        (secs(14), Some(secs(10)), grants(&[2]), Some(secs(1))),
+        (
+            secs(15),
+            Some(secs(10)),
+            switch("b", SwitchReason::BoundDue, &[1]),
+            None,
+        ),
+        // a's 4 s load is the longer: the floor is 6 s.
+        (secs(5), Some(secs(2)), grants(&[2]), Some(secs(1))),
+        (
+            secs(6),
+            Some(secs(2)),
+            switch("b", SwitchReason::BoundDue, &[1]),
+            None,
+        ),
+        // b never loaded: its load counts the longest learned one (c's 9 s).
+        (
+            secs(13),
+            None,
+            grants(&[2]),
+            Some(Duration::from_millis(500)),
+        ),
+        (
+            secs(14),
+            None,
+            switch("b", SwitchReason::BoundDue, &[1]),
+            None,
+        ),
+    ];
+    for (waited, b_load, expected, wake_in) in cases {
+        let world = world(waited, b_load);
+        let plan = world.decide();
+        assert_eq!(plan.decisions, expected, "waited {waited:?}, b {b_load:?}");
+        // Inside the grace, the wake-up is the bound's (the grace's is 2 s).
+        if let Some(wake_in) = wake_in {
+            assert_eq!(plan.wake_at, Some(world.now + wake_in), "waited {waited:?}");
+        }
+    }
+    // Before anything was learned, a load counts the unlearned share (120 s
+    // here); a bound above the floor is the bound.
+    let rules = rules(Mode::WaitFirst, 16);
+    let nothing = BTreeMap::new();
+    assert_eq!(
+        rules.effective_hold(secs(60), &nothing, "a", "b"),
+        secs(180)
+    );
+    let loads: BTreeMap<String, Duration> = [("a".to_owned(), secs(4))].into();
+    assert_eq!(rules.effective_hold(secs(1), &loads, "a", "b"), secs(6));
+    let loads: BTreeMap<String, Duration> =
+        [("a".to_owned(), secs(4)), ("b".to_owned(), secs(8))].into();
+    assert_eq!(rules.effective_hold(secs(60), &loads, "a", "b"), secs(60));
+    assert_eq!(rules.effective_hold(secs(5), &loads, "b", "a"), secs(12));
+}
+
+/// Fair hold: once the bound falls due for a ticket T, the serving model is
+/// granted only its own tickets of T's tier that arrived before T, then
+/// gives way without grace; its later tickets and lower tiers wait.
+#[test]
+fn past_the_bound_the_serving_model_finishes_what_arrived_before_the_due_ticket() {
+    let secs = Duration::from_secs;
+    let world = |queue: &[(u64, &str, ServiceTier)], leases: usize, max_pending: usize| {
+        let mut world = World::new(Mode::WaitFirst, max_pending)
+            .serving("a")
+            .leases(leases)
+            .queue(queue);
+        world.rules.hold_max = Some(secs(10));
+        let due = world
+            .queue
+            .iter_mut()
+            .find(|ticket| ticket.model == "b")
+            .unwrap();
+        due.arrived_at = world.now - secs(10);
+        world.quiet_since = world.now;
+        world
+    };
+    // (queue, leases, max_pending, decisions)
+    type Queue<'a> = &'a [(u64, &'a str, ServiceTier)];
+    let cases: [(Queue, usize, usize, Vec<Decision>); 6] = [
+        // a's tickets 1 and 2 came before b's 3: granted; 4 (later) and 5
+        // (flex) wait, and so does the switch, for the leases.
+        (
+            &[
+                (1, "a", D),
+                (2, "a", D),
+                (3, "b", D),
+                (4, "a", D),
+                (5, "a", F),
+            ],
+            0,
+            16,
+            grants(&[1, 2]),
+        ),
+        // Their leases run: nothing more for a, no switch yet.
+        (&[(3, "b", D), (4, "a", D), (5, "a", F)], 2, 16, vec![]),
+        // They ended: b goes, without grace.
+        (
+            &[(3, "b", D), (4, "a", D), (5, "a", F)],
+            0,
+            16,
+            switch("b", SwitchReason::BoundDue, &[3]),
+        ),
+        // One slot: the earlier ticket takes it, the next earlier one waits
+        // for it (never the later one).
+        (
+            &[(1, "a", D), (2, "a", D), (3, "b", D), (4, "a", D)],
+            0,
+            1,
+            grants(&[1]),
+        ),
+        (&[(2, "a", D), (3, "b", D), (4, "a", D)], 1, 1, vec![]),
+        // A due priority ticket: a's default tickets are of another tier.
+        (
+            &[(1, "a", D), (2, "b", P)],
+            0,
+            16,
+            switch("b", SwitchReason::BoundDue, &[2]),
+        ),
+    ];
+    for (queue, leases, max_pending, expected) in cases {
+        let plan = world(queue, leases, max_pending).decide();
+        assert_eq!(plan.decisions, expected, "{queue:?}, {leases} leases");
+    }
+    // A cache lookup deferring the earlier tickets' grants is no reason to
+    // switch: the lookup first, then they go.
+    let mut deferred = world(&[(1, "a", D), (2, "a", D), (3, "b", D)], 0, 1);
+    deferred.usable = true;
+    assert_eq!(
+        deferred.decide().decisions,
+        [Decision::StartLookup(vec![(1, 1), (1, 2)])]
+    );
 }

@@ -33,3 +33,5 @@ pub use workload::{Agent, MAX_MS, ModelParams, Request, Step, Workload, Workload
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod thrash_tests;

@@ -29,8 +29,11 @@
 //!
 //! Shown in full (`size` unbounded) where a rule reads more: the router
 //! with queue deadlines (legacy mode: every ticket's deadline counts, and
-//! its queue is bounded by `max_pending` anyway) and the baselines in
-//! legacy mode (whose refusal counts the queue, bounded the same way).
+//! its queue is bounded by `max_pending` anyway), the router with a hold
+//! bound and cache order (past the bound it ranks only the loaded model's
+//! tickets that arrived before the due one, which need not be among a
+//! group's best-ranked few) and the baselines in legacy mode (whose refusal
+//! counts the queue, bounded the same way).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};

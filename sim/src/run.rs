@@ -47,8 +47,8 @@ use crate::rng::Rng;
 use crate::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline, Unload};
 use crate::workload::Workload;
 use strata_scheduler::{
-    BackendView, Book, CacheState, ConnId, Failure, Hold, Mode, Plan, Refusal, Rules, SwitchReason,
-    TicketKey, View, Waiting, apply, decide, refusal,
+    BackendView, Book, CacheState, ConnId, Failure, Hold, LoadTimes, Mode, Plan, Refusal, Rules,
+    SwitchReason, TicketKey, View, Waiting, apply, decide, refusal,
 };
 
 /// The decision functions a simulation can run.
@@ -210,6 +210,8 @@ struct Sim<'a> {
     lookups: u64,
     loads: Vec<LoadSpan>,
     unloads: Vec<Unload>,
+    /// Learned load times, as the engine learns them (the hold floor).
+    load_times: LoadTimes,
     rng: Rng,
     wake: Option<Duration>,
     /// Requests created and not ended yet.
@@ -228,8 +230,12 @@ struct Sim<'a> {
 /// decision function (see [`Queue`]): every one where a rule reads them all.
 fn shown_per_group(settings: &Settings, policy: Policy) -> usize {
     let legacy = settings.rules.mode == Mode::Legacy;
+    // Past the hold bound the router ranks by cache only the loaded model's
+    // tickets that arrived before the due one, which need not be among a
+    // group's best-ranked few.
+    let fair_hold_by_rank = settings.rules.hold_max.is_some() && settings.rules.cache_lookup;
     let everything = match policy {
-        Policy::Router => legacy || settings.queue_timeout.is_some(),
+        Policy::Router => legacy || settings.queue_timeout.is_some() || fair_hold_by_rank,
         Policy::Fifo | Policy::Collate => legacy,
         Policy::Ideal => false,
     };
@@ -268,6 +274,7 @@ impl<'a> Sim<'a> {
             lookups: 0,
             loads: Vec::new(),
             unloads: Vec::new(),
+            load_times: LoadTimes::default(),
             rng: Rng::new(workload.seed ^ 0x5EED_1A0D),
             wake: None,
             open: 0,
@@ -534,6 +541,8 @@ impl<'a> Sim<'a> {
         }
         let wanted = !admitted.is_empty() || self.queue.holds_model(&model);
         self.loads[span].outcome = LoadOutcome::Verified { wasted: !wanted };
+        let took = self.loads[span].duration();
+        self.load_times.learn(&model, took.as_millis() as u64);
         self.cooldowns.remove(&model);
         self.backend = Backend::Serving { model };
         self.quiet_since = self.now;
@@ -571,6 +580,7 @@ impl<'a> Sim<'a> {
             quiet_since: self.at(self.quiet_since),
             ready_since: self.at(self.ready_since),
             load_pinned: false,
+            load_times: self.load_times.typical(),
             cooldowns: &self.cooldowns,
             hold: Hold::None,
             cache: self.cache.view(self.settings.rules.cache_lookup && serving),

@@ -25,6 +25,7 @@ under_both_names!(
     limits_within_strata_s_own_give_no_warning,
     the_readiness_mode_is_explained,
     stream_idle_with_a_backlog_inside_strata_warns,
+    a_hold_bound_below_its_floor_warns,
     each_profiles_engine_log_is_shown,
     the_weights_source_and_prefetch_are_shown,
     weights_paths_that_cannot_be_used_are_warned_about,
@@ -346,6 +347,40 @@ fn stream_idle_with_a_backlog_inside_strata_warns(exe: Exe) {
     ] {
         let mut quiet = quiet;
         quiet["startup_ms"] = serde_json::json!(900000);
+        let (code, stdout, stderr) = with_keys(exe, quiet.clone());
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(warnings(&stdout).is_empty(), "{quiet}: {stdout}");
+    }
+}
+
+/// `model_hold_max_ms` below the floor the scheduler holds it to before anything was learned
+/// (1.5 x a quarter of `startup_ms`) is said, with the figure the bound acts as.
+fn a_hold_bound_below_its_floor_warns(exe: Exe) {
+    let keys = |bound: u64| {
+        serde_json::json!({
+            "wait_when_busy": true,
+            "model_hold_max_ms": bound,
+            "startup_ms": 900000
+        })
+    };
+    let (code, stdout, stderr) = with_keys(exe, keys(5000));
+    assert_eq!(code, Some(0), "{stderr}");
+    let found = warnings(&stdout);
+    assert_eq!(found.len(), 1, "{stdout}");
+    assert!(
+        found[0].starts_with("model_hold_max_ms 5000 is below the hold bound's floor"),
+        "{stdout}"
+    );
+    assert!(
+        found[0].contains("startup_ms / 10 = 90000 ms, so 135000 ms"),
+        "{stdout}"
+    );
+    // At or above the floor, or off, or in legacy mode: nothing to say.
+    for quiet in [
+        keys(135000),
+        keys(0),
+        serde_json::json!({"model_hold_max_ms": 5000, "startup_ms": 900000}),
+    ] {
         let (code, stdout, stderr) = with_keys(exe, quiet.clone());
         assert_eq!(code, Some(0), "{stderr}");
         assert!(warnings(&stdout).is_empty(), "{quiet}: {stdout}");

@@ -11,6 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use strata_scheduler::LoadTimes;
+
 use strata_protocol::config::{Config, ReadinessChoice, Registry};
 use strata_protocol::wire::{BackendInstance, LeaseFailure, LoadPhase};
 use strata_scheduler::BackendView;
@@ -18,7 +20,6 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::backend_ops::{OpOutcome, OpProgress, OpRequest, ProbeTarget, ProgressEvent};
-use super::load_times::LoadTimes;
 use crate::backend::{
     Backend, ExitInfo, LaunchSpec, Readiness, StartError, StartProgress, StopReport,
 };
@@ -302,6 +303,11 @@ impl BackendSlot {
     /// How long `model`'s loads usually take; `None` before its first.
     pub fn typical_load_ms(&self, model: &str) -> Option<u64> {
         self.load_times.typical_ms(model)
+    }
+
+    /// Every learned model's typical load time (the scheduler's view).
+    pub fn typical_loads(&self) -> &std::collections::BTreeMap<String, Duration> {
+        self.load_times.typical()
     }
 
     /// The model a verified backend serves (no op runs then: an op owns the

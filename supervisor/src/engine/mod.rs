@@ -20,7 +20,6 @@ mod drain;
 mod handle;
 mod leases;
 mod ledger;
-mod load_times;
 mod now;
 mod operator;
 mod queue;

@@ -517,6 +517,7 @@ impl Engine {
             quiet_since: self.leases.quiet_since(),
             ready_since: self.slot.ready_since().unwrap_or(now.at),
             load_pinned: self.slot.control_load_running(),
+            load_times: self.slot.typical_loads(),
             cooldowns: self.slot.cooldowns(),
             hold,
             cache: self

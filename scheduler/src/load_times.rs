@@ -1,10 +1,14 @@
 //! How long each model's loads take, learned from its last successful ones:
 //! what the waiting stream's `usually 20s`, `strata-ctl on` and `top`,
 //! `/v1/models` `typical_load_ms` and a load failure's `Retry-After` say
-//! instead of the `startup_ms` limit. In memory only: a new supervisor
-//! learns again from its first load (which shows the limit, as before).
+//! instead of the `startup_ms` limit, and what the hold bound's floor
+//! counts ([`crate::Rules::effective_hold`]). In memory only: a new
+//! supervisor learns again from its first load (which shows the limit, as
+//! before). Here, beside the decision, so the simulator learns the same way
+//! as the engine.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
 
 /// Loads remembered per model: few enough that a changed machine (a warm
 /// page cache, another disk) shows within a few loads, enough that one odd
@@ -14,6 +18,9 @@ pub const WINDOW: usize = 5;
 #[derive(Debug, Default)]
 pub struct LoadTimes {
     by_model: BTreeMap<String, VecDeque<u64>>,
+    /// Each learned model's typical load, kept for the scheduler's view
+    /// (its hold floor).
+    typical: BTreeMap<String, Duration>,
 }
 
 impl LoadTimes {
@@ -24,6 +31,15 @@ impl LoadTimes {
             window.pop_front();
         }
         window.push_back(load_ms);
+        if let Some(ms) = self.typical_ms(model) {
+            self.typical
+                .insert(model.to_owned(), Duration::from_millis(ms));
+        }
+    }
+
+    /// Every learned model's typical load time.
+    pub fn typical(&self) -> &BTreeMap<String, Duration> {
+        &self.typical
     }
 
     /// The median of `model`'s remembered loads (the mean of the middle two
