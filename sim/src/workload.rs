@@ -10,14 +10,20 @@
 //!
 //! ```text
 //! {"strata_workload": {"version": 1, "name": "two agents", "seed": 1}}
-//! {"model": {"id": "a", "load_ms": 20000, "fail_rate": 0.0}}
+//! {"model": {"id": "a", "load_ms": 20000, "fail_rate": 0.0, "warm_load_ms": 8000, "weights_mb": 16000}}
 //! {"request": {"at_ms": 0, "model": "a", "tier": "default", "service_ms": 5000, "patience_ms": null, "cache_rank": null}}
 //! {"agent": {"model": "a", "tier": "default", "start_ms": 0, "steps": [{"gap_ms": 0, "service_ms": 4000}, {"gap_ms": 1500, "service_ms": 9000}]}}
 //! ```
 //!
 //! - `model`: `load_ms` is how long a load of it takes (the old backend's
 //!   stop included); `fail_rate` (default 0) the chance that a load fails,
-//!   drawn from the header's `seed`.
+//!   drawn from the header's `seed`. `warm_load_ms` (default: `load_ms`)
+//!   is how long a load takes when every weight is already in the page
+//!   cache, and `weights_mb` (default [`DEFAULT_WEIGHTS_MB`]) how many
+//!   megabytes (10^6 bytes) of weights the router's prefetch reads for
+//!   it; a load the prefetch read a part of ahead takes in between
+//!   (`sim/src/prefetch.rs`). With neither key the model always loads in
+//!   `load_ms`.
 //! - `request`: arrives at `at_ms`; once granted it generates for
 //!   `service_ms`. `tier` is `priority`, `default` (the default) or `flex`.
 //!   `patience_ms` (default null: forever) is when, counted from arrival,
@@ -30,7 +36,8 @@
 //!
 //! Every model a request or agent names must be declared. Every
 //! millisecond value is a whole number from 0 to [`MAX_MS`] (365 days),
-//! `cache_rank` and `fail_rate` are from 0 to 1. Unknown keys, a missing
+//! `cache_rank` and `fail_rate` are from 0 to 1, `warm_load_ms` at most
+//! `load_ms`, `weights_mb` from 1 to [`MAX_WEIGHTS_MB`]. Unknown keys, a missing
 //! header, another version, a value out of range or any bad line refuse
 //! the whole file, naming the line.
 
@@ -49,12 +56,31 @@ pub const WORKLOAD_VERSION: u32 = 1;
 /// clock, however many requests follow one another.
 pub const MAX_MS: u64 = 365 * 86_400_000;
 
-/// How one model loads.
+/// The weights size a model with a warm load time and no `weights_mb` is
+/// given: 16 GB, a 30-billion-parameter model at 4 bits.
+pub const DEFAULT_WEIGHTS_MB: u64 = 16_000;
+
+/// The largest `weights_mb`: a petabyte (the config's prefetch bounds go
+/// to 2^50 bytes), to catch unit mistakes.
+pub const MAX_WEIGHTS_MB: u64 = 1_000_000_000;
+
+/// How one model loads cold (nothing of its weights in the page cache).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelParams {
     pub load: Duration,
     /// The chance that a load of it fails (0 to 1).
     pub fail_rate: f64,
+}
+
+/// How one model loads with its weights in the page cache, and how much
+/// the prefetch reads to get them there ([`Workload::warm`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WarmLoad {
+    /// The load with every weight resident (at most the cold
+    /// [`ModelParams::load`]).
+    pub load: Duration,
+    /// Megabytes (10^6 bytes) of weights.
+    pub weights_mb: u64,
 }
 
 /// One open-loop request.
@@ -97,6 +123,12 @@ pub struct Workload {
     /// Draws the load failures.
     pub seed: u64,
     pub models: BTreeMap<String, ModelParams>,
+    /// The models that load faster warm; a model not here loads in its
+    /// cold time whatever was read ahead. Kept beside [`Workload::models`]
+    /// rather than in [`ModelParams`] so that a workload without warm
+    /// loads (a replay, a version 1 file without the keys) says so by
+    /// having none.
+    pub warm: BTreeMap<String, WarmLoad>,
     pub requests: Vec<Request>,
     pub agents: Vec<Agent>,
 }
@@ -112,6 +144,14 @@ impl Workload {
         self.models
             .get(model)
             .map_or(Duration::from_secs(20), |params| params.load)
+    }
+
+    /// The model's load time with every weight resident (its cold time
+    /// when it has no warm load).
+    pub fn warm_load_time(&self, model: &str) -> Duration {
+        self.warm
+            .get(model)
+            .map_or_else(|| self.load_time(model), |warm| warm.load)
     }
 }
 
@@ -175,6 +215,10 @@ struct ModelLine {
     load_ms: u64,
     #[serde(default)]
     fail_rate: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    warm_load_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    weights_mb: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -246,6 +290,32 @@ fn check_rank(name: &str, value: Option<f64>) -> Result<Option<f64>, String> {
     }
 }
 
+/// A model line's warm load, if it gives one: `warm_load_ms` at most its
+/// `load_ms` (which is checked already), `weights_mb` from 1 to
+/// [`MAX_WEIGHTS_MB`].
+fn warm_load(line: &ModelLine) -> Result<Option<WarmLoad>, String> {
+    if line.warm_load_ms.is_none() && line.weights_mb.is_none() {
+        return Ok(None);
+    }
+    let load = line.warm_load_ms.unwrap_or(line.load_ms);
+    if load > line.load_ms {
+        return Err(format!(
+            "warm_load_ms {load} is more than load_ms {} (a warm load is never slower)",
+            line.load_ms
+        ));
+    }
+    let weights_mb = line.weights_mb.unwrap_or(DEFAULT_WEIGHTS_MB);
+    if !(1..=MAX_WEIGHTS_MB).contains(&weights_mb) {
+        return Err(format!(
+            "weights_mb {weights_mb} is out of range (1 to {MAX_WEIGHTS_MB})"
+        ));
+    }
+    Ok(Some(WarmLoad {
+        load: ms(load),
+        weights_mb,
+    }))
+}
+
 impl Workload {
     /// Reads a workload file's text.
     pub fn parse(text: &str) -> Result<Workload, WorkloadError> {
@@ -303,6 +373,9 @@ impl Workload {
                         load: ms(check_ms("load_ms", line.load_ms).map_err(at)?),
                         fail_rate: line.fail_rate,
                     };
+                    if let Some(warm) = warm_load(&line).map_err(at)? {
+                        workload.warm.insert(line.id.clone(), warm);
+                    }
                     if workload.models.insert(line.id.clone(), params).is_some() {
                         return Err(fail(number, format!("model {:?} declared twice", line.id)));
                     }
@@ -380,10 +453,13 @@ impl Workload {
             seed: self.seed,
         })];
         for (id, params) in &self.models {
+            let warm = self.warm.get(id);
             lines.push(Line::Model(ModelLine {
                 id: id.clone(),
                 load_ms: to_ms(params.load),
                 fail_rate: params.fail_rate,
+                warm_load_ms: warm.map(|warm| to_ms(warm.load)),
+                weights_mb: warm.map(|warm| warm.weights_mb),
             }));
         }
         for request in &self.requests {
@@ -429,7 +505,7 @@ mod tests {
     const FILE: &str = r#"{"strata_workload": {"version": 1, "name": "t", "seed": 3}}
 {"model": {"id": "a", "load_ms": 20000}}
 
-{"model": {"id": "b", "load_ms": 5000, "fail_rate": 0.5}}
+{"model": {"id": "b", "load_ms": 5000, "fail_rate": 0.5, "warm_load_ms": 1000}}
 {"request": {"at_ms": 900, "model": "b", "tier": "flex", "service_ms": 100, "patience_ms": 5000, "cache_rank": 0.5}}
 {"request": {"at_ms": 0, "model": "a", "service_ms": 200}}
 {"agent": {"model": "a", "steps": [{"service_ms": 1000}, {"gap_ms": 500, "service_ms": 2000}]}}
@@ -444,6 +520,15 @@ mod tests {
         assert_eq!(workload.requests[1].tier, ServiceTier::Flex);
         assert_eq!(workload.requests[1].patience, Some(Duration::from_secs(5)));
         assert_eq!(workload.agents[0].steps[1].gap, Duration::from_millis(500));
+        // A model without warm keys loads cold; one with them takes the
+        // default weights size when it gives none.
+        assert_eq!(workload.warm_load_time("a"), Duration::from_secs(20));
+        let warm = &workload.warm["b"];
+        assert_eq!(
+            (warm.load, warm.weights_mb),
+            (Duration::from_secs(1), DEFAULT_WEIGHTS_MB)
+        );
+        assert!(!workload.warm.contains_key("a"));
         assert_eq!(Workload::parse(&workload.to_file()).unwrap(), workload);
     }
 
@@ -530,6 +615,18 @@ mod tests {
             (
                 agent("{\"service_ms\": 1, \"cache_rank\": -0.5}"),
                 "steps[1].cache_rank -0.5 is out of range",
+            ),
+            (
+                format!(
+                    "{head}{{\"model\": {{\"id\": \"b\", \"load_ms\": 1000, \"warm_load_ms\": 1001}}}}\n"
+                ),
+                "warm_load_ms 1001 is more than load_ms 1000",
+            ),
+            (
+                format!(
+                    "{head}{{\"model\": {{\"id\": \"b\", \"load_ms\": 1, \"weights_mb\": 0}}}}\n"
+                ),
+                "weights_mb 0 is out of range (1 to 1000000000)",
             ),
         ];
         for (text, reason) in cases {
