@@ -8,9 +8,10 @@
 //!
 //! Every workload also takes `warm_load_ms` (default: `load_ms`, so every
 //! load is cold), a model's load time with its weights in the page cache,
-//! and `weights_mb` ([`DEFAULT_WEIGHTS_MB`]), what the router's prefetch
-//! reads to get them there (`sim/src/prefetch.rs`); every model gets the
-//! same.
+//! and `weights_mb`
+//! ([`DEFAULT_WEIGHTS_MB`](crate::workload::DEFAULT_WEIGHTS_MB)), what the
+//! router's prefetch reads to get them there (`sim/src/prefetch.rs`);
+//! every model gets the same.
 //!
 //! A generator takes the model names to use (a config's enabled models
 //! when one is given); when fewer are given than it needs, the rest are
@@ -21,7 +22,7 @@
 //! `burst_min` and `burst_max` at least 1; every `_ms` at most
 //! [`MAX_MS`] (365 days); each `_min` at most its `_max`, and
 //! `warm_load_ms` at most `load_ms`; `weights_mb` from 1 to
-//! [`MAX_WEIGHTS_MB`]; at most
+//! [`MAX_WEIGHTS_MB`](crate::workload::MAX_WEIGHTS_MB); at most
 //! [`MAX_REQUESTS`] requests in all; `bursty`'s arrivals within
 //! [`MAX_MS`]. A key twice is refused too.
 
@@ -30,187 +31,13 @@ use std::time::Duration;
 
 use strata_protocol::wire::ServiceTier;
 
+pub use crate::params::{MAX_REQUESTS, Params};
+use crate::params::{SEED, Spec, Values, WARM_LOAD, WEIGHTS, count, millis, models};
 use crate::rng::Rng;
-use crate::workload::{
-    Agent, DEFAULT_WEIGHTS_MB, MAX_MS, MAX_WEIGHTS_MB, ModelParams, Request, Step, WarmLoad,
-    Workload,
-};
+use crate::workload::{Agent, MAX_MS, ModelParams, Request, Step, WarmLoad, Workload};
 
 /// The built-in workloads, in the order `simulate` lists them.
 pub const BUILT_IN: [&str; 3] = ["agents", "interactive-batch", "bursty"];
-
-/// The most requests a generator makes.
-pub const MAX_REQUESTS: u64 = 1_000_000;
-
-/// One parameter of a generator: its default and the values it takes.
-#[derive(Debug, Clone, Copy)]
-struct Spec {
-    key: &'static str,
-    default: u64,
-    min: u64,
-    max: u64,
-}
-
-/// A count of something that makes requests.
-const fn count(key: &'static str, default: u64, min: u64) -> Spec {
-    Spec {
-        key,
-        default,
-        min,
-        max: MAX_REQUESTS,
-    }
-}
-
-const fn millis(key: &'static str, default: u64) -> Spec {
-    Spec {
-        key,
-        default,
-        min: 0,
-        max: MAX_MS,
-    }
-}
-
-/// Models are named `model-a` to `model-z` when not given.
-const fn models(default: u64) -> Spec {
-    Spec {
-        key: "models",
-        default,
-        min: 1,
-        max: 26,
-    }
-}
-
-const SEED: Spec = Spec {
-    key: "seed",
-    default: 1,
-    min: 0,
-    max: u64::MAX,
-};
-
-/// `warm_load_ms`, whose default is the `load_ms` given (or its default):
-/// `load_ms` comes before it in every generator's list.
-const WARM_LOAD: Spec = millis("warm_load_ms", 0);
-
-const WEIGHTS: Spec = Spec {
-    key: "weights_mb",
-    default: DEFAULT_WEIGHTS_MB,
-    min: 1,
-    max: MAX_WEIGHTS_MB,
-};
-
-/// The pairs of bounds: the first may not be more than the second.
-const BOUNDS: [(&str, &str); 6] = [
-    ("gap_min_ms", "gap_max_ms"),
-    ("gen_min_ms", "gen_max_ms"),
-    ("read_min_ms", "read_max_ms"),
-    ("think_min_ms", "think_max_ms"),
-    ("burst_min", "burst_max"),
-    ("warm_load_ms", "load_ms"),
-];
-
-/// Parameters given as `KEY=VALUE` (all numbers); each generator refuses a
-/// key it does not know and a value out of its range.
-#[derive(Debug, Clone, Default)]
-pub struct Params(BTreeMap<String, u64>);
-
-impl Params {
-    pub fn parse(pairs: &[String]) -> Result<Params, String> {
-        let mut params = BTreeMap::new();
-        for pair in pairs {
-            let (key, value) = pair
-                .split_once('=')
-                .ok_or_else(|| format!("--param {pair:?}: expected KEY=VALUE"))?;
-            let value = value
-                .parse()
-                .map_err(|_| format!("--param {key}: {value:?} is not a whole number"))?;
-            if params.insert(key.to_owned(), value).is_some() {
-                return Err(format!("--param {key}: given twice"));
-            }
-        }
-        Ok(Params(params))
-    }
-
-    pub fn set(&mut self, key: &str, value: u64) {
-        self.0.insert(key.to_owned(), value);
-    }
-
-    /// Every parameter of the workload (`specs`), given or its default,
-    /// each checked, and each pair of bounds.
-    fn check(&self, workload: &str, specs: &[Spec]) -> Result<Values, String> {
-        if let Some(key) = self
-            .0
-            .keys()
-            .find(|key| !specs.iter().any(|spec| spec.key == key.as_str()))
-        {
-            let known: Vec<&str> = specs.iter().map(|spec| spec.key).collect();
-            return Err(format!(
-                "workload {workload} has no parameter {key:?} (it takes: {})",
-                known.join(", ")
-            ));
-        }
-        let mut values = BTreeMap::new();
-        for spec in specs {
-            let default = match spec.key {
-                "warm_load_ms" => values["load_ms"],
-                _ => spec.default,
-            };
-            let value = self.0.get(spec.key).copied().unwrap_or(default);
-            if !(spec.min..=spec.max).contains(&value) {
-                let unit = if spec.key.ends_with("_ms") {
-                    " ms, 365 days"
-                } else {
-                    ""
-                };
-                return Err(format!(
-                    "--param {}={value}: out of range ({} to {}{unit})",
-                    spec.key, spec.min, spec.max
-                ));
-            }
-            values.insert(spec.key, value);
-        }
-        for (low, high) in BOUNDS {
-            if let (Some(&min), Some(&max)) = (values.get(low), values.get(high))
-                && min > max
-            {
-                let given = |key: &str| {
-                    if self.0.contains_key(key) {
-                        ""
-                    } else {
-                        " (its default)"
-                    }
-                };
-                return Err(format!(
-                    "--param {low}={min} is more than {high}={max}{}",
-                    given(high)
-                ));
-            }
-        }
-        Ok(Values(values))
-    }
-}
-
-/// A generator's checked parameters.
-struct Values(BTreeMap<&'static str, u64>);
-
-impl Values {
-    fn get(&self, key: &str) -> u64 {
-        self.0[key]
-    }
-
-    fn ms(&self, key: &str) -> Duration {
-        Duration::from_millis(self.get(key))
-    }
-
-    /// Refuses more than [`MAX_REQUESTS`] requests.
-    fn limit_requests(&self, requests: u128, how: &str) -> Result<(), String> {
-        if requests > u128::from(MAX_REQUESTS) {
-            return Err(format!(
-                "--param: {how} make {requests} requests, more than {MAX_REQUESTS}"
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// Model names: `given` first, then `model-a`, `model-b`, ...
 fn names(given: &[String], count: usize) -> Vec<String> {
@@ -242,7 +69,7 @@ fn declare(models: &[String], params: &Values) -> BTreeMap<String, ModelParams> 
 fn warm(models: &[String], params: &Values, given: &Params) -> BTreeMap<String, WarmLoad> {
     if !["warm_load_ms", "weights_mb"]
         .iter()
-        .any(|key| given.0.contains_key(*key))
+        .any(|key| given.gives(key))
     {
         return BTreeMap::new();
     }
@@ -540,6 +367,7 @@ fn bursty(asked: &Params, given: &[String]) -> Result<Workload, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::DEFAULT_WEIGHTS_MB;
 
     #[test]
     fn every_built_in_workload_is_seeded_and_takes_its_parameters() {

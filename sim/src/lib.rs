@@ -17,6 +17,7 @@
 mod baselines;
 pub mod generate;
 pub mod metrics;
+mod params;
 mod prefetch;
 mod queue;
 pub mod records;
