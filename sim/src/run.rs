@@ -56,15 +56,19 @@ use strata_scheduler::{
 /// The decision functions a simulation can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Policy {
+    /// Strict arrival order; loads cold.
     Fifo,
+    /// The loaded model's requests first; loads cold.
     Collate,
-    /// The router's own [`decide`] with the given rules.
+    /// The router's own [`decide`] with the given rules, and its weights
+    /// prefetch ([`Settings::read_ahead`]).
     Router,
     /// A bound, not a policy: every model stays resident after its first
     /// load (as if the GPU held them all), so each is loaded once, at its
     /// first request, and a request waits only for that load and for a
     /// dispatch slot (the router's limits, over all models at once). No
-    /// one-model policy can need fewer loads.
+    /// one-model policy can need fewer loads. That load is warm (as if its
+    /// weights had been read ahead), so no policy's load is shorter.
     Ideal,
 }
 
