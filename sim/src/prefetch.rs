@@ -77,13 +77,23 @@ impl PageCache {
         }
     }
 
+    /// Whether anything is ever read ahead.
+    pub(crate) fn reads_ahead(&self) -> bool {
+        self.read_ahead.is_some()
+    }
+
+    /// The model the prefetch reads now.
+    pub(crate) fn reading(&self) -> Option<&str> {
+        self.reading.as_ref().map(|(model, _)| model.as_str())
+    }
+
     /// From `now` on, the plan names `next` as the model to read ahead
     /// (`None`: no model).
     pub(crate) fn want(&mut self, next: Option<&str>, now: Duration, workload: &Workload) {
         let Some(read_ahead) = self.read_ahead else {
             return;
         };
-        if self.reading.as_ref().map(|(model, _)| model.as_str()) == next {
+        if self.reading() == next {
             return;
         }
         self.catch_up(now, workload);

@@ -14,10 +14,10 @@
 //!   mode its headers arrive `header_delay` after the grant (capped by the
 //!   generation), releasing the engine lock.
 //! - A load takes the model's load time (cold, or shorter by what the
-//!   router's weights prefetch read ahead: [`PageCache`]), fails with the model's
-//!   `fail_rate` (the model then cools down for `cooldown_ms`, and the
-//!   requests admitted to it fail), or serves: the tickets admitted to it
-//!   are granted and the grace and idle clocks restart.
+//!   router's weights prefetch read ahead: [`PageCache`]), fails with the
+//!   model's `fail_rate` (the model then cools down for `cooldown_ms`, and
+//!   the requests admitted to it fail), or serves: the tickets admitted to
+//!   it are granted and the grace and idle clocks restart.
 //! - A client gives up at its patience: a waiting request leaves the queue
 //!   (a load it joined goes on), a generating one ends early.
 //! - A lease ending restarts the quiet clock when it was the last; grace and
@@ -604,7 +604,7 @@ impl<'a> Sim<'a> {
         for _ in 0..4 {
             #[cfg(test)]
             self.count_view();
-            let (plan, read_next): (Plan, Option<String>) = {
+            let (plan, read_next): (Plan, Option<Option<String>>) = {
                 let view = self.view();
                 match self.policy {
                     Policy::Fifo => (baselines::fifo(&view), None),
@@ -612,14 +612,21 @@ impl<'a> Sim<'a> {
                     Policy::Router | Policy::Ideal => {
                         let plan = decide(&view);
                         // As the engine tells its prefetch after every
-                        // decision.
-                        let next = next_switch(&view, &plan).map(str::to_owned);
+                        // decision (a change only: most decisions make none).
+                        let next = self
+                            .page_cache
+                            .reads_ahead()
+                            .then(|| next_switch(&view, &plan))
+                            .filter(|next| *next != self.page_cache.reading())
+                            .map(|next| next.map(str::to_owned));
                         (plan, next)
                     }
                 }
             };
-            self.page_cache
-                .want(read_next.as_deref(), self.now, self.workload);
+            if let Some(next) = read_next {
+                self.page_cache
+                    .want(next.as_deref(), self.now, self.workload);
+            }
             self.wake = plan
                 .wake_at
                 .map(|at| at.saturating_duration_since(self.base))
