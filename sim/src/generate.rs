@@ -6,6 +6,13 @@
 //! | `interactive-batch` | a priority user on model 0 in bursts, a flex batch on model 1, and default-tier agents over both | `bursts` (8), `burst` requests each (3), `read_min_ms`/`read_max_ms` between them (5000/20000), `think_min_ms`/`think_max_ms` between bursts (60000/180000), `batch` requests (120), `batch_workers` (2), `agents` (2) with the `agents` gaps, generations and `steps` (20), `gen_min_ms`/`gen_max_ms` (2000/20000), `load_ms` (20000), `seed` (1) |
 //! | `bursty` | open-loop bursts over 4 models: bursts arrive as a Poisson process, each for one random model, its requests spread over 2 s | `models` (4), `bursts` (100), `burst_min`/`burst_max` requests (1/8), `burst_gap_ms` mean (30000), `gen_min_ms`/`gen_max_ms` (1000/10000), `patience_ms` (0: none), `load_ms` (20000), `seed` (1) |
 //!
+//! Every workload also takes `warm_load_ms` (default: `load_ms`, so every
+//! load is cold), a model's load time with its weights in the page cache,
+//! and `weights_mb`
+//! ([`DEFAULT_WEIGHTS_MB`](crate::workload::DEFAULT_WEIGHTS_MB)), what the
+//! router's prefetch reads to get them there (`sim/src/prefetch.rs`);
+//! every model gets the same.
+//!
 //! A generator takes the model names to use (a config's enabled models
 //! when one is given); when fewer are given than it needs, the rest are
 //! named `model-a`, `model-b`, ...
@@ -13,7 +20,9 @@
 //! Every parameter is checked, naming it: `models` 1 to 26; `agents` (of
 //! `agents`), `steps`, `burst`, `batch_workers`, `bursts` (of `bursty`),
 //! `burst_min` and `burst_max` at least 1; every `_ms` at most
-//! [`MAX_MS`] (365 days); each `_min` at most its `_max`; at most
+//! [`MAX_MS`] (365 days); each `_min` at most its `_max`, and
+//! `warm_load_ms` at most `load_ms`; `weights_mb` from 1 to
+//! [`MAX_WEIGHTS_MB`](crate::workload::MAX_WEIGHTS_MB); at most
 //! [`MAX_REQUESTS`] requests in all; `bursty`'s arrivals within
 //! [`MAX_MS`]. A key twice is refused too.
 
@@ -22,168 +31,13 @@ use std::time::Duration;
 
 use strata_protocol::wire::ServiceTier;
 
+pub use crate::params::{MAX_REQUESTS, Params};
+use crate::params::{SEED, Spec, Values, WARM_LOAD, WEIGHTS, count, millis, models};
 use crate::rng::Rng;
-use crate::workload::{Agent, MAX_MS, ModelParams, Request, Step, Workload};
+use crate::workload::{Agent, MAX_MS, ModelParams, Request, Step, WarmLoad, Workload};
 
 /// The built-in workloads, in the order `simulate` lists them.
 pub const BUILT_IN: [&str; 3] = ["agents", "interactive-batch", "bursty"];
-
-/// The most requests a generator makes.
-pub const MAX_REQUESTS: u64 = 1_000_000;
-
-/// One parameter of a generator: its default and the values it takes.
-#[derive(Debug, Clone, Copy)]
-struct Spec {
-    key: &'static str,
-    default: u64,
-    min: u64,
-    max: u64,
-}
-
-/// A count of something that makes requests.
-const fn count(key: &'static str, default: u64, min: u64) -> Spec {
-    Spec {
-        key,
-        default,
-        min,
-        max: MAX_REQUESTS,
-    }
-}
-
-const fn millis(key: &'static str, default: u64) -> Spec {
-    Spec {
-        key,
-        default,
-        min: 0,
-        max: MAX_MS,
-    }
-}
-
-/// Models are named `model-a` to `model-z` when not given.
-const fn models(default: u64) -> Spec {
-    Spec {
-        key: "models",
-        default,
-        min: 1,
-        max: 26,
-    }
-}
-
-const SEED: Spec = Spec {
-    key: "seed",
-    default: 1,
-    min: 0,
-    max: u64::MAX,
-};
-
-/// The pairs of bounds: the first may not be more than the second.
-const BOUNDS: [(&str, &str); 5] = [
-    ("gap_min_ms", "gap_max_ms"),
-    ("gen_min_ms", "gen_max_ms"),
-    ("read_min_ms", "read_max_ms"),
-    ("think_min_ms", "think_max_ms"),
-    ("burst_min", "burst_max"),
-];
-
-/// Parameters given as `KEY=VALUE` (all numbers); each generator refuses a
-/// key it does not know and a value out of its range.
-#[derive(Debug, Clone, Default)]
-pub struct Params(BTreeMap<String, u64>);
-
-impl Params {
-    pub fn parse(pairs: &[String]) -> Result<Params, String> {
-        let mut params = BTreeMap::new();
-        for pair in pairs {
-            let (key, value) = pair
-                .split_once('=')
-                .ok_or_else(|| format!("--param {pair:?}: expected KEY=VALUE"))?;
-            let value = value
-                .parse()
-                .map_err(|_| format!("--param {key}: {value:?} is not a whole number"))?;
-            if params.insert(key.to_owned(), value).is_some() {
-                return Err(format!("--param {key}: given twice"));
-            }
-        }
-        Ok(Params(params))
-    }
-
-    pub fn set(&mut self, key: &str, value: u64) {
-        self.0.insert(key.to_owned(), value);
-    }
-
-    /// Every parameter of the workload (`specs`), given or its default,
-    /// each checked, and each pair of bounds.
-    fn check(&self, workload: &str, specs: &[Spec]) -> Result<Values, String> {
-        if let Some(key) = self
-            .0
-            .keys()
-            .find(|key| !specs.iter().any(|spec| spec.key == key.as_str()))
-        {
-            let known: Vec<&str> = specs.iter().map(|spec| spec.key).collect();
-            return Err(format!(
-                "workload {workload} has no parameter {key:?} (it takes: {})",
-                known.join(", ")
-            ));
-        }
-        let mut values = BTreeMap::new();
-        for spec in specs {
-            let value = self.0.get(spec.key).copied().unwrap_or(spec.default);
-            if !(spec.min..=spec.max).contains(&value) {
-                let unit = if spec.key.ends_with("_ms") {
-                    " ms, 365 days"
-                } else {
-                    ""
-                };
-                return Err(format!(
-                    "--param {}={value}: out of range ({} to {}{unit})",
-                    spec.key, spec.min, spec.max
-                ));
-            }
-            values.insert(spec.key, value);
-        }
-        for (low, high) in BOUNDS {
-            if let (Some(&min), Some(&max)) = (values.get(low), values.get(high))
-                && min > max
-            {
-                let given = |key: &str| {
-                    if self.0.contains_key(key) {
-                        ""
-                    } else {
-                        " (its default)"
-                    }
-                };
-                return Err(format!(
-                    "--param {low}={min} is more than {high}={max}{}",
-                    given(high)
-                ));
-            }
-        }
-        Ok(Values(values))
-    }
-}
-
-/// A generator's checked parameters.
-struct Values(BTreeMap<&'static str, u64>);
-
-impl Values {
-    fn get(&self, key: &str) -> u64 {
-        self.0[key]
-    }
-
-    fn ms(&self, key: &str) -> Duration {
-        Duration::from_millis(self.get(key))
-    }
-
-    /// Refuses more than [`MAX_REQUESTS`] requests.
-    fn limit_requests(&self, requests: u128, how: &str) -> Result<(), String> {
-        if requests > u128::from(MAX_REQUESTS) {
-            return Err(format!(
-                "--param: {how} make {requests} requests, more than {MAX_REQUESTS}"
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// Model names: `given` first, then `model-a`, `model-b`, ...
 fn names(given: &[String], count: usize) -> Vec<String> {
@@ -197,17 +51,60 @@ fn names(given: &[String], count: usize) -> Vec<String> {
         .collect()
 }
 
-fn declare(models: &[String], load: Duration) -> BTreeMap<String, ModelParams> {
+fn declare(models: &[String], params: &Values) -> BTreeMap<String, ModelParams> {
     models
         .iter()
         .map(|model| {
-            let params = ModelParams {
-                load,
+            let model_params = ModelParams {
+                load: params.ms("load_ms"),
                 fail_rate: 0.0,
             };
-            (model.clone(), params)
+            (model.clone(), model_params)
         })
         .collect()
+}
+
+/// Every model's warm load, when `warm_load_ms` or `weights_mb` is given
+/// (otherwise none: the workload is the same as before either existed).
+fn warm(models: &[String], params: &Values, given: &Params) -> BTreeMap<String, WarmLoad> {
+    if !["warm_load_ms", "weights_mb"]
+        .iter()
+        .any(|key| given.gives(key))
+    {
+        return BTreeMap::new();
+    }
+    let warm = WarmLoad {
+        load: params.ms("warm_load_ms"),
+        weights_mb: params.get("weights_mb"),
+    };
+    models
+        .iter()
+        .map(|model| (model.clone(), warm.clone()))
+        .collect()
+}
+
+/// The description's note of a warm load time, when one is shorter.
+fn warm_note(params: &Values) -> String {
+    let (cold, warm) = (params.get("load_ms"), params.get("warm_load_ms"));
+    if warm < cold {
+        format!(
+            ", loads {} s cold and {} s warm ({} MB of weights)",
+            seconds(cold),
+            seconds(warm),
+            params.get("weights_mb")
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// Milliseconds as seconds, without a fraction when whole.
+fn seconds(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        (ms / 1000).to_string()
+    } else {
+        format!("{:.1}", ms as f64 / 1000.0)
+    }
 }
 
 /// Builds the built-in workload `name`.
@@ -223,7 +120,7 @@ pub fn generate(name: &str, params: &Params, models: &[String]) -> Result<Worklo
     }
 }
 
-const AGENTS: [Spec; 10] = [
+const AGENTS: [Spec; 12] = [
     count("agents", 3, 1),
     models(2),
     count("steps", 40, 1),
@@ -232,11 +129,13 @@ const AGENTS: [Spec; 10] = [
     millis("gen_min_ms", 2_000),
     millis("gen_max_ms", 20_000),
     millis("load_ms", 20_000),
+    WARM_LOAD,
+    WEIGHTS,
     millis("start_max_ms", 5_000),
     SEED,
 ];
 
-const INTERACTIVE_BATCH: [Spec; 17] = [
+const INTERACTIVE_BATCH: [Spec; 19] = [
     count("bursts", 8, 0),
     count("burst", 3, 1),
     millis("read_min_ms", 5_000),
@@ -252,11 +151,13 @@ const INTERACTIVE_BATCH: [Spec; 17] = [
     millis("gen_min_ms", 2_000),
     millis("gen_max_ms", 20_000),
     millis("load_ms", 20_000),
+    WARM_LOAD,
+    WEIGHTS,
     millis("start_max_ms", 5_000),
     SEED,
 ];
 
-const BURSTY: [Spec; 10] = [
+const BURSTY: [Spec; 12] = [
     models(4),
     count("bursts", 100, 1),
     count("burst_min", 1, 1),
@@ -266,6 +167,8 @@ const BURSTY: [Spec; 10] = [
     millis("gen_max_ms", 10_000),
     millis("patience_ms", 0),
     millis("load_ms", 20_000),
+    WARM_LOAD,
+    WEIGHTS,
     SEED,
 ];
 
@@ -289,8 +192,8 @@ fn agent_loop(rng: &mut Rng, params: &Values, model: &str, tier: ServiceTier, st
     }
 }
 
-fn agents(params: &Params, given: &[String]) -> Result<Workload, String> {
-    let params = params.check("agents", &AGENTS)?;
+fn agents(asked: &Params, given: &[String]) -> Result<Workload, String> {
+    let params = asked.check("agents", &AGENTS)?;
     let (count, model_count) = (params.get("agents"), params.get("models"));
     let steps = params.get("steps");
     params.limit_requests(u128::from(count) * u128::from(steps), "agents x steps")?;
@@ -311,17 +214,19 @@ fn agents(params: &Params, given: &[String]) -> Result<Workload, String> {
     Ok(Workload {
         name: "agents".into(),
         description: format!(
-            "{count} agents over {model_count} models, {steps} requests each, seed {seed}"
+            "{count} agents over {model_count} models, {steps} requests each{}, seed {seed}",
+            warm_note(&params)
         ),
         seed,
-        models: declare(&models, params.ms("load_ms")),
+        models: declare(&models, &params),
+        warm: warm(&models, &params, asked),
         requests: Vec::new(),
         agents,
     })
 }
 
-fn interactive_batch(params: &Params, given: &[String]) -> Result<Workload, String> {
-    let params = params.check("interactive-batch", &INTERACTIVE_BATCH)?;
+fn interactive_batch(asked: &Params, given: &[String]) -> Result<Workload, String> {
+    let params = asked.check("interactive-batch", &INTERACTIVE_BATCH)?;
     let wide = |key| u128::from(params.get(key));
     params.limit_requests(
         wide("bursts") * wide("burst") + wide("batch") + wide("agents") * wide("steps"),
@@ -395,18 +300,21 @@ fn interactive_batch(params: &Params, given: &[String]) -> Result<Workload, Stri
     Ok(Workload {
         name: "interactive-batch".into(),
         description: format!(
-            "a priority user on {} ({bursts} bursts of {burst}), a flex batch of {batch} on {} ({workers} workers), {count} default agents, seed {seed}",
-            models[0], models[1]
+            "a priority user on {} ({bursts} bursts of {burst}), a flex batch of {batch} on {} ({workers} workers), {count} default agents{}, seed {seed}",
+            models[0],
+            models[1],
+            warm_note(&params)
         ),
         seed,
-        models: declare(&models, params.ms("load_ms")),
+        models: declare(&models, &params),
+        warm: warm(&models, &params, asked),
         requests: Vec::new(),
         agents,
     })
 }
 
-fn bursty(params: &Params, given: &[String]) -> Result<Workload, String> {
-    let params = params.check("bursty", &BURSTY)?;
+fn bursty(asked: &Params, given: &[String]) -> Result<Workload, String> {
+    let params = asked.check("bursty", &BURSTY)?;
     let bursts = params.get("bursts");
     let (low, high) = (params.get("burst_min"), params.get("burst_max"));
     params.limit_requests(u128::from(bursts) * u128::from(high), "bursts x burst_max")?;
@@ -445,10 +353,12 @@ fn bursty(params: &Params, given: &[String]) -> Result<Workload, String> {
     Ok(Workload {
         name: "bursty".into(),
         description: format!(
-            "{bursts} open-loop bursts of {low}-{high} requests over {model_count} models, seed {seed}"
+            "{bursts} open-loop bursts of {low}-{high} requests over {model_count} models{}, seed {seed}",
+            warm_note(&params)
         ),
         seed,
-        models: declare(&models, params.ms("load_ms")),
+        models: declare(&models, &params),
+        warm: warm(&models, &params, asked),
         requests,
         agents: Vec::new(),
     })
@@ -457,6 +367,7 @@ fn bursty(params: &Params, given: &[String]) -> Result<Workload, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::DEFAULT_WEIGHTS_MB;
 
     #[test]
     fn every_built_in_workload_is_seeded_and_takes_its_parameters() {
@@ -495,6 +406,36 @@ mod tests {
     }
 
     #[test]
+    fn warm_loads_are_given_to_every_model_only_when_asked_for() {
+        let with = |pairs: &[&str]| {
+            let pairs: Vec<String> = pairs.iter().map(|pair| pair.to_string()).collect();
+            generate("bursty", &Params::parse(&pairs).unwrap(), &[]).unwrap()
+        };
+        let cold = with(&[]);
+        assert!(cold.warm.is_empty());
+        assert!(!cold.description.contains("warm"), "{}", cold.description);
+        // warm_load_ms follows a given load_ms when not given itself.
+        assert!(with(&["load_ms=5000"]).warm.is_empty());
+        let warm = with(&["warm_load_ms=8000"]);
+        assert_eq!(warm.warm.len(), 4);
+        for model in warm.models.keys() {
+            assert_eq!(warm.warm_load_time(model), Duration::from_secs(8));
+            assert_eq!(warm.warm[model].weights_mb, DEFAULT_WEIGHTS_MB);
+        }
+        assert!(
+            warm.description
+                .contains("loads 20 s cold and 8 s warm (16000 MB of weights)"),
+            "{}",
+            warm.description
+        );
+        // The requests are the same: only the loads differ.
+        assert_eq!(warm.requests, cold.requests);
+        let sized = with(&["weights_mb=4000"]);
+        assert_eq!(sized.warm_load_time("model-a"), Duration::from_secs(20));
+        assert_eq!(sized.warm["model-a"].weights_mb, 4000);
+    }
+
+    #[test]
     fn parameters_must_be_whole_numbers_given_as_key_value() {
         assert!(Params::parse(&["agents=4".into()]).is_ok());
         assert!(Params::parse(&["agents".into()]).is_err());
@@ -518,7 +459,7 @@ mod tests {
 
     #[test]
     fn every_parameter_is_checked_and_named() {
-        let cases: [(&str, &[&str], &str); 14] = [
+        let cases: [(&str, &[&str], &str); 16] = [
             (
                 "bursty",
                 &["burst_min=5", "burst_max=2"],
@@ -588,6 +529,16 @@ mod tests {
                 "agents",
                 &["agents=2", "agents=3"],
                 "--param agents: given twice",
+            ),
+            (
+                "bursty",
+                &["warm_load_ms=20001"],
+                "--param warm_load_ms=20001 is more than load_ms=20000 (its default)",
+            ),
+            (
+                "interactive-batch",
+                &["weights_mb=0"],
+                "--param weights_mb=0: out of range (1 to 1000000000)",
             ),
         ];
         for (name, pairs, message) in cases {

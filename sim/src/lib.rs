@@ -17,6 +17,8 @@
 mod baselines;
 pub mod generate;
 pub mod metrics;
+mod params;
+mod prefetch;
 mod queue;
 pub mod records;
 mod rng;
@@ -26,12 +28,18 @@ pub mod workload;
 
 pub use generate::{BUILT_IN, Params, generate};
 pub use metrics::{Metrics, Percentiles};
+pub use prefetch::{DEFAULT_READ_MB_PER_S, MB, ReadAhead};
 pub use records::{Reader, RecordError, Replay, replay};
 pub use run::{Policy, Settings, simulate};
 pub use timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline};
-pub use workload::{Agent, MAX_MS, ModelParams, Request, Step, Workload, WorkloadError};
+pub use workload::{
+    Agent, DEFAULT_WEIGHTS_MB, MAX_MS, MAX_WEIGHTS_MB, ModelParams, Request, Step, WarmLoad,
+    Workload, WorkloadError,
+};
 
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod thrash_tests;
+#[cfg(test)]
+mod warm_tests;

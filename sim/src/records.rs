@@ -11,7 +11,14 @@
 //! - a client that gave up (`client_disconnect`) gives up at its
 //!   `total_ms` again;
 //! - each model's load time: the median `model_load_ms` of the records
-//!   that switched to it (a model never seen loading takes 20 s).
+//!   that switched to it (a model never seen loading takes 20 s). The
+//!   records do not say how much of the weights was resident when a load
+//!   started (the prefetch's effect is in `/metrics`, not in the log), so
+//!   a replay assumes that median for every load, warm equal to cold: no
+//!   policy's load is shortened by the prefetch. To see what it is worth
+//!   on the replayed mix, write the replay as a workload file
+//!   (`--write-workload`), add each model's `warm_load_ms` and
+//!   `weights_mb`, and simulate that file.
 //!
 //! Records carry no service tier, so every replayed request is `default`.
 //! Replay is **open loop**: arrivals stay where they were. An agent sends
@@ -361,6 +368,9 @@ impl Reader {
                 description: format!("{count} replayed records (open loop)"),
                 seed: 0,
                 models: params,
+                // The records do not say how much of a model's weights was
+                // resident at its loads: every replayed load is cold.
+                warm: BTreeMap::new(),
                 requests,
                 agents: Vec::new(),
             },
@@ -479,7 +489,7 @@ impl Joins {
 }
 
 #[cfg(test)]
-mod reading {
+pub(crate) mod reading {
     use std::io::{BufReader, Read};
 
     use serde_json::json;
@@ -488,7 +498,13 @@ mod reading {
     use crate::rng::Rng;
 
     /// A record as the router writes it.
-    fn record(seq: u64, model: &str, arrived_ms: u64, wait: u64, load: Option<u64>) -> Value {
+    pub(crate) fn record(
+        seq: u64,
+        model: &str,
+        arrived_ms: u64,
+        wait: u64,
+        load: Option<u64>,
+    ) -> Value {
         let at = |ms: u64| {
             let (secs, ms) = (ms / 1000, ms % 1000);
             format!(
@@ -516,7 +532,7 @@ mod reading {
         })
     }
 
-    fn lines(records: &[Value]) -> String {
+    pub(crate) fn lines(records: &[Value]) -> String {
         records.iter().map(|r| format!("{r}\n")).collect()
     }
 

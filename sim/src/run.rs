@@ -13,10 +13,11 @@
 //! - A grant starts its generation, which ends `service` later; in legacy
 //!   mode its headers arrive `header_delay` after the grant (capped by the
 //!   generation), releasing the engine lock.
-//! - A load takes the model's load time, fails with the model's
-//!   `fail_rate` (the model then cools down for `cooldown_ms`, and the
-//!   requests admitted to it fail), or serves: the tickets admitted to it
-//!   are granted and the grace and idle clocks restart.
+//! - A load takes the model's load time (cold, or shorter by what the
+//!   router's weights prefetch read ahead: [`PageCache`]), fails with the
+//!   model's `fail_rate` (the model then cools down for `cooldown_ms`, and
+//!   the requests admitted to it fail), or serves: the tickets admitted to
+//!   it are granted and the grace and idle clocks restart.
 //! - A client gives up at its patience: a waiting request leaves the queue
 //!   (a load it joined goes on), a generating one ends early.
 //! - A lease ending restarts the quiet clock when it was the last; grace and
@@ -42,27 +43,32 @@ use strata_protocol::wire::ServiceTier;
 use tokio::time::Instant;
 
 use crate::baselines;
+use crate::prefetch::{DEFAULT_READ_MB_PER_S, MB, PageCache, ReadAhead};
 use crate::queue::Queue;
 use crate::rng::Rng;
 use crate::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline, Unload};
 use crate::workload::Workload;
 use strata_scheduler::{
     BackendView, Book, CacheState, ConnId, Failure, Hold, LoadTimes, Mode, Plan, Refusal, Rules,
-    SwitchReason, TicketKey, View, Waiting, apply, decide, refusal,
+    SwitchReason, TicketKey, View, Waiting, apply, decide, next_switch, refusal,
 };
 
 /// The decision functions a simulation can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Policy {
+    /// Strict arrival order; loads cold.
     Fifo,
+    /// The loaded model's requests first; loads cold.
     Collate,
-    /// The router's own [`decide`] with the given rules.
+    /// The router's own [`decide`] with the given rules, and its weights
+    /// prefetch ([`Settings::read_ahead`]).
     Router,
     /// A bound, not a policy: every model stays resident after its first
     /// load (as if the GPU held them all), so each is loaded once, at its
     /// first request, and a request waits only for that load and for a
     /// dispatch slot (the router's limits, over all models at once). No
-    /// one-model policy can need fewer loads.
+    /// one-model policy can need fewer loads. That load is warm (as if its
+    /// weights had been read ahead), so no policy's load is shorter.
     Ideal,
 }
 
@@ -92,6 +98,8 @@ pub struct Settings {
     pub cooldown: Duration,
     /// Legacy: from a grant to the upstream response headers.
     pub header_delay: Duration,
+    /// The router's weights prefetch (`None`: its loads are cold too).
+    pub read_ahead: Option<ReadAhead>,
 }
 
 impl Settings {
@@ -102,6 +110,10 @@ impl Settings {
             queue_timeout: config.queue_timeout(),
             cooldown: Duration::from_millis(config.timers.cooldown_ms),
             header_delay: Duration::from_millis(50),
+            read_ahead: config.prefetch.enabled.then_some(ReadAhead {
+                bytes_per_s: DEFAULT_READ_MB_PER_S * MB,
+                max_bytes: config.prefetch.max_bytes,
+            }),
         }
     }
 }
@@ -221,6 +233,8 @@ struct Sim<'a> {
     /// Ideal: models loaded and those loading (with their timeline entry).
     resident: BTreeSet<String>,
     ideal_loading: BTreeMap<u64, (String, usize)>,
+    /// What the router's prefetch read ahead (nothing for the others).
+    page_cache: PageCache,
     /// The most tickets a decision function was shown at once.
     #[cfg(test)]
     largest_view: usize,
@@ -281,6 +295,10 @@ impl<'a> Sim<'a> {
             agent_steps: vec![0; workload.agents.len()],
             resident: BTreeSet::new(),
             ideal_loading: BTreeMap::new(),
+            page_cache: PageCache::new(match policy {
+                Policy::Router => settings.read_ahead,
+                Policy::Fifo | Policy::Collate | Policy::Ideal => None,
+            }),
             #[cfg(test)]
             largest_view: 0,
         }
@@ -596,14 +614,29 @@ impl<'a> Sim<'a> {
         for _ in 0..4 {
             #[cfg(test)]
             self.count_view();
-            let plan: Plan = {
+            let (plan, read_next): (Plan, Option<Option<String>>) = {
                 let view = self.view();
                 match self.policy {
-                    Policy::Fifo => baselines::fifo(&view),
-                    Policy::Collate => baselines::collate(&view),
-                    Policy::Router | Policy::Ideal => decide(&view),
+                    Policy::Fifo => (baselines::fifo(&view), None),
+                    Policy::Collate => (baselines::collate(&view), None),
+                    Policy::Router | Policy::Ideal => {
+                        let plan = decide(&view);
+                        // As the engine tells its prefetch after every
+                        // decision (a change only: most decisions make none).
+                        let next = self
+                            .page_cache
+                            .reads_ahead()
+                            .then(|| next_switch(&view, &plan))
+                            .filter(|next| *next != self.page_cache.reading())
+                            .map(|next| next.map(str::to_owned));
+                        (plan, next)
+                    }
                 }
             };
+            if let Some(next) = read_next {
+                self.page_cache
+                    .want(next.as_deref(), self.now, self.workload);
+            }
             self.wake = plan
                 .wake_at
                 .map(|at| at.saturating_duration_since(self.base))
@@ -660,7 +693,10 @@ impl<'a> Sim<'a> {
                 }
             } else if !self.ideal_loading.values().any(|(m, _)| *m == model) {
                 self.load_seq += 1;
-                let end = self.now.saturating_add(self.workload.load_time(&model));
+                // A bound: as if every model's weights were read ahead.
+                let end = self
+                    .now
+                    .saturating_add(self.workload.warm_load_time(&model));
                 self.loads.push(LoadSpan {
                     model: model.clone(),
                     start: self.now,
@@ -758,7 +794,7 @@ impl Book for Sim<'_> {
 
     fn start_load(&mut self, model: String, reason: Option<SwitchReason>) {
         self.load_seq += 1;
-        let load = self.workload.load_time(&model);
+        let load = self.page_cache.load_starts(&model, self.now, self.workload);
         let fail_rate = self
             .workload
             .models

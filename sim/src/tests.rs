@@ -10,11 +10,11 @@ use super::*;
 use crate::run;
 use strata_scheduler::{Mode, Rules};
 
-fn ms(n: u64) -> Duration {
+pub(crate) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn settings(mode: Mode, grace_ms: u64) -> Settings {
+pub(crate) fn settings(mode: Mode, grace_ms: u64) -> Settings {
     Settings {
         rules: Rules {
             mode,
@@ -30,10 +30,11 @@ fn settings(mode: Mode, grace_ms: u64) -> Settings {
         queue_timeout: None,
         cooldown: Duration::from_secs(30),
         header_delay: ms(50),
+        read_ahead: None,
     }
 }
 
-fn workload(models: &[(&str, u64)]) -> Workload {
+pub(crate) fn workload(models: &[(&str, u64)]) -> Workload {
     Workload {
         name: "test".into(),
         models: models
@@ -67,7 +68,7 @@ fn agent(model: &str, start: u64, steps: &[(u64, u64)]) -> Agent {
     }
 }
 
-fn request(at: u64, model: &str, service: u64) -> Request {
+pub(crate) fn request(at: u64, model: &str, service: u64) -> Request {
     Request {
         at: ms(at),
         model: model.into(),

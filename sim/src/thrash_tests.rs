@@ -33,6 +33,8 @@ fn settings(bound: Duration) -> Settings {
         queue_timeout: None,
         cooldown: Duration::from_secs(30),
         header_delay: Duration::from_millis(50),
+        // Every load cold: the property is about the order alone.
+        read_ahead: None,
     }
 }
 

@@ -10,7 +10,9 @@
 //! KEY=V1,V2,...` runs the router once per value. The workload is a
 //! built-in generator (`--workload agents`, its parameters with `--param
 //! KEY=VALUE`), a workload file (`--workload FILE`), or the router's own
-//! records (`--records FILE ...`).
+//! records (`--records FILE ...`). The router's runs read the next
+//! model's weights ahead at `--prefetch-read-mb-s` (with `prefetch` on in
+//! the config), which shortens the loads of models with a warm load time.
 //!
 //! Exit status 0; 2 for bad arguments; 1 for a config, workload or file
 //! that cannot be used (the message names the path, key or line).
@@ -27,11 +29,16 @@ use serde_json::{Value, json};
 use strata_protocol::config::Config;
 use strata_sim::records::MAX_LOG_BYTES;
 use strata_sim::{
-    Metrics, Params, Policy, Reader, Settings, Timeline, Workload, generate, simulate,
+    DEFAULT_READ_MB_PER_S, MB, Metrics, Params, Policy, Reader, Settings, Timeline, Workload,
+    generate, simulate,
 };
 
 /// The built-in default rules: the example config's.
 const EXAMPLE_CONFIG: &str = include_str!("../../../config.example.json");
+
+/// The fastest `--prefetch-read-mb-s`: a terabyte a second, to catch unit
+/// mistakes.
+pub const MAX_READ_MB_PER_S: u64 = 1_000_000;
 
 /// The most bytes read from a workload file: 256 MiB (a million requests
 /// take about 120 MB).
@@ -60,6 +67,10 @@ pub struct Args {
     /// The policies to run, comma-separated
     #[arg(long, default_value = "fifo,collate,router,ideal")]
     pub policies: String,
+    /// How fast the router's weights prefetch reads, in MB/s (0: it does
+    /// not read ahead; as `--set prefetch=false`)
+    #[arg(long, value_name = "MB_PER_S", default_value_t = DEFAULT_READ_MB_PER_S)]
+    pub prefetch_read_mb_s: u64,
     /// Run the router once per value of a numeric config key
     #[arg(long, value_name = "KEY=V1,V2,...")]
     pub sweep: Option<String>,
@@ -111,7 +122,13 @@ fn simulate_all(args: &Args) -> Result<(), Failed> {
         std::fs::write(path, workload.to_file())
             .map_err(|err| Failed(format!("cannot write {}: {err}", path.display())))?;
     }
-    let settings = Settings::from_config(&config);
+    if args.prefetch_read_mb_s > MAX_READ_MB_PER_S {
+        return Err(Failed(format!(
+            "--prefetch-read-mb-s {}: out of range (0 to {MAX_READ_MB_PER_S})",
+            args.prefetch_read_mb_s
+        )));
+    }
+    let settings = settings_of(&config, args);
     let drawn = args.svg.is_some();
     let mut runs = Vec::new();
     if let Some(observed) = observed {
@@ -125,7 +142,7 @@ fn simulate_all(args: &Args) -> Result<(), Failed> {
                     let mut json = base_json.clone();
                     json[key.as_str()] = json!(value);
                     let config = parse_config(&json, &format!("--sweep {key}={value}"))?;
-                    let settings = Settings::from_config(&config);
+                    let settings = settings_of(&config, args);
                     let timeline = simulate(&workload, &settings, policy);
                     runs.push(finish(format!("router {key}={value}"), timeline, drawn));
                 }
@@ -159,6 +176,19 @@ fn simulate_all(args: &Args) -> Result<(), Failed> {
         );
     }
     Ok(())
+}
+
+/// The simulation's settings under `config`, with the prefetch's read rate.
+fn settings_of(config: &Config, args: &Args) -> Settings {
+    let mut settings = Settings::from_config(config);
+    settings.read_ahead = settings
+        .read_ahead
+        .filter(|_| args.prefetch_read_mb_s > 0)
+        .map(|mut read_ahead| {
+            read_ahead.bytes_per_s = args.prefetch_read_mb_s * MB;
+            read_ahead
+        });
+    settings
 }
 
 /// A run's figures, and its timeline when it is drawn (a replay of a

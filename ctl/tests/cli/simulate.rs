@@ -485,3 +485,83 @@ fn every_param_is_checked_and_named() {
         refused(args, &[message]);
     }
 }
+
+#[test]
+fn warm_loads_shorten_the_routers_loads_and_leave_the_baselines_cold() {
+    let dir = TempDir::new("simulate-warm");
+    let file = dir.join("warm.jsonl");
+    let cold = ok_json(&["--policies", "fifo,router"]);
+    let warm_args = ["--param", "warm_load_ms=10000", "--policies", "fifo,router"];
+    let mut written = warm_args.to_vec();
+    written.extend(["--write-workload", file.to_str().unwrap()]);
+    let warm = ok_json(&written);
+    let figure =
+        |doc: &Value, policy: &str, key: &str| doc["policies"][policy][key].as_f64().unwrap();
+    // FIFO loads cold either way: the same figures.
+    assert_eq!(warm["policies"]["fifo"], cold["policies"]["fifo"]);
+    // The router's loads read ahead: less load time, each load between the
+    // warm and the cold time.
+    let (loads, swaps) = (
+        figure(&warm, "router", "load_s"),
+        figure(&warm, "router", "swaps"),
+    );
+    assert!(loads < figure(&cold, "router", "load_s"), "{loads}");
+    assert!(
+        loads >= 10.0 * swaps && loads < 20.0 * swaps,
+        "{loads} s for {swaps}"
+    );
+    assert!(
+        warm["workload"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("loads 20 s cold and 10 s warm"),
+        "{}",
+        warm["workload"]
+    );
+    // The file keeps the warm times.
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\"warm_load_ms\":10000"), "{text}");
+    let from_file = ok_json(&[
+        "--workload",
+        file.to_str().unwrap(),
+        "--policies",
+        "fifo,router",
+    ]);
+    assert_eq!(from_file["policies"], warm["policies"]);
+    // Without the prefetch, the router loads cold too: `prefetch: false`
+    // or a read rate of 0.
+    for off in [["--set", "prefetch=false"], ["--prefetch-read-mb-s", "0"]] {
+        let mut args = warm_args.to_vec();
+        args.extend(off);
+        assert_eq!(ok_json(&args)["policies"], cold["policies"], "{off:?}");
+    }
+    // A slower read warms less of each load (at the default rate the
+    // example's waits read most models whole).
+    let mut slow = warm_args.to_vec();
+    slow.extend(["--prefetch-read-mb-s", "50"]);
+    let slow = ok_json(&slow);
+    let per_swap = |doc: &Value| figure(doc, "router", "load_s") / figure(doc, "router", "swaps");
+    assert!(
+        per_swap(&slow) > per_swap(&warm),
+        "{} {}",
+        per_swap(&slow),
+        per_swap(&warm)
+    );
+    // Bad values are refused, naming them.
+    refused(
+        &["--param", "warm_load_ms=30000"],
+        &["--param warm_load_ms=30000 is more than load_ms=20000 (its default)"],
+    );
+    refused(
+        &["--prefetch-read-mb-s", "1000001"],
+        &["--prefetch-read-mb-s 1000001: out of range (0 to 1000000)"],
+    );
+    let bad = dir.write(
+        "bad.jsonl",
+        "{\"strata_workload\": {\"version\": 1}}\n{\"model\": {\"id\": \"a\", \"load_ms\": 1000, \"warm_load_ms\": 2000}}\n",
+    );
+    refused(
+        &["--workload", bad.to_str().unwrap()],
+        &["line 2: warm_load_ms 2000 is more than load_ms 1000"],
+    );
+}

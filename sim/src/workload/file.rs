@@ -1,23 +1,25 @@
-//! What a simulation serves: models with their load times, open-loop
-//! requests at fixed instants, and closed-loop agents whose next request
-//! follows the end of the previous one; and the workload file that holds
-//! one (JSON lines, versioned).
-//!
-//! # The workload file, version 1
+//! The workload file, version 1: JSON lines that hold a [`Workload`]
+//! ([`Workload::parse`] reads one, [`Workload::to_file`] writes one).
 //!
 //! One JSON object per line; blank lines are ignored. The first line is the
 //! header, every other line declares one model, one request or one agent:
 //!
 //! ```text
 //! {"strata_workload": {"version": 1, "name": "two agents", "seed": 1}}
-//! {"model": {"id": "a", "load_ms": 20000, "fail_rate": 0.0}}
+//! {"model": {"id": "a", "load_ms": 20000, "fail_rate": 0.0, "warm_load_ms": 8000, "weights_mb": 16000}}
 //! {"request": {"at_ms": 0, "model": "a", "tier": "default", "service_ms": 5000, "patience_ms": null, "cache_rank": null}}
 //! {"agent": {"model": "a", "tier": "default", "start_ms": 0, "steps": [{"gap_ms": 0, "service_ms": 4000}, {"gap_ms": 1500, "service_ms": 9000}]}}
 //! ```
 //!
 //! - `model`: `load_ms` is how long a load of it takes (the old backend's
 //!   stop included); `fail_rate` (default 0) the chance that a load fails,
-//!   drawn from the header's `seed`.
+//!   drawn from the header's `seed`. `warm_load_ms` (default: `load_ms`)
+//!   is how long a load takes when every weight is already in the page
+//!   cache, and `weights_mb` (default [`DEFAULT_WEIGHTS_MB`]) how many
+//!   megabytes (10^6 bytes) of weights the router's prefetch reads for
+//!   it; a load the prefetch read a part of ahead takes in between
+//!   (`sim/src/prefetch.rs`). With neither key the model always loads in
+//!   `load_ms`.
 //! - `request`: arrives at `at_ms`; once granted it generates for
 //!   `service_ms`. `tier` is `priority`, `default` (the default) or `flex`.
 //!   `patience_ms` (default null: forever) is when, counted from arrival,
@@ -30,122 +32,22 @@
 //!
 //! Every model a request or agent names must be declared. Every
 //! millisecond value is a whole number from 0 to [`MAX_MS`] (365 days),
-//! `cache_rank` and `fail_rate` are from 0 to 1. Unknown keys, a missing
-//! header, another version, a value out of range or any bad line refuse
-//! the whole file, naming the line.
+//! `cache_rank` and `fail_rate` are from 0 to 1, `warm_load_ms` at most
+//! `load_ms`, `weights_mb` from 1 to [`MAX_WEIGHTS_MB`]. Unknown keys, a
+//! missing header, another version, a value out of range or any bad line
+//! refuse the whole file, naming the line. The keys `warm_load_ms` and
+//! `weights_mb` came later within version 1: a file without them reads as
+//! before (every load cold), and only a model with a warm load writes
+//! them.
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use strata_protocol::wire::ServiceTier;
 
-/// The workload file version this build reads and writes.
-pub const WORKLOAD_VERSION: u32 = 1;
-
-/// The largest millisecond value a workload file, a record or a generator
-/// parameter may hold: 365 days. Far below any overflow of the simulator's
-/// clock, however many requests follow one another.
-pub const MAX_MS: u64 = 365 * 86_400_000;
-
-/// How one model loads.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelParams {
-    pub load: Duration,
-    /// The chance that a load of it fails (0 to 1).
-    pub fail_rate: f64,
-}
-
-/// One open-loop request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Request {
-    pub at: Duration,
-    pub model: String,
-    pub tier: ServiceTier,
-    pub service: Duration,
-    /// When its client gives up, counted from arrival.
-    pub patience: Option<Duration>,
-    /// Its cached/input fraction (0 when not known).
-    pub cache_rank: Option<f64>,
-}
-
-/// One request of an agent.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Step {
-    /// After the end of the previous request (ignored for the first).
-    pub gap: Duration,
-    pub service: Duration,
-    pub patience: Option<Duration>,
-    pub cache_rank: Option<f64>,
-}
-
-/// A closed loop of requests on one model.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Agent {
-    pub model: String,
-    pub tier: ServiceTier,
-    pub start: Duration,
-    pub steps: Vec<Step>,
-}
-
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Workload {
-    pub name: String,
-    /// One line for people: what the workload is and its parameters.
-    pub description: String,
-    /// Draws the load failures.
-    pub seed: u64,
-    pub models: BTreeMap<String, ModelParams>,
-    pub requests: Vec<Request>,
-    pub agents: Vec<Agent>,
-}
-
-impl Workload {
-    /// Requests in all, the agents' steps included.
-    pub fn request_count(&self) -> usize {
-        self.requests.len() + self.agents.iter().map(|a| a.steps.len()).sum::<usize>()
-    }
-
-    /// The model's load time (a model no line declared loads in 20 s).
-    pub fn load_time(&self, model: &str) -> Duration {
-        self.models
-            .get(model)
-            .map_or(Duration::from_secs(20), |params| params.load)
-    }
-}
-
-/// A workload file that cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkloadError {
-    /// 1-based; 0 for the file as a whole.
-    pub line: usize,
-    pub reason: String,
-}
-
-impl fmt::Display for WorkloadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line == 0 {
-            write!(f, "{}", self.reason)
-        } else {
-            write!(f, "line {}: {}", self.line, self.reason)
-        }
-    }
-}
-
-impl std::error::Error for WorkloadError {}
-
-pub fn tier_name(tier: ServiceTier) -> &'static str {
-    tier.as_str()
-}
-
-pub fn parse_tier(name: &str) -> Option<ServiceTier> {
-    ServiceTier::ALL
-        .into_iter()
-        .find(|tier| tier.as_str() == name)
-}
-
-// ---- the file -------------------------------------------------------------
+use super::{
+    Agent, DEFAULT_WEIGHTS_MB, MAX_MS, MAX_WEIGHTS_MB, ModelParams, Request, Step,
+    WORKLOAD_VERSION, WarmLoad, Workload, WorkloadError, parse_tier, tier_name,
+};
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -175,6 +77,10 @@ struct ModelLine {
     load_ms: u64,
     #[serde(default)]
     fail_rate: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    warm_load_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    weights_mb: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -246,6 +152,32 @@ fn check_rank(name: &str, value: Option<f64>) -> Result<Option<f64>, String> {
     }
 }
 
+/// A model line's warm load, if it gives one: `warm_load_ms` at most its
+/// `load_ms` (which is checked already), `weights_mb` from 1 to
+/// [`MAX_WEIGHTS_MB`].
+fn warm_load(line: &ModelLine) -> Result<Option<WarmLoad>, String> {
+    if line.warm_load_ms.is_none() && line.weights_mb.is_none() {
+        return Ok(None);
+    }
+    let load = line.warm_load_ms.unwrap_or(line.load_ms);
+    if load > line.load_ms {
+        return Err(format!(
+            "warm_load_ms {load} is more than load_ms {} (a warm load is never slower)",
+            line.load_ms
+        ));
+    }
+    let weights_mb = line.weights_mb.unwrap_or(DEFAULT_WEIGHTS_MB);
+    if !(1..=MAX_WEIGHTS_MB).contains(&weights_mb) {
+        return Err(format!(
+            "weights_mb {weights_mb} is out of range (1 to {MAX_WEIGHTS_MB})"
+        ));
+    }
+    Ok(Some(WarmLoad {
+        load: ms(load),
+        weights_mb,
+    }))
+}
+
 impl Workload {
     /// Reads a workload file's text.
     pub fn parse(text: &str) -> Result<Workload, WorkloadError> {
@@ -303,6 +235,9 @@ impl Workload {
                         load: ms(check_ms("load_ms", line.load_ms).map_err(at)?),
                         fail_rate: line.fail_rate,
                     };
+                    if let Some(warm) = warm_load(&line).map_err(at)? {
+                        workload.warm.insert(line.id.clone(), warm);
+                    }
                     if workload.models.insert(line.id.clone(), params).is_some() {
                         return Err(fail(number, format!("model {:?} declared twice", line.id)));
                     }
@@ -380,10 +315,13 @@ impl Workload {
             seed: self.seed,
         })];
         for (id, params) in &self.models {
+            let warm = self.warm.get(id);
             lines.push(Line::Model(ModelLine {
                 id: id.clone(),
                 load_ms: to_ms(params.load),
                 fail_rate: params.fail_rate,
+                warm_load_ms: warm.map(|warm| to_ms(warm.load)),
+                weights_mb: warm.map(|warm| warm.weights_mb),
             }));
         }
         for request in &self.requests {
@@ -425,11 +363,12 @@ impl Workload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strata_protocol::wire::ServiceTier;
 
     const FILE: &str = r#"{"strata_workload": {"version": 1, "name": "t", "seed": 3}}
 {"model": {"id": "a", "load_ms": 20000}}
 
-{"model": {"id": "b", "load_ms": 5000, "fail_rate": 0.5}}
+{"model": {"id": "b", "load_ms": 5000, "fail_rate": 0.5, "warm_load_ms": 1000}}
 {"request": {"at_ms": 900, "model": "b", "tier": "flex", "service_ms": 100, "patience_ms": 5000, "cache_rank": 0.5}}
 {"request": {"at_ms": 0, "model": "a", "service_ms": 200}}
 {"agent": {"model": "a", "steps": [{"service_ms": 1000}, {"gap_ms": 500, "service_ms": 2000}]}}
@@ -444,6 +383,15 @@ mod tests {
         assert_eq!(workload.requests[1].tier, ServiceTier::Flex);
         assert_eq!(workload.requests[1].patience, Some(Duration::from_secs(5)));
         assert_eq!(workload.agents[0].steps[1].gap, Duration::from_millis(500));
+        // A model without warm keys loads cold; one with them takes the
+        // default weights size when it gives none.
+        assert_eq!(workload.warm_load_time("a"), Duration::from_secs(20));
+        let warm = &workload.warm["b"];
+        assert_eq!(
+            (warm.load, warm.weights_mb),
+            (Duration::from_secs(1), DEFAULT_WEIGHTS_MB)
+        );
+        assert!(!workload.warm.contains_key("a"));
         assert_eq!(Workload::parse(&workload.to_file()).unwrap(), workload);
     }
 
@@ -530,6 +478,18 @@ mod tests {
             (
                 agent("{\"service_ms\": 1, \"cache_rank\": -0.5}"),
                 "steps[1].cache_rank -0.5 is out of range",
+            ),
+            (
+                format!(
+                    "{head}{{\"model\": {{\"id\": \"b\", \"load_ms\": 1000, \"warm_load_ms\": 1001}}}}\n"
+                ),
+                "warm_load_ms 1001 is more than load_ms 1000",
+            ),
+            (
+                format!(
+                    "{head}{{\"model\": {{\"id\": \"b\", \"load_ms\": 1, \"weights_mb\": 0}}}}\n"
+                ),
+                "weights_mb 0 is out of range (1 to 1000000000)",
             ),
         ];
         for (text, reason) in cases {
