@@ -102,6 +102,8 @@ pub fn run(args: Args) -> ExitCode {
 /// happened.
 pub struct Run {
     pub label: String,
+    /// The policy simulated; `None` for the records' `observed` run.
+    pub policy: Option<Policy>,
     pub timeline: Timeline,
     pub metrics: Metrics,
 }
@@ -132,7 +134,7 @@ fn simulate_all(args: &Args) -> Result<(), Failed> {
     let drawn = args.svg.is_some();
     let mut runs = Vec::new();
     if let Some(observed) = observed {
-        runs.push(finish("observed".into(), observed, drawn));
+        runs.push(finish("observed".into(), None, observed, drawn));
     }
     let sweep = args.sweep.as_deref().map(parse_sweep).transpose()?;
     for policy in policies {
@@ -144,12 +146,17 @@ fn simulate_all(args: &Args) -> Result<(), Failed> {
                     let config = parse_config(&json, &format!("--sweep {key}={value}"))?;
                     let settings = settings_of(&config, args);
                     let timeline = simulate(&workload, &settings, policy);
-                    runs.push(finish(format!("router {key}={value}"), timeline, drawn));
+                    runs.push(finish(
+                        format!("router {key}={value}"),
+                        Some(policy),
+                        timeline,
+                        drawn,
+                    ));
                 }
             }
             _ => {
                 let timeline = simulate(&workload, &settings, policy);
-                runs.push(finish(policy.name().into(), timeline, drawn));
+                runs.push(finish(policy.name().into(), Some(policy), timeline, drawn));
             }
         }
     }
@@ -193,10 +200,11 @@ fn settings_of(config: &Config, args: &Args) -> Settings {
 
 /// A run's figures, and its timeline when it is drawn (a replay of a
 /// million records keeps a few hundred megabytes less without).
-fn finish(label: String, timeline: Timeline, drawn: bool) -> Run {
+fn finish(label: String, policy: Option<Policy>, timeline: Timeline, drawn: bool) -> Run {
     let metrics = Metrics::of(&timeline);
     Run {
         label,
+        policy,
         timeline: if drawn { timeline } else { Timeline::default() },
         metrics,
     }

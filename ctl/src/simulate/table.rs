@@ -1,5 +1,7 @@
-//! The figures as a table for people: one row per run, then the waits by
-//! model and by tier.
+//! The figures as a table for people: one row per run, then blocks of
+//! waits by model and by tier and counts of switches and failures by
+//! reason, each under its title line with its columns aligned under their
+//! keys.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -90,91 +92,106 @@ pub fn render(
             seconds(m.worst_model_wait_ms()),
         );
     }
-    let mut groups =
-        |title: &str, keys: BTreeSet<&str>, get: &dyn Fn(&Run, &str) -> Option<Percentiles>| {
-            if keys.is_empty() {
-                return;
-            }
-            let _ = writeln!(text);
-            let _ = write!(text, "{:width$}", format!("{title} p50/p95/max s"));
-            for key in &keys {
-                let _ = write!(text, "  {key:>20}");
-            }
-            let _ = writeln!(text);
-            for run in runs {
-                let _ = write!(text, "{:width$}", run.label);
-                for key in &keys {
-                    let _ = write!(text, "  {:>20}", waits(get(run, key).as_ref()));
-                }
-                let _ = writeln!(text);
-            }
-        };
     let models: BTreeSet<&str> = runs
         .iter()
         .flat_map(|r| r.metrics.wait_ms.by_model.keys().map(String::as_str))
         .collect();
-    groups("wait by model", models, &|run, key| {
-        run.metrics.wait_ms.by_model.get(key).copied()
-    });
+    block(
+        &mut text,
+        width,
+        runs,
+        "wait by model, p50/p95/max s",
+        &models,
+        &|run, key| waits(run.metrics.wait_ms.by_model.get(key)),
+    );
     let tiers: BTreeSet<&str> = runs
         .iter()
         .flat_map(|r| r.metrics.wait_ms.by_tier.keys().map(String::as_str))
         .collect();
     if tiers.len() > 1 {
-        groups("wait by tier", tiers, &|run, key| {
-            run.metrics.wait_ms.by_tier.get(key).copied()
-        });
+        block(
+            &mut text,
+            width,
+            runs,
+            "wait by tier, p50/p95/max s",
+            &tiers,
+            &|run, key| waits(run.metrics.wait_ms.by_tier.get(key)),
+        );
     }
     let reasons: BTreeSet<&str> = runs
         .iter()
         .flat_map(|r| r.metrics.switches.keys().map(String::as_str))
         .collect();
-    counts(
+    block(
         &mut text,
         width,
         runs,
         "switches by reason",
         &reasons,
-        &|run, key| run.metrics.switches.get(key).copied(),
+        &|run, key| {
+            run.metrics
+                .switches
+                .get(key)
+                .copied()
+                .unwrap_or(0)
+                .to_string()
+        },
     );
     let failures: BTreeSet<&str> = runs
         .iter()
         .flat_map(|r| r.metrics.failed.keys().map(String::as_str))
         .collect();
-    counts(
+    block(
         &mut text,
         width,
         runs,
         "failed by reason",
         &failures,
-        &|run, key| run.metrics.failed.get(key).copied(),
+        &|run, key| {
+            run.metrics
+                .failed
+                .get(key)
+                .copied()
+                .unwrap_or(0)
+                .to_string()
+        },
     );
     text
 }
 
-/// A block of counts: one column per key, one row per run (nothing when no
-/// run has any).
-fn counts(
+/// A block of figures under its title: a header row naming the keys, then
+/// one row per run, each column right-aligned as wide as its widest cell
+/// (nothing when no run has any key).
+fn block(
     text: &mut String,
     width: usize,
     runs: &[Run],
     title: &str,
     keys: &BTreeSet<&str>,
-    get: &dyn Fn(&Run, &str) -> Option<u64>,
+    cell: &dyn Fn(&Run, &str) -> String,
 ) {
     if keys.is_empty() {
         return;
     }
+    let columns: Vec<(&str, Vec<String>, usize)> = keys
+        .iter()
+        .map(|key| {
+            let cells: Vec<String> = runs.iter().map(|run| cell(run, key)).collect();
+            let widest = cells.iter().map(String::len).fold(key.len(), usize::max);
+            (*key, cells, widest)
+        })
+        .collect();
     let _ = writeln!(text);
-    let _ = write!(text, "{title:width$}");
-    for key in keys {
-        let _ = write!(text, "  {key:>18}");
+    let _ = writeln!(text, "{title}");
+    let _ = write!(text, "{:width$}", "policy");
+    for (key, _, column) in &columns {
+        let _ = write!(text, "  {key:>column$}");
     }
     let _ = writeln!(text);
-    for run in runs {
+    for (index, run) in runs.iter().enumerate() {
         let _ = write!(text, "{:width$}", run.label);
-        for key in keys {
-            let _ = write!(text, "  {:>18}", get(run, key).unwrap_or(0));
+        for (_, cells, column) in &columns {
+            let _ = write!(text, "  {:>column$}", cells[index]);
         }
         let _ = writeln!(text);
     }

@@ -486,6 +486,168 @@ fn every_param_is_checked_and_named() {
     }
 }
 
+fn has_class(node: &roxmltree::Node, name: &str) -> bool {
+    node.attribute("class")
+        .is_some_and(|c| c.split(' ').any(|part| part == name))
+}
+
+#[test]
+fn the_drawing_marks_every_switch_and_unload_and_keeps_every_model_in_the_ideal_panel() {
+    // Idle unloads (idle_ms 20 s between bursts) and abandoned loads
+    // (clients leave after two minutes) beside grace and the hold bound.
+    let dir = TempDir::new("simulate-svg-reasons");
+    let svg = dir.join("bursty.svg");
+    let doc = ok_json(&[
+        "--workload",
+        "bursty",
+        "--set",
+        "idle_ms=20000",
+        "--param",
+        "patience_ms=120000",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    let drawing = std::fs::read_to_string(&svg).unwrap();
+    let tree = roxmltree::Document::parse(&drawing).expect("valid XML");
+    assert!(
+        tree.descendants().any(|n| has_class(&n, "legend")),
+        "a legend"
+    );
+    let policies = doc["policies"].as_object().unwrap();
+    let router = policies["router"]["switches"].as_object().unwrap();
+    for reason in ["idle", "abandoned", "grace_expired"] {
+        assert!(router.contains_key(reason), "{router:?}");
+    }
+    for (name, policy) in policies {
+        let panel = tree
+            .descendants()
+            .find(|n| has_class(n, "run") && n.attribute("data-run") == Some(name.as_str()))
+            .unwrap_or_else(|| panic!("a panel for {name}"));
+        // One mark per switch, with its reason; one unload per idle unload.
+        let mut marked: std::collections::BTreeMap<String, u64> = Default::default();
+        for mark in panel
+            .descendants()
+            .filter(|n| has_class(n, "switch") || has_class(n, "unload"))
+        {
+            let reason = mark.attribute("data-reason").expect("a reason");
+            assert_eq!(has_class(&mark, "unload"), reason == "idle", "{name}");
+            *marked.entry(reason.to_owned()).or_default() += 1;
+        }
+        let counted: std::collections::BTreeMap<String, u64> = policy["switches"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(reason, n)| (reason.clone(), n.as_u64().unwrap()))
+            .collect();
+        assert_eq!(marked, counted, "{name}");
+        // Every model resident once it is loaded under the ideal bound; the
+        // others one at a time, each residency after its load.
+        let residents: Vec<(f64, f64)> = panel
+            .descendants()
+            .filter(|n| has_class(n, "resident"))
+            .map(|n| {
+                let number = |a: &str| n.attribute(a).unwrap().parse::<f64>().unwrap();
+                (number("x"), number("y"))
+            })
+            .collect();
+        let verified = |n: &roxmltree::Node| {
+            has_class(n, "load") && !has_class(n, "abandoned") && !has_class(n, "failed")
+        };
+        let loads = panel.descendants().filter(verified).count();
+        if name == "ideal" {
+            let rows: std::collections::BTreeSet<u64> =
+                residents.iter().map(|(_, y)| *y as u64).collect();
+            assert_eq!(residents.len(), 4, "one per model: {residents:?}");
+            assert_eq!(rows.len(), 4, "a row each: {residents:?}");
+        } else {
+            assert_eq!(residents.len(), loads, "{name}");
+            let rows: std::collections::BTreeSet<u64> =
+                residents.iter().map(|(_, y)| *y as u64).collect();
+            assert_eq!(rows.len(), 1, "{name}: one model at a time");
+        }
+    }
+    // Grace is where the router idles before a switch; fifo never does.
+    let grace = |name: &str| {
+        let panel = tree
+            .descendants()
+            .find(|n| has_class(n, "run") && n.attribute("data-run") == Some(name))
+            .unwrap();
+        panel
+            .descendants()
+            .filter(|n| has_class(n, "grace"))
+            .count()
+    };
+    assert!(grace("router") > 0);
+    assert_eq!(grace("fifo"), 0);
+}
+
+/// Each block of `table` (split at blank lines) after the heading: from the
+/// line starting with "policy" on, every line as long as the others and
+/// its columns (split at two spaces or more) ending where the header's do.
+fn misaligned(table: &str) -> Vec<String> {
+    let ends = |line: &str| -> Vec<usize> {
+        let mut ends = Vec::new();
+        let chars: Vec<char> = line.chars().collect();
+        for i in 0..chars.len() {
+            let last = i + 1 == chars.len() || chars[i + 1..].starts_with(&[' ', ' ']);
+            if chars[i] != ' ' && last {
+                ends.push(i);
+            }
+        }
+        ends
+    };
+    let mut problems = Vec::new();
+    for block in table.split("\n\n").skip(1) {
+        let lines: Vec<&str> = block.lines().filter(|l| !l.is_empty()).collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let Some(header) = lines.iter().position(|l| l.starts_with("policy ")) else {
+            problems.push(format!("no policy header:\n{block}"));
+            continue;
+        };
+        let columns = ends(lines[header]);
+        for line in &lines[header + 1..] {
+            let row = ends(line);
+            let same = line.chars().count() == lines[header].chars().count()
+                && row.len() == columns.len()
+                && row[1..] == columns[1..];
+            if !same {
+                problems.push(format!("{}\n{line}", lines[header]));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn the_tables_columns_line_up_under_their_headers() {
+    // Long model names (the example config's), long run labels (a sweep),
+    // the tier and reason blocks.
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config.example.json");
+    let output = simulate(&[
+        "--config",
+        example.to_str().unwrap(),
+        "--workload",
+        "interactive-batch",
+        "--sweep",
+        "model_grace_ms=0,3000",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let table = text(&output.stdout);
+    for title in [
+        "wait by model, p50/p95/max s",
+        "wait by tier, p50/p95/max s",
+        "switches by reason",
+    ] {
+        assert!(table.contains(&format!("\n{title}\npolicy ")), "{table}");
+    }
+    assert_eq!(misaligned(&table), Vec::<String>::new(), "{table}");
+    // The check finds a shifted row.
+    let shifted = table.replacen("\nfifo ", "\nfifo  ", 1);
+    assert!(!misaligned(&shifted).is_empty());
+}
+
 #[test]
 fn warm_loads_shorten_the_routers_loads_and_leave_the_baselines_cold() {
     let dir = TempDir::new("simulate-warm");
