@@ -71,7 +71,7 @@ pub enum Wish<'a> {
 }
 
 /// The model last wished for, and whether only predicted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 struct Wanted {
     model: String,
     predicted: bool,
@@ -168,15 +168,18 @@ impl Prefetch {
             Wish::Predicted(model) => (Some(model), true),
             Wish::Nothing(_) => (None, false),
         };
-        let before = self.wanted.take();
-        say_predicted(before.as_ref(), wish);
+        say_predicted(self.wanted.as_ref(), wish);
+        // Called after every decision: no allocation unless something changed.
+        if self.wanted() == model {
+            if let Some(wanted) = &mut self.wanted {
+                wanted.predicted = predicted;
+            }
+            return;
+        }
         self.wanted = model.map(|model| Wanted {
             model: model.to_owned(),
             predicted,
         });
-        if before.as_ref().map(|wanted| wanted.model.as_str()) == model {
-            return;
-        }
         let Some(shared) = &self.shared else {
             return;
         };
@@ -262,11 +265,7 @@ fn say_predicted(before: Option<&Wanted>, wish: Wish<'_>) {
         tracing::info!(model = was.model, why, "predicted prefetch ends");
     }
     if let Wish::Predicted(model) = wish
-        && before
-            != Some(&Wanted {
-                model: model.to_owned(),
-                predicted: true,
-            })
+        && was.is_none_or(|was| was.model != model)
     {
         tracing::info!(
             model,
