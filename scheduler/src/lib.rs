@@ -53,8 +53,8 @@
 //!
 //! Ordering key of a ticket: (tier, model-group rule, cache rank, arrival).
 //!
-//! [`forecast`] is the other pure part: which model is likely asked for
-//! next, from recent arrivals (what `prefetch_predict` reads ahead).
+//! [`forecast`] is pure too: which model is likely asked for next, from
+//! recent arrivals (what `prefetch_predict` reads ahead).
 
 #![forbid(unsafe_code)]
 
