@@ -62,14 +62,22 @@ fn summary(path: &Path, config: &Config) -> String {
     lines.push(format!("backend port        {}", config.backend_port));
     lines.push(format!("readiness           {}", readiness_line(config)));
     let prefetch = &config.prefetch;
-    lines.push(if prefetch.enabled {
-        format!(
-            "prefetch            on (up to {} GiB of weights, leaving {} GiB available)",
+    lines.push(match (prefetch.enabled, prefetch.predict) {
+        (true, predict) => format!(
+            "prefetch            on (up to {} GiB of weights, leaving {} GiB available){}",
             prefetch.max_bytes as f64 / (1u64 << 30) as f64,
-            prefetch.min_free_bytes as f64 / (1u64 << 30) as f64
-        )
-    } else {
-        "prefetch            off".to_owned()
+            prefetch.min_free_bytes as f64 / (1u64 << 30) as f64,
+            if predict {
+                "; also the likely next model while nothing waits (prefetch_predict)"
+            } else {
+                ""
+            }
+        ),
+        (false, false) => "prefetch            off".to_owned(),
+        // Said, not an error: the prediction only picks what the prefetch reads.
+        (false, true) => {
+            "prefetch            off (prefetch_predict does nothing without it)".to_owned()
+        }
     });
     lines.push(format!(
         "control socket      {}",

@@ -52,6 +52,9 @@
 //!   `max(idle_ms, model_grace_ms)` of quiet (legacy: `idle_ms`).
 //!
 //! Ordering key of a ticket: (tier, model-group rule, cache rank, arrival).
+//!
+//! [`forecast`] is pure too: which model is likely asked for next, from
+//! recent arrivals (what `prefetch_predict` reads ahead).
 
 #![forbid(unsafe_code)]
 
@@ -63,9 +66,11 @@ use strata_protocol::wire::{ServiceTier, TicketId};
 use tokio::time::Instant;
 
 mod apply;
+pub mod forecast;
 mod load_times;
 
 pub use apply::{Book, apply};
+pub use forecast::Forecast;
 pub use load_times::LoadTimes;
 
 /// One proxy connection on the supervisor socket.

@@ -6,7 +6,8 @@
 //! - [`engine`]: the single task that owns the child and decides loads,
 //!   switches, idle unloads and operator operations.
 //! - [`prefetch`]: the next model's weights read into the page cache while
-//!   it waits.
+//!   it waits (and, with `prefetch_predict`, the likely next model's while
+//!   nothing waits).
 //! - [`link`]: the private supervisor socket proxies lease through.
 //! - [`control`]: the operator control socket.
 //! - [`sockets`]: private directory checks and safe socket binding.

@@ -1,7 +1,7 @@
 //! The swap benchmark: a model switch whose new backend reads its whole weights file before it
 //! reports ready, with the file cold (evicted from the page cache) against after the weights
-//! prefetch (docs/backend.md#faster-swaps-the-weights-prefetch-and-learned-load-times), in one
-//! interleaved run.
+//! prefetch (docs/backend.md#faster-swaps-the-weights-prefetch-and-learned-load-times) and
+//! after the predicted prefetch (`prefetch_predict`), in one interleaved run.
 //!
 //! ```sh
 //! cargo bench -p strata-e2e --bench swap                 # 1.5 GiB of weights, 5 rounds
@@ -10,14 +10,16 @@
 //!
 //! It makes a weights file (`--weights-mib N`, 1536 [64]) on disk in the target directory,
 //! then measures the machine: the file read whole right after `posix_fadvise(DONTNEED)`
-//! (disk) and again (page cache). Two routers (the real daemons, the Python fake Strata) run
+//! (disk) and again (page cache). Three routers (the real daemons, the Python fake Strata) run
 //! side by side with the same two models: A, and B whose fake reads the file whole (8 MiB
 //! reads) before it opens its port, as an engine reads its weights; `model_grace_ms` 0. One
-//! router has `prefetch` on (the default), the other `prefetch: false`. Each round, for each
-//! router in turn: load A, evict the file, start a request for A that takes `--hold-ms`
-//! (default: three times the cold read, at least 1 s), queue a streaming request for B behind
-//! it, and take the time from A's response (read whole at the client) to B's first data frame:
-//! the swap (stop A, spawn B, B reads its weights, readiness, the grant, the first token). The
+//! router has `prefetch` on (the default), one `prefetch: false`, one `prefetch_predict: true`;
+//! each serves B once before the first round. Each round, for each router in turn: evict the
+//! file, load A, start a request for A that takes `--hold-ms` (default: three times the cold
+//! read, at least 1 s), queue a streaming request for B behind it (the predicted router: send
+//! it only once A's response has ended, so nobody asks for B before), and take the time from
+//! A's response (read whole at the client) to B's first data frame: the swap (stop A, spawn B,
+//! B reads its weights, readiness, the grant, the first token). The
 //! file's residency when A ends (`mincore`), what B's fake logged for its own read and the
 //! router's `strata_router_load_resident_ratio` are shown beside it. No thresholds; a request
 //! that fails fails the run (exit 1). On a file system that keeps every page resident (tmpfs)
@@ -105,14 +107,26 @@ fn resident_fraction(weights: &Weights) -> f64 {
     weights.resident() as f64 / weights.len as f64
 }
 
-fn start_router(tag: &str, weights: &Weights, prefetch: bool) -> Stack {
+/// How a router reads B's weights ahead, if at all.
+#[derive(Clone, Copy, PartialEq)]
+enum Ahead {
+    /// `prefetch: false`.
+    Cold,
+    /// The default: while B's request waits.
+    Prefetched,
+    /// `prefetch_predict: true`, and B's request sent only once A's response ended.
+    Predicted,
+}
+
+fn start_router(tag: &str, weights: &Weights, ahead: Ahead) -> Stack {
     let b = ModelSpec::new(B)
         .entry_key("weights", json!([weights.path]))
         .fake("read_weights", json!(weights.path));
     let config = ConfigBuilder::new(tag)
         .wait_when_busy(true)
         .model_grace_ms(0)
-        .set("prefetch", prefetch)
+        .set("prefetch", ahead != Ahead::Cold)
+        .set("prefetch_predict", ahead == Ahead::Predicted)
         .model(ModelSpec::new(A))
         .model(b)
         .build();
@@ -152,15 +166,22 @@ fn held(stack: &Stack, model: &str, stage: &str) -> bool {
         .any(|request| request.model == model && request.stage == stage)
 }
 
-fn swap(stack: &Stack, weights: &Weights, hold: Duration, round: usize) -> Result<Swap, String> {
+fn swap(
+    stack: &Stack,
+    weights: &Weights,
+    hold: Duration,
+    round: usize,
+    ahead: Ahead,
+) -> Result<Swap, String> {
     let addr = stack.addr();
-    // A loaded (from B, after the round before), then the weights made cold.
+    // The weights made cold (B's load the round before read them), then A loaded (from B):
+    // from here only a prefetch reads them.
+    if !weights.evict() {
+        return Err("the weights stay resident after DONTNEED".into());
+    }
     let warm = http::chat(addr, &chat_request(A, false, "warm", Value::Null));
     if warm.status != 200 {
         return Err(format!("loading A: {warm}"));
-    }
-    if !weights.evict() {
-        return Err("the weights stay resident after DONTNEED".into());
     }
     let reads_before = stack.fake_log().events_named("weights_read").len();
     let delay_ms = 50;
@@ -177,7 +198,12 @@ fn swap(stack: &Stack, weights: &Weights, hold: Duration, round: usize) -> Resul
     });
     poll_until(DEADLINE, "A's request leased", || held(stack, A, "leased"));
     let b_body = chat_request(B, true, &format!("swap-{round}"), Value::Null);
+    let (a_done, a_wait) = std::sync::mpsc::channel::<()>();
     let b = std::thread::spawn(move || {
+        if ahead == Ahead::Predicted {
+            // Nobody asks for B before A's response has ended.
+            let _ = a_wait.recv();
+        }
         let mut stream = http::open_chat(addr, &b_body);
         stream.frames_until(Duration::from_secs(300), "B's first data", Frame::is_data);
         let first = Instant::now();
@@ -185,6 +211,7 @@ fn swap(stack: &Stack, weights: &Weights, hold: Duration, round: usize) -> Resul
         (first, rest.last().is_some_and(Frame::is_done))
     });
     let (a_response, a_end) = a.join().map_err(|_| "A's client panicked")?;
+    let _ = a_done.send(());
     let resident_at_end = resident_fraction(weights);
     if a_response.status != 200 {
         return Err(format!("A: {a_response}"));
@@ -245,15 +272,21 @@ fn run(opts: &Options) -> Result<(), String> {
         mib / memory_s
     );
 
-    let prefetched = start_router("swap-prefetch", &weights, true);
-    let cold = start_router("swap-cold", &weights, false);
-    let mut results: [Vec<Swap>; 2] = [Vec::new(), Vec::new()];
+    let routers = [Ahead::Cold, Ahead::Prefetched, Ahead::Predicted];
+    let names = ["cold", "prefetched", "predicted"];
+    let stacks = routers.map(|ahead| {
+        let stack = start_router(&format!("swap-{}", names[ahead as usize]), &weights, ahead);
+        // B was asked for once: what the predicted router's forecast goes by.
+        stack.warm(B);
+        stack
+    });
+    let mut results: [Vec<Swap>; 3] = [Vec::new(), Vec::new(), Vec::new()];
     for round in 0..opts.rounds {
-        for (i, stack) in [&cold, &prefetched].into_iter().enumerate() {
-            let swap = swap(stack, &weights, hold, round)?;
+        for (i, stack) in stacks.iter().enumerate() {
+            let swap = swap(stack, &weights, hold, round, routers[i])?;
             eprintln!(
                 "round {round} {}: swap {:.3} s, resident at A's end {:.2}, B's read {:.3} s, ratio at load {:.2}",
-                ["cold", "prefetched"][i],
+                names[i],
                 swap.swap_s,
                 swap.resident_at_end,
                 swap.backend_read_s,
@@ -262,41 +295,59 @@ fn run(opts: &Options) -> Result<(), String> {
             results[i].push(swap);
         }
     }
-    prefetched.stop();
-    cold.stop();
+    for stack in stacks {
+        stack.stop();
+    }
 
     let summary = |swaps: &[Swap], pick: fn(&Swap) -> f64| {
         let mut values: Vec<f64> = swaps.iter().map(pick).collect();
         median(&mut values)
     };
-    let [cold_swaps, prefetched_swaps] = &results;
-    let cold_swap = summary(cold_swaps, |s| s.swap_s);
-    let prefetched_swap = summary(prefetched_swaps, |s| s.swap_s);
     println!(
-        "\n### swap with the weights cold vs prefetched ({} MiB, {} rounds, medians)\n",
+        "\n### swap with the weights cold vs prefetched vs predicted ({} MiB, {} rounds, medians)\n",
         opts.weights_mib, opts.rounds
     );
-    println!("| metric | cold (`prefetch: false`) | prefetched | ratio cold / prefetched |");
-    println!("| --- | ---: | ---: | ---: |");
     println!(
-        "| swap: A's response ends → B's first data frame | {cold_swap:.3} s | {prefetched_swap:.3} s | {:.2}x |",
-        cold_swap / prefetched_swap
+        "| metric | cold (`prefetch: false`) | prefetched | predicted (`prefetch_predict`) | cold / prefetched | cold / predicted |"
     );
-    let cold_read = summary(cold_swaps, |s| s.backend_read_s);
-    let prefetched_read = summary(prefetched_swaps, |s| s.backend_read_s);
-    println!(
-        "| B's backend reading its weights | {cold_read:.3} s | {prefetched_read:.3} s | {:.2}x |",
-        cold_read / prefetched_read
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    let row = |label: &str, pick: fn(&Swap) -> f64, unit: &str, ratios: bool| {
+        let [cold, prefetched, predicted] = results.each_ref().map(|swaps| summary(swaps, pick));
+        let (to_prefetched, to_predicted) = if ratios {
+            (
+                format!("{:.2}x", cold / prefetched),
+                format!("{:.2}x", cold / predicted),
+            )
+        } else {
+            Default::default()
+        };
+        println!(
+            "| {label} | {cold:.3}{unit} | {prefetched:.3}{unit} | {predicted:.3}{unit} | {to_prefetched} | {to_predicted} |"
+        );
+    };
+    row(
+        "swap: A's response ends → B's first data frame",
+        |s| s.swap_s,
+        " s",
+        true,
     );
-    println!(
-        "| weights resident when A ends (mincore) | {:.2} | {:.2} | |",
-        summary(cold_swaps, |s| s.resident_at_end),
-        summary(prefetched_swaps, |s| s.resident_at_end)
+    row(
+        "B's backend reading its weights",
+        |s| s.backend_read_s,
+        " s",
+        true,
     );
-    println!(
-        "| `strata_router_load_resident_ratio` at B's load | {:.2} | {:.2} | |",
-        summary(cold_swaps, |s| s.ratio_at_load),
-        summary(prefetched_swaps, |s| s.ratio_at_load)
+    row(
+        "weights resident when A ends (mincore)",
+        |s| s.resident_at_end,
+        "",
+        false,
+    );
+    row(
+        "`strata_router_load_resident_ratio` at B's load",
+        |s| s.ratio_at_load,
+        "",
+        false,
     );
     println!("\n| the machine, same file | value |");
     println!("| --- | ---: |");

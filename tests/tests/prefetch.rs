@@ -2,7 +2,9 @@
 //! ticket for B
 //! waits, B's weights become resident before B starts; the prefetch stops when B's ticket
 //! leaves; `prefetch: false`, `prefetch_min_free_bytes` and `prefetch_max_bytes` are honoured;
-//! and what was resident when B's load started is in `/metrics`.
+//! and what was resident when B's load started is in `/metrics`. With `prefetch_predict`, B's
+//! weights become resident while A is loaded and nothing waits, before any request for B (B
+//! was requested before), and without it nothing is read ahead.
 //!
 //! B's weights are a real file in the target directory (`CARGO_TARGET_TMPDIR`, on disk), made
 //! cold with `posix_fadvise(DONTNEED)` before each wait; residency is read with `mincore`. On
@@ -81,9 +83,15 @@ fn b_request(tag: &str) -> Value {
 /// Waits until the router says the waiting request for `model` has waited `at_least`: long
 /// enough that a prefetch, had it run, would have read every byte.
 fn wait_until_waited(stack: &Stack, model: &str, at_least: Duration) {
+    wait_until_held(stack, model, "waiting", at_least);
+}
+
+/// Waits until the router has held a request for `model` at `stage` (`waiting`, `leased`) for
+/// `at_least`.
+fn wait_until_held(stack: &Stack, model: &str, stage: &str, at_least: Duration) {
     poll_until(
         DEADLINE,
-        format!("a request for {model} waiting {at_least:?}"),
+        format!("a request for {model} {stage} {at_least:?}"),
         || {
             stack
                 .metrics()
@@ -92,7 +100,7 @@ fn wait_until_waited(stack: &Stack, model: &str, at_least: Duration) {
                 .flatten()
                 .any(|held| {
                     held.model == model
-                        && held.stage == "waiting"
+                        && held.stage == stage
                         && held.age_ms >= at_least.as_millis() as u64
                 })
         },
@@ -278,4 +286,117 @@ fn the_memory_and_size_bounds_skip_the_prefetch_and_say_so_once() {
         holder.disconnect();
         stack.stop();
     }
+}
+
+/// The `resident_percent` of each "weights resident at load start" line of the supervisor's log,
+/// in order (only B has weights, so each is one of B's loads).
+fn resident_at_load_starts(stack: &Stack) -> Vec<u64> {
+    stack
+        .supervisor_stderr()
+        .lines()
+        .filter(|line| line.contains("weights resident at load start"))
+        .filter_map(|line| {
+            let (_, rest) = line.split_once("resident_percent=")?;
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// `prefetch_predict`: B was requested (and served), then A: while A idles and nothing waits,
+/// B's weights, made cold after B's load, become resident before any request for B arrives;
+/// the next request for B then starts its load with them resident.
+#[test]
+fn prefetch_predict_reads_the_likely_next_model_before_anyone_asks() {
+    let weights = weights("predict", 256 << 20);
+    let stack = Stack::start(
+        config("prefetch-predict", &weights, |b| {
+            b.set("prefetch_predict", true)
+        })
+        .build(),
+    );
+    stack.warm(B);
+    // B's load read its weights: make them cold again, before A loads (B's own loaded
+    // backend is never predicted, and A has no weights, so nothing reads them meanwhile).
+    if !weights.evict() {
+        return;
+    }
+    stack.warm(A);
+    // At the idle I/O class: generous, as in the first test.
+    poll_until(
+        Duration::from_secs(90),
+        "B's weights resident while A idles",
+        || weights.resident() == weights.len,
+    );
+    let status = stack.status();
+    assert_eq!(
+        (status.loaded.as_deref(), status.waiting_requests),
+        (Some(A), 0),
+        "A is loaded and nothing waits: {status:?}"
+    );
+    let log = stack.supervisor_stderr();
+    let starts = log
+        .lines()
+        .filter(|line| line.contains("predicted prefetch starts"))
+        .collect::<Vec<_>>();
+    assert!(
+        starts.len() == 1 && starts[0].contains(B),
+        "one predicted prefetch, of B:\n{log}"
+    );
+    assert!(
+        prometheus(&stack)[&series("prefetch_bytes_total", B)] >= weights.len as f64 * 0.9,
+        "the predicted read counts in the prefetch figures"
+    );
+
+    // The request for B: its switch starts with the weights resident.
+    stack.warm(B);
+    poll_until(DEADLINE, "B's second load start measured", || {
+        resident_at_load_starts(&stack).len() == 2
+    });
+    let percents = resident_at_load_starts(&stack);
+    assert!(
+        percents[1] >= 99,
+        "resident at B's load starts: {percents:?}"
+    );
+    poll_until(DEADLINE, "the ratio of B's second load start", || {
+        prometheus(&stack)[&series("load_resident_ratio", B)] >= 0.99
+    });
+    let log = stack.supervisor_stderr();
+    assert!(
+        log.lines()
+            .any(|line| line.contains("predicted prefetch ends") && line.contains("a load starts")),
+        "{log}"
+    );
+    stack.stop();
+}
+
+/// `prefetch_predict: false`: the same requests, then A serves for 1.5 s with nothing waiting,
+/// and B's weights stay cold.
+#[test]
+fn without_prefetch_predict_nothing_is_read_before_anyone_asks() {
+    let weights = weights("predict-off", 64 << 20);
+    let stack = Stack::start(
+        config("prefetch-predict-off", &weights, |b| {
+            b.set("prefetch_predict", false)
+        })
+        .build(),
+    );
+    stack.warm(B);
+    if !weights.evict() {
+        return;
+    }
+    stack.warm(A);
+    let holder = stack.hold(A, "holder");
+    wait_until_held(&stack, A, "leased", Duration::from_millis(1500));
+    assert!(
+        weights.resident() < weights.len / 10,
+        "read ahead without prefetch_predict"
+    );
+    let log = stack.supervisor_stderr();
+    assert!(!log.contains("predicted prefetch"), "{log}");
+    assert!(!log.contains("prefetching weights"), "{log}");
+    holder.disconnect();
+    stack.stop();
 }

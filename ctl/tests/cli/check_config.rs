@@ -446,6 +446,26 @@ fn the_weights_source_and_prefetch_are_shown(exe: Exe) {
         "{stdout}"
     );
     assert!(stdout.contains("prefetch            off"), "{stdout}");
+
+    // prefetch_predict: said with the prefetch on, said to do nothing with it off.
+    for (prefetch, said) in [
+        (
+            false,
+            "prefetch            off (prefetch_predict does nothing without it)",
+        ),
+        (
+            true,
+            "; also the likely next model while nothing waits (prefetch_predict)",
+        ),
+    ] {
+        let mut config = config.clone();
+        config["prefetch"] = serde_json::json!(prefetch);
+        config["prefetch_predict"] = serde_json::json!(true);
+        let output = check_config(exe, &dir.write("predict.json", &config.to_string()));
+        let stdout = text(&output.stdout);
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+        assert!(stdout.contains(said), "{stdout}");
+    }
 }
 
 /// Each model's weights paths that this user cannot use are warnings (exit 0 still): one that

@@ -547,6 +547,15 @@ pub const KEYS: &[Key] = &[
         doc: "read the next model's weights into the page cache while it waits (see [Faster swaps](backend.md#faster-swaps-the-weights-prefetch-and-learned-load-times))",
     },
     Key {
+        name: "prefetch_predict",
+        place: Place::TopLevel,
+        form: Form::Bool,
+        default: Default::Json("false"),
+        scope: Scope::Supervisor,
+        fingerprinted: false,
+        doc: "while no request waits for another model, also read ahead the model most likely requested next (see [Reading ahead before anyone asks](backend.md#reading-ahead-before-anyone-asks-prefetch_predict))",
+    },
+    Key {
         name: "prefetch_max_bytes",
         place: Place::TopLevel,
         form: bytes(1, MAX_PREFETCH_BYTES),

@@ -4,10 +4,11 @@
 //! While the next model cannot start yet (its ticket waits behind the
 //! loaded model's leases or grace, or an operator `on` waits), the
 //! supervisor reads its weights into the page cache, so the load reads
-//! memory instead of the disk. These keys say which files a model reads
-//! and bound what a prefetch may take. Existence is not checked here: a
-//! missing file is a run-time warning, never a config error, since weights
-//! may be on a disk that is mounted later.
+//! memory instead of the disk; with `prefetch_predict`, also the model
+//! likely asked for next while nothing waits. These keys say which files a
+//! model reads and bound what a prefetch may take. Existence is not checked
+//! here: a missing file is a run-time warning, never a config error, since
+//! weights may be on a disk that is mounted later.
 
 use super::ConfigError;
 use super::json_walk::{JsonPath, Obj, as_abs_path, as_array};
@@ -32,6 +33,9 @@ pub const MAX_PREFETCH_BYTES: u64 = 1 << 50;
 pub struct PrefetchConfig {
     /// `prefetch`: false turns prefetching off.
     pub enabled: bool,
+    /// `prefetch_predict`: while nothing waits for another model, read
+    /// ahead the model most likely asked for next (opt-in).
+    pub predict: bool,
     /// `prefetch_max_bytes`: a model whose weights are larger is not
     /// prefetched.
     pub max_bytes: u64,
@@ -44,6 +48,7 @@ impl Default for PrefetchConfig {
     fn default() -> PrefetchConfig {
         PrefetchConfig {
             enabled: true,
+            predict: false,
             max_bytes: DEFAULT_PREFETCH_MAX_BYTES,
             min_free_bytes: DEFAULT_PREFETCH_MIN_FREE_BYTES,
         }
@@ -53,6 +58,7 @@ impl Default for PrefetchConfig {
 pub(crate) fn parse(root: &Obj<'_>) -> Result<PrefetchConfig, ConfigError> {
     Ok(PrefetchConfig {
         enabled: root.bool_or("prefetch", true)?,
+        predict: root.bool_or("prefetch_predict", false)?,
         max_bytes: root.u64_or(
             "prefetch_max_bytes",
             1..=MAX_PREFETCH_BYTES,

@@ -22,6 +22,9 @@ mod leases;
 mod ledger;
 mod now;
 mod operator;
+mod prediction;
+#[cfg(test)]
+mod prediction_tests;
 mod queue;
 mod report;
 mod state;

@@ -35,12 +35,13 @@ use super::leases::{Lease, Leases};
 use super::ledger::Ledger;
 use super::now::{Now, sleep_until};
 use super::operator::{self, Operator, OperatorAction};
+use super::prediction::{self, Prediction};
 use super::queue::{Queue, TicketInfo};
 use super::report::ReportView;
 use super::watchdog::{self, Watchdog, WatchdogAction};
 use crate::backend::StartProgress;
 use crate::counters::Counters;
-use crate::prefetch::Prefetch;
+use crate::prefetch::{Prefetch, Wish};
 use book::EngineBook;
 
 mod book;
@@ -72,6 +73,8 @@ pub struct Engine {
     wake_at: Option<Instant>,
     /// Reads the next model's weights while it waits.
     prefetch: Prefetch,
+    /// `prefetch_predict`: the model to read ahead while nothing is next.
+    prediction: Option<Prediction>,
     /// The probes of the serving backend and the restart they may ask for.
     watchdog: Watchdog,
 }
@@ -86,6 +89,7 @@ impl Engine {
         now: Instant,
     ) -> Engine {
         let rules = Rules::from_config(&config);
+        let prediction = Prediction::from_config(&config);
         Engine {
             operator: Operator::new(Duration::from_millis(config.timers.startup_ms)),
             watchdog: Watchdog::new(config.probe.misses, config.probe.action),
@@ -106,6 +110,7 @@ impl Engine {
             finished: false,
             wake_at: None,
             prefetch,
+            prediction,
         }
     }
 
@@ -141,6 +146,13 @@ impl Engine {
     #[cfg(test)]
     pub fn prefetching(&self) -> Option<&str> {
         self.prefetch.wanted()
+    }
+
+    /// The model the engine wants prefetched on `prefetch_predict`'s
+    /// forecast alone.
+    #[cfg(test)]
+    pub fn prefetching_predicted(&self) -> Option<&str> {
+        self.prefetch.predicted()
     }
 
     pub fn handle(&mut self, command: Command, now: Now) {
@@ -263,6 +275,10 @@ impl Engine {
             return;
         }
         let arrival = self.counters.arrive();
+        if let Some(prediction) = &mut self.prediction {
+            // Refused ones too: they are demand for their model all the same.
+            prediction.arrive(&model, now.at);
+        }
         let key = (conn, ticket);
         let upstream = backend_slot::upstream_model(&self.config.registry, &model);
         self.ledger
@@ -437,14 +453,35 @@ impl Engine {
 
     /// Makes every decision that is due. Called after each command, tick
     /// and wake-up: asks the holds (the drain, the watchdog's restart), then
-    /// decides unless one holds the round, then says what goes next.
+    /// decides unless one holds the round, then says what goes next (or,
+    /// under `prefetch_predict`, what is likely requested next).
     pub fn schedule(&mut self, now: Now) {
-        let next = if self.holds(now) {
+        let held = self.holds(now);
+        let next = if held {
             None
         } else {
             self.decide_and_apply(now)
         };
-        self.prefetch.want(next.as_deref());
+        let wish = match (&next, &mut self.prediction) {
+            (Some(model), _) => Wish::Next(model),
+            (None, None) => Wish::Nothing("nothing is next"),
+            (None, Some(prediction)) => {
+                let facts = prediction::Facts {
+                    serving: self.slot.serving_model(),
+                    queue: self.queue.tickets(),
+                    op_running: self.slot.op_running(),
+                    operator_running: self.operator.is_running(),
+                    routing: self.routing,
+                    held: held || self.drain.is_some(),
+                    cooldowns: self.slot.cooldowns(),
+                };
+                match prediction.next(&facts, now.at) {
+                    Ok(model) => Wish::Predicted(model),
+                    Err(why) => Wish::Nothing(why.as_str()),
+                }
+            }
+        };
+        self.prefetch.want(wish);
         self.report().publish_counts(&self.counters);
     }
 

@@ -28,8 +28,8 @@ use crate::prefetch::Prefetch;
 
 const INSTANCE: &str = "42-1";
 
-struct Harness {
-    engine: Engine,
+pub(super) struct Harness {
+    pub(super) engine: Engine,
     now: Now,
     ops: mpsc::UnboundedReceiver<OpRequest>,
     conns: HashMap<ConnId, mpsc::UnboundedReceiver<SupervisorMessage>>,
@@ -39,7 +39,7 @@ struct Harness {
 impl Harness {
     /// Models `a` and `b` (and whatever `edit` adds), wait-first unless
     /// `edit` says otherwise.
-    fn new(edit: impl FnOnce(ConfigBuilder) -> ConfigBuilder) -> Harness {
+    pub(super) fn new(edit: impl FnOnce(ConfigBuilder) -> ConfigBuilder) -> Harness {
         let builder = ConfigBuilder::new("engine")
             .model(ModelSpec::new("a"))
             .model(ModelSpec::new("b"))
@@ -73,13 +73,13 @@ impl Harness {
     }
 
     /// Time passes; the engine sees its tick (and any wake-up now due).
-    fn advance(&mut self, by: Duration) {
+    pub(super) fn advance(&mut self, by: Duration) {
         self.now.at += by;
         self.now.unix_ms += by.as_millis() as u64;
         self.engine.tick(self.now);
     }
 
-    fn connect(&mut self, conn: ConnId) {
+    pub(super) fn connect(&mut self, conn: ConnId) {
         let (events, rx) = mpsc::unbounded_channel();
         self.conns.insert(conn, rx);
         self.send(Command::Connect {
@@ -90,7 +90,7 @@ impl Harness {
         self.messages(conn);
     }
 
-    fn enqueue(&mut self, conn: ConnId, ticket: u64, model: &str) {
+    pub(super) fn enqueue(&mut self, conn: ConnId, ticket: u64, model: &str) {
         self.send(Command::Enqueue {
             conn,
             ticket,
@@ -104,7 +104,7 @@ impl Harness {
         });
     }
 
-    fn finish(&mut self, conn: ConnId, ticket: u64) {
+    pub(super) fn finish(&mut self, conn: ConnId, ticket: u64) {
         self.send(Command::Finish { conn, ticket });
     }
 
@@ -115,7 +115,7 @@ impl Harness {
     }
 
     /// The op the engine asked for since the last call (exactly one).
-    fn op(&mut self) -> OpRequest {
+    pub(super) fn op(&mut self) -> OpRequest {
         let op = self.ops.try_recv().expect("the engine asked for an op");
         assert!(self.ops.try_recv().is_err(), "one op at a time");
         op
@@ -132,7 +132,7 @@ impl Harness {
     }
 
     /// Answers load `op` as verified; returns its stand-in's pid.
-    fn verify(&mut self, op: OpRequest) -> u32 {
+    pub(super) fn verify(&mut self, op: OpRequest) -> u32 {
         let OpRequest::Load { op_seq, spec, .. } = op else {
             panic!("expected a load, got {op:?}");
         };

@@ -3,9 +3,14 @@
 //! of the disk.
 //!
 //! The engine says after every decision which model goes next without
-//! starting yet ([`Prefetch::want`]: the scheduler's
+//! starting yet ([`Prefetch::want`] with [`Wish::Next`]: the scheduler's
 //! `strata_scheduler::next_switch`, or the model an operator `on` waits to
-//! load). This handle passes a change on to one thread of its own
+//! load), or, under `prefetch_predict` while nothing is next, the model
+//! likely requested next ([`Wish::Predicted`], from the engine's
+//! `prediction.rs`). A predicted read is a read like any other (same
+//! bounds, same idle priority); the handle says when one starts and ends,
+//! and why, and a real wish for the same model takes it over without
+//! starting again. This handle passes a change on to one thread of its own
 //! (`worker.rs`), which reads that model's files (`files.rs`) at idle I/O
 //! priority, within `prefetch_max_bytes` and `prefetch_min_free_bytes`
 //! (`mem_available.rs`), and stops between two chunks once the engine wants
@@ -47,10 +52,29 @@ pub struct Prefetch {
     sources: BTreeMap<String, WeightsSource>,
     /// What the engine last asked for (kept also for a model without
     /// weights, so the engine's wish can be checked in tests).
-    wanted: Option<String>,
+    wanted: Option<Wanted>,
     shared: Option<Arc<Shared>>,
     counters: Arc<Counters>,
     said: Arc<Said>,
+}
+
+/// What the engine wants read ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wish<'a> {
+    /// The plan names this model next (or an operator `on` waits to load
+    /// it).
+    Next(&'a str),
+    /// Nothing is next; `prefetch_predict` expects this model.
+    Predicted(&'a str),
+    /// Nothing to read, and why (said when it ends a predicted read).
+    Nothing(&'static str),
+}
+
+/// The model last wished for, and whether only predicted.
+#[derive(Debug, Clone)]
+struct Wanted {
+    model: String,
+    predicted: bool,
 }
 
 /// What was said once already, by (model, what): shared by the prefetch
@@ -122,17 +146,40 @@ impl Prefetch {
 
     /// What the engine last asked for.
     pub fn wanted(&self) -> Option<&str> {
-        self.wanted.as_deref()
+        self.wanted.as_ref().map(|wanted| wanted.model.as_str())
     }
 
-    /// `model` goes next but cannot start yet (or nothing does: `None`).
-    /// Only a change does anything: the running prefetch stops, and the new
-    /// model's starts.
-    pub fn want(&mut self, model: Option<&str>) {
-        if self.wanted.as_deref() == model {
+    /// What the engine last asked for, if it was only predicted.
+    #[cfg(test)]
+    pub fn predicted(&self) -> Option<&str> {
+        self.wanted
+            .as_ref()
+            .filter(|wanted| wanted.predicted)
+            .map(|wanted| wanted.model.as_str())
+    }
+
+    /// What goes next (or is expected to) without starting yet. Only a
+    /// change of model does anything to the thread: the running prefetch
+    /// stops, and the new model's starts; a change between predicted and
+    /// real for the same model is only said.
+    pub fn want(&mut self, wish: Wish<'_>) {
+        let (model, predicted) = match wish {
+            Wish::Next(model) => (Some(model), false),
+            Wish::Predicted(model) => (Some(model), true),
+            Wish::Nothing(_) => (None, false),
+        };
+        say_predicted(self.wanted.as_ref(), wish);
+        // Called after every decision: no allocation unless something changed.
+        if self.wanted() == model {
+            if let Some(wanted) = &mut self.wanted {
+                wanted.predicted = predicted;
+            }
             return;
         }
-        self.wanted = model.map(str::to_owned);
+        self.wanted = model.map(|model| Wanted {
+            model: model.to_owned(),
+            predicted,
+        });
         let Some(shared) = &self.shared else {
             return;
         };
@@ -142,6 +189,7 @@ impl Prefetch {
                 model: model.to_owned(),
                 source: self.sources.get(model)?.clone(),
                 generation,
+                predicted,
             })
         });
         let mut slot = shared
@@ -155,7 +203,7 @@ impl Prefetch {
     /// A load of `model` starts: the prefetch stops, and what is resident
     /// of `model`'s weights is measured and kept.
     pub fn load_starting(&mut self, model: &str) {
-        self.want(None);
+        self.want(Wish::Nothing("a load starts"));
         let Some(source) = self.sources.get(model).cloned() else {
             return;
         };
@@ -196,6 +244,34 @@ impl Drop for Prefetch {
                 .closed = true;
             shared.wake.notify_one();
         }
+    }
+}
+
+/// Says when a predicted read starts (also one that goes on from a real
+/// wish for the same model) and when it ends, with why.
+fn say_predicted(before: Option<&Wanted>, wish: Wish<'_>) {
+    let was = before.filter(|wanted| wanted.predicted);
+    let why_ended = match (was, wish) {
+        (None, _) => None,
+        (Some(was), Wish::Predicted(model)) if was.model == model => None,
+        (Some(was), Wish::Next(model)) if was.model == model => {
+            Some("a request for it waits now: its read goes on for the plan")
+        }
+        (Some(_), Wish::Next(_)) => Some("the plan names another model next"),
+        (Some(_), Wish::Predicted(_)) => Some("another model is now more likely"),
+        (Some(_), Wish::Nothing(why)) => Some(why),
+    };
+    if let (Some(was), Some(why)) = (was, why_ended) {
+        tracing::info!(model = was.model, why, "predicted prefetch ends");
+    }
+    if let Wish::Predicted(model) = wish
+        && was.is_none_or(|was| was.model != model)
+    {
+        tracing::info!(
+            model,
+            why = "the most requested model over the last hour, by recency, other than the loaded one",
+            "predicted prefetch starts"
+        );
     }
 }
 

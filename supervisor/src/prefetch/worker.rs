@@ -38,6 +38,8 @@ pub(super) struct Job {
     /// The generation this job belongs to; it is stale once the shared
     /// generation differs.
     pub generation: u64,
+    /// Read ahead on `prefetch_predict`'s forecast, not the plan's.
+    pub predicted: bool,
 }
 
 /// What the engine's handle and the thread share.
@@ -110,6 +112,7 @@ impl Worker {
 
     fn prefetch(&mut self, job: &Job) {
         let model = job.model.as_str();
+        let predicted = job.predicted;
         let found = files::expand(&job.source.paths());
         found.warn_unusable(model, &job.source, &self.said);
         let total = found.total_bytes();
@@ -147,6 +150,7 @@ impl Worker {
             bytes = left,
             total,
             resident_percent = resident * 100 / total,
+            predicted,
             "prefetching weights"
         );
         let started = Instant::now();
@@ -179,6 +183,7 @@ impl Worker {
                     tracing::info!(
                         model,
                         bytes = read,
+                        predicted,
                         "weights prefetch stopped: the model is no longer next"
                     );
                     return;
@@ -226,6 +231,7 @@ impl Worker {
             model,
             bytes = read,
             seconds = started.elapsed().as_secs_f64(),
+            predicted,
             "weights prefetched"
         );
     }
