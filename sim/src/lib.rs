@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 mod baselines;
+mod forecast;
 pub mod generate;
 pub mod metrics;
 mod params;
@@ -26,6 +27,7 @@ mod run;
 pub mod timeline;
 pub mod workload;
 
+pub use forecast::{ForecastCount, ForecastFigures};
 pub use generate::{BUILT_IN, Params, generate};
 pub use metrics::{Metrics, Percentiles};
 pub use prefetch::{DEFAULT_READ_MB_PER_S, MB, ReadAhead};

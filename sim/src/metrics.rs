@@ -24,6 +24,7 @@ use std::time::Duration;
 use serde::Serialize;
 use strata_protocol::record::Reason;
 
+use crate::forecast::ForecastFigures;
 use crate::timeline::Timeline;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -71,6 +72,9 @@ pub struct Metrics {
     pub failed: BTreeMap<String, u64>,
     pub makespan_s: f64,
     pub wait_ms: Waits,
+    /// `prefetch_predict`'s forecasts (a router run with it on only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<ForecastFigures>,
 }
 
 fn ms(duration: Duration) -> u64 {
@@ -143,6 +147,7 @@ impl Metrics {
                 by_tier: summarize(by_tier),
                 by_model: summarize(by_model),
             },
+            forecast: timeline.forecasts.as_ref().map(|count| count.figures()),
         }
     }
 
@@ -216,6 +221,7 @@ mod tests {
         };
         let timeline = Timeline {
             unloads: Vec::new(),
+            forecasts: None,
             loads: vec![
                 LoadSpan {
                     model: "a".into(),

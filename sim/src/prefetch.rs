@@ -53,6 +53,10 @@ pub struct ReadAhead {
     pub bytes_per_s: u64,
     /// `prefetch_max_bytes`: a model whose weights are larger is not read.
     pub max_bytes: u64,
+    /// `prefetch_predict`: while the plan names no next model and nothing
+    /// waits for another one, read the model the forecast expects
+    /// (`strata_scheduler::Forecast`, as the engine does).
+    pub predict: bool,
 }
 
 /// What the simulated page cache holds of the weights, and what the
@@ -80,6 +84,11 @@ impl PageCache {
     /// Whether anything is ever read ahead.
     pub(crate) fn reads_ahead(&self) -> bool {
         self.read_ahead.is_some()
+    }
+
+    /// Whether the prefetch also reads the forecast's model.
+    pub(crate) fn predicts(&self) -> bool {
+        self.read_ahead.is_some_and(|read_ahead| read_ahead.predict)
     }
 
     /// The model the prefetch reads now.
@@ -205,6 +214,7 @@ mod tests {
         PageCache::new(Some(ReadAhead {
             bytes_per_s: 100 * MB,
             max_bytes: u64::MAX,
+            predict: false,
         }))
     }
 
@@ -264,6 +274,7 @@ mod tests {
         let mut bounded = PageCache::new(Some(ReadAhead {
             bytes_per_s: 100 * MB,
             max_bytes: 999 * MB,
+            predict: false,
         }));
         bounded.want(Some("a"), ms(0), &w);
         assert_eq!(bounded.load_starts("a", ms(60_000), &w), ms(20_000));

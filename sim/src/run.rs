@@ -43,14 +43,15 @@ use strata_protocol::wire::ServiceTier;
 use tokio::time::Instant;
 
 use crate::baselines;
+use crate::forecast::{self, ForecastCount, ReadNext};
 use crate::prefetch::{DEFAULT_READ_MB_PER_S, MB, PageCache, ReadAhead};
 use crate::queue::Queue;
 use crate::rng::Rng;
 use crate::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline, Unload};
 use crate::workload::Workload;
 use strata_scheduler::{
-    BackendView, Book, CacheState, ConnId, Failure, Hold, LoadTimes, Mode, Plan, Refusal, Rules,
-    SwitchReason, TicketKey, View, Waiting, apply, decide, next_switch, refusal,
+    BackendView, Book, CacheState, ConnId, Failure, Forecast, Hold, LoadTimes, Mode, Plan, Refusal,
+    Rules, SwitchReason, TicketKey, View, Waiting, apply, decide, next_switch, refusal,
 };
 
 /// The decision functions a simulation can run.
@@ -113,6 +114,7 @@ impl Settings {
             read_ahead: config.prefetch.enabled.then_some(ReadAhead {
                 bytes_per_s: DEFAULT_READ_MB_PER_S * MB,
                 max_bytes: config.prefetch.max_bytes,
+                predict: config.prefetch.predict,
             }),
         }
     }
@@ -235,6 +237,10 @@ struct Sim<'a> {
     ideal_loading: BTreeMap<u64, (String, usize)>,
     /// What the router's prefetch read ahead (nothing for the others).
     page_cache: PageCache,
+    /// The recent requests `prefetch_predict` forecasts from, and how its
+    /// forecasts fared.
+    forecast: Forecast,
+    forecasts: ForecastCount,
     /// The most tickets a decision function was shown at once.
     #[cfg(test)]
     largest_view: usize,
@@ -295,6 +301,8 @@ impl<'a> Sim<'a> {
             agent_steps: vec![0; workload.agents.len()],
             resident: BTreeSet::new(),
             ideal_loading: BTreeMap::new(),
+            forecast: Forecast::new(),
+            forecasts: ForecastCount::default(),
             page_cache: PageCache::new(match policy {
                 Policy::Router => settings.read_ahead,
                 Policy::Fifo | Policy::Collate | Policy::Ideal => None,
@@ -450,6 +458,11 @@ impl<'a> Sim<'a> {
 
     fn arrive(&mut self, i: usize) {
         let model = self.reqs[i].model.clone();
+        if self.page_cache.predicts() {
+            // As the engine: every request it numbers counts, refused too.
+            let at = self.at(self.now);
+            self.forecast.arrive(&model, at);
+        }
         if self.policy != Policy::Ideal {
             match refusal(&self.view(), &model) {
                 Some(Refusal::Cooldown { .. }) => return self.end(i, Reason::ModelLoadError),
@@ -605,6 +618,21 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// The model `prefetch_predict` reads now, `loaded` serving: the
+    /// forecast's (a model with its launch cooling down is no candidate).
+    fn predict(&mut self, loaded: Option<&str>) -> Option<String> {
+        let now = self.at(self.now);
+        let cooldowns = &self.cooldowns;
+        let predicted = self
+            .forecast
+            .likely_next(now, loaded, |model| {
+                cooldowns.get(model).is_none_or(|until| *until <= now)
+            })
+            .map(str::to_owned);
+        self.forecasts.predicted(predicted.as_deref());
+        predicted
+    }
+
     fn decide(&mut self) {
         if self.policy == Policy::Ideal {
             return self.ideal_round();
@@ -614,7 +642,7 @@ impl<'a> Sim<'a> {
         for _ in 0..4 {
             #[cfg(test)]
             self.count_view();
-            let (plan, read_next): (Plan, Option<Option<String>>) = {
+            let (plan, read_next): (Plan, Option<ReadNext>) = {
                 let view = self.view();
                 match self.policy {
                     Policy::Fifo => (baselines::fifo(&view), None),
@@ -622,20 +650,33 @@ impl<'a> Sim<'a> {
                     Policy::Router | Policy::Ideal => {
                         let plan = decide(&view);
                         // As the engine tells its prefetch after every
-                        // decision (a change only: most decisions make none).
-                        let next = self
-                            .page_cache
-                            .reads_ahead()
-                            .then(|| next_switch(&view, &plan))
-                            .filter(|next| *next != self.page_cache.reading())
-                            .map(|next| next.map(str::to_owned));
+                        // decision.
+                        let next = self.page_cache.reads_ahead().then(|| {
+                            match next_switch(&view, &plan) {
+                                Some(model) => ReadNext::Named(model.to_owned()),
+                                None if self.page_cache.predicts()
+                                    && forecast::may_predict(&view, &plan) =>
+                                {
+                                    ReadNext::Predict(forecast::loaded(&view))
+                                }
+                                None => ReadNext::Nothing,
+                            }
+                        });
                         (plan, next)
                     }
                 }
             };
             if let Some(next) = read_next {
-                self.page_cache
-                    .want(next.as_deref(), self.now, self.workload);
+                let target = match next {
+                    ReadNext::Named(model) => Some(model),
+                    ReadNext::Predict(loaded) => self.predict(loaded.as_deref()),
+                    ReadNext::Nothing => None,
+                };
+                // A change only: most decisions make none.
+                if target.as_deref() != self.page_cache.reading() {
+                    self.page_cache
+                        .want(target.as_deref(), self.now, self.workload);
+                }
             }
             self.wake = plan
                 .wake_at
@@ -736,6 +777,7 @@ impl<'a> Sim<'a> {
             loads: self.loads,
             unloads: self.unloads,
             requests,
+            forecasts: self.page_cache.predicts().then_some(self.forecasts),
         }
     }
 }
@@ -794,6 +836,7 @@ impl Book for Sim<'_> {
 
     fn start_load(&mut self, model: String, reason: Option<SwitchReason>) {
         self.load_seq += 1;
+        self.forecasts.load_starts(&model);
         let load = self.page_cache.load_starts(&model, self.now, self.workload);
         let fail_rate = self
             .workload

@@ -83,6 +83,8 @@ pub struct Timeline {
     pub unloads: Vec<Unload>,
     /// In arrival order.
     pub requests: Vec<RequestSpan>,
+    /// How `prefetch_predict`'s forecasts fared (a router run with it on).
+    pub forecasts: Option<crate::forecast::ForecastCount>,
 }
 
 impl Timeline {

@@ -31,6 +31,7 @@ fn reading() -> Settings {
         read_ahead: Some(ReadAhead {
             bytes_per_s: 100 * MB,
             max_bytes: u64::MAX,
+            predict: false,
         }),
         ..settings(Mode::WaitFirst, 0)
     }
@@ -136,6 +137,7 @@ fn without_warm_times_the_prefetch_changes_nothing() {
         read_ahead: Some(ReadAhead {
             bytes_per_s: 1000 * MB,
             max_bytes: u64::MAX,
+            predict: false,
         }),
         ..settings(Mode::WaitFirst, 3000)
     };
@@ -148,4 +150,44 @@ fn without_warm_times_the_prefetch_changes_nothing() {
     }
     let load_s = |w: &Workload| Metrics::of(&simulate(w, &rules, Policy::Router)).load_s;
     assert!(load_s(&warm) < load_s(&cold));
+}
+
+/// `prefetch_predict`: after b was asked for, a is loaded for its own
+/// request and then idles; the forecast names b (the only other model
+/// asked for) and reads it while nothing waits, so b's next load is warm.
+/// Without the key nothing is read until b's request waits.
+#[test]
+fn the_forecast_reads_the_likely_next_model_while_nothing_waits() {
+    let mut w = workload(&[("a", 1000), ("b", 10_000)]);
+    w.warm.insert(
+        "b".into(),
+        WarmLoad {
+            load: ms(2000),
+            weights_mb: 1000,
+        },
+    );
+    // b at 0 (cold load 0-10 s), a at 20 s (switch 20-21 s, served by
+    // 21.1 s), then b again at 60 s: 39 s of a idle, enough to read b.
+    w.requests = vec![
+        request(0, "b", 100),
+        request(20_000, "a", 100),
+        request(60_000, "b", 100),
+    ];
+    let mut predicting = reading();
+    predicting.read_ahead.as_mut().unwrap().predict = true;
+    let with = simulate(&w, &predicting, Policy::Router);
+    let without = simulate(&w, &reading(), Policy::Router);
+    let last_b = |timeline: &Timeline| {
+        let load = timeline.loads.iter().rfind(|l| l.model == "b").unwrap();
+        (load.start, load.end)
+    };
+    // With the forecast: b warm (2 s); without: cold (10 s).
+    assert_eq!(last_b(&with), (ms(60_000), ms(62_000)));
+    assert_eq!(last_b(&without), (ms(60_000), ms(70_000)));
+    assert_eq!(with.requests[2].wait(), Some(ms(2000)));
+    // Its forecast named b before b's second load: one hit of one (the
+    // first loads came before any forecast, a's after none).
+    let count = with.forecasts.as_ref().unwrap();
+    assert_eq!((count.loads, count.hits), (1, 1));
+    assert_eq!(without.forecasts, None);
 }

@@ -156,6 +156,27 @@ pub fn render(
                 .to_string()
         },
     );
+    // `prefetch_predict`: of the loads after a forecast, those of the model
+    // it named (runs without it show "-").
+    let forecast_keys: BTreeSet<&str> = match runs.iter().any(|r| r.metrics.forecast.is_some()) {
+        true => ["loads", "hits", "hit_rate"].into(),
+        false => BTreeSet::new(),
+    };
+    block(
+        &mut text,
+        width,
+        runs,
+        "forecast (prefetch_predict)",
+        &forecast_keys,
+        &|run, key| match run.metrics.forecast {
+            None => "-".to_owned(),
+            Some(f) => match key {
+                "loads" => f.loads.to_string(),
+                "hits" => f.hits.to_string(),
+                _ => format!("{:.2}", f.hit_rate),
+            },
+        },
+    );
     text
 }
 

@@ -727,3 +727,35 @@ fn warm_loads_shorten_the_routers_loads_and_leave_the_baselines_cold() {
         &["line 2: warm_load_ms 2000 is more than load_ms 1000"],
     );
 }
+
+#[test]
+fn prefetch_predict_is_simulated_and_its_forecasts_counted() {
+    let args = [
+        "--workload",
+        "interactive-batch",
+        "--param",
+        "warm_load_ms=10000",
+        "--policies",
+        "fifo,router",
+    ];
+    let plain = ok_json(&args);
+    let mut predicting = args.to_vec();
+    predicting.extend(["--set", "prefetch_predict=true"]);
+    let predicted = ok_json(&predicting);
+    // Only a router run with the key has the figures.
+    assert!(plain["policies"]["router"].get("forecast").is_none());
+    assert!(predicted["policies"]["fifo"].get("forecast").is_none());
+    let forecast = &predicted["policies"]["router"]["forecast"];
+    let (loads, hits) = (
+        forecast["loads"].as_u64().unwrap(),
+        forecast["hits"].as_u64().unwrap(),
+    );
+    assert!(loads > 0 && hits > 0 && hits <= loads, "{forecast}");
+    // Reading the forecast's model ahead shortens loads, never lengthens
+    // them, and FIFO is untouched.
+    let load_s = |doc: &Value| doc["policies"]["router"]["load_s"].as_f64().unwrap();
+    assert!(load_s(&predicted) < load_s(&plain));
+    assert_eq!(predicted["policies"]["fifo"], plain["policies"]["fifo"]);
+    let table = text(&simulate(&predicting).stdout);
+    assert!(table.contains("forecast (prefetch_predict)"), "{table}");
+}

@@ -106,6 +106,7 @@ fn the_time_axis_has_at_most_eleven_ticks_whatever_the_span() {
             loads: vec![load("a", ms(0), ms(10))],
             requests: vec![request("a", ms(0), ms(10), end)],
             unloads: Vec::new(),
+            forecasts: None,
         };
         let svg = drawing(&Workload::default(), timeline);
         let ticks = count(&svg, "tick");
@@ -145,6 +146,7 @@ fn busy(count: u64) -> (Workload, Timeline) {
             loads,
             requests,
             unloads: Vec::new(),
+            forecasts: None,
         },
     )
 }
@@ -189,6 +191,7 @@ fn past_max_loads_the_backend_band_is_aggregated() {
         loads,
         requests: vec![request("a", ms(0), ms(10), ms(300_000))],
         unloads: Vec::new(),
+        forecasts: None,
     };
     let svg = drawing(&Workload::default(), timeline);
     assert_eq!(count(&svg, "swap"), 0);
@@ -212,6 +215,7 @@ fn past_max_lanes_the_other_models_share_one() {
             loads: Vec::new(),
             requests,
             unloads: Vec::new(),
+            forecasts: None,
         },
     );
     assert_eq!(count(&svg, "request"), 100, "every request is still drawn");
@@ -275,6 +279,7 @@ fn switching() -> Timeline {
             loaded("b", 135, 150, 160, 170),
             gave_up,
         ],
+        forecasts: None,
     }
 }
 
@@ -444,6 +449,7 @@ fn the_ideal_panel_keeps_every_model_resident_after_its_first_load() {
             load("a", secs(30), secs(31)),
         ],
         unloads: Vec::new(),
+        forecasts: None,
         requests: vec![
             request("a", secs(0), secs(10), secs(30)),
             request("b", secs(5), secs(20), secs(40)),
@@ -515,6 +521,7 @@ fn tiers_are_distinguishable_on_the_bars() {
     let timeline = Timeline {
         loads: vec![load("a", secs(0), secs(10))],
         unloads: Vec::new(),
+        forecasts: None,
         requests,
     };
     let svg = drawing(&two_models(), timeline);
@@ -551,6 +558,7 @@ fn a_lane_needing_more_than_max_rows_is_aggregated_and_bars_are_tall() {
     let overlapping = |n: u64| Timeline {
         loads: vec![load("a", secs(0), secs(1))],
         unloads: Vec::new(),
+        forecasts: None,
         requests: (0..n)
             .map(|i| request("a", secs(i), secs(100), secs(100 + i)))
             .collect(),
