@@ -139,6 +139,19 @@ fn on_resolves_the_model_to_load() {
     let stopped = position(&format!("backend pid {pid_b} exited, memory released"));
     let starting = position(&format!("starting backend for model {A}"));
     assert!(unloading < stopping && stopping < stopped && stopped < starting);
+    // The log says why the switch happened; the first load was no switch.
+    let stderr = supervisor.stderr();
+    assert!(
+        stderr.contains(&format!(
+            "loading model model=\"{A}\" from=\"{B}\" reason=\"operator\""
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("loading model model=\"{B}\"\n"))
+            || stderr.contains(&format!("loading model model=\"{B}\"\r")),
+        "{stderr}"
+    );
     assert!(!procs::is_alive(pid_b));
 
     // No model given: the loaded one (already on); the alias prefers the loaded model too.
