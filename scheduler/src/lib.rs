@@ -54,7 +54,8 @@
 //! Ordering key of a ticket: (tier, model-group rule, cache rank, arrival).
 //!
 //! [`forecast`] is pure too: which model is likely asked for next, from
-//! recent arrivals (what `prefetch_predict` reads ahead).
+//! recent arrivals; [`prediction`] says when `prefetch_predict` may read it
+//! ahead (the engine's and the simulator's one rule).
 
 #![forbid(unsafe_code)]
 
@@ -68,6 +69,7 @@ use tokio::time::Instant;
 mod apply;
 pub mod forecast;
 mod load_times;
+pub mod prediction;
 
 pub use apply::{Book, apply};
 pub use forecast::Forecast;

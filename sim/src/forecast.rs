@@ -1,55 +1,50 @@
-//! `prefetch_predict` in a simulation: when the router's prefetch may read
-//! the forecast's model (the engine's rule, `supervisor/src/engine/
-//! prediction.rs`, on what a simulation has), and how often the forecast
-//! named the model that was loaded next.
+//! `prefetch_predict` in a simulation: the engine's own step
+//! ([`strata_scheduler::prediction`]) on what a simulation has, and how
+//! often the forecast named the model that was loaded next.
 //!
-//! The forecast itself is the engine's ([`strata_scheduler::Forecast`]),
-//! fed every arrival. It runs while the plan names no next model, nothing
-//! waits for a model other than the loaded one, and no load, stop or switch
-//! is under way; the plan's real next model replaces it at once.
+//! The forecast is fed every arrival. The step runs after each decision
+//! while the plan names no next model; a plan that starts, cancels or
+//! unloads counts as a load or stop running, as it is by the time the
+//! engine asks. Every model of the workload is a candidate (each has
+//! weights; one past `prefetch_max_bytes` is not read, as in the router).
 
 use serde::Serialize;
+use strata_scheduler::prediction::Facts;
 use strata_scheduler::{BackendView, Decision, Plan, View};
 
 /// What the prefetch is told to read after a decision.
 pub(crate) enum ReadNext {
     /// The plan's next model (`strata_scheduler::next_switch`).
     Named(String),
-    /// Nothing is named and the forecast may run; the loaded model, if any.
-    Predict(Option<String>),
-    /// Nothing.
+    /// Nothing is named; what the prediction names, if anything.
+    Predicted(Option<String>),
+    /// Nothing is named and nothing is predicted.
     Nothing,
 }
 
-/// Whether the forecast may pick what to read after `plan` on `view`.
-pub(crate) fn may_predict(view: &View, plan: &Plan) -> bool {
-    let quiet_backend = matches!(
-        view.backend,
-        BackendView::Serving { .. } | BackendView::Empty
-    );
+/// The facts the engine's prediction step reads, as a simulation has them
+/// after `plan` on `view` (routing always on; no operator, drain or
+/// restart in a simulation).
+pub(crate) fn facts<'a>(view: &View<'a>, plan: &Plan) -> Facts<'a> {
     let switching = plan.decisions.iter().any(|decision| {
         matches!(
             decision,
             Decision::StartLoad { .. } | Decision::CancelLoad | Decision::Unload
         )
     });
-    let loaded = loaded_model(view);
-    let other_waits = view
-        .queue
-        .iter()
-        .any(|ticket| Some(ticket.model.as_str()) != loaded);
-    quiet_backend && !switching && !other_waits
-}
-
-/// The model a verified backend serves.
-pub(crate) fn loaded(view: &View) -> Option<String> {
-    loaded_model(view).map(str::to_owned)
-}
-
-fn loaded_model<'a>(view: &View<'a>) -> Option<&'a str> {
-    match view.backend {
-        BackendView::Serving { model } => Some(model),
-        _ => None,
+    let (serving, busy) = match view.backend {
+        BackendView::Serving { model } => (Some(model), false),
+        BackendView::Empty => (None, false),
+        BackendView::Loading { .. } | BackendView::Busy => (None, true),
+    };
+    Facts {
+        serving,
+        queue: view.queue,
+        op_running: busy || switching,
+        operator_running: false,
+        routing: true,
+        held: false,
+        cooldowns: view.cooldowns,
     }
 }
 
@@ -66,9 +61,12 @@ pub struct ForecastCount {
 }
 
 impl ForecastCount {
-    /// The forecast named `model` (or nothing).
-    pub(crate) fn predicted(&mut self, model: Option<&str>) {
-        self.last = model.map(str::to_owned);
+    /// The forecast named `model` (a step that named none, or did not
+    /// run, leaves the last forecast standing).
+    pub(crate) fn predicted(&mut self, model: &str) {
+        if self.last.as_deref() != Some(model) {
+            self.last = Some(model.to_owned());
+        }
     }
 
     /// A load of `model` starts.
@@ -110,10 +108,10 @@ mod tests {
         let mut count = ForecastCount::default();
         // No forecast before the first load: not counted.
         count.load_starts("a");
-        count.predicted(Some("b"));
-        count.predicted(Some("c"));
+        count.predicted("b");
+        count.predicted("c");
         count.load_starts("c");
-        count.predicted(Some("a"));
+        count.predicted("a");
         count.load_starts("b");
         count.load_starts("a");
         assert_eq!((count.loads, count.hits), (2, 1));

@@ -86,11 +86,6 @@ impl PageCache {
         self.read_ahead.is_some()
     }
 
-    /// Whether the prefetch also reads the forecast's model.
-    pub(crate) fn predicts(&self) -> bool {
-        self.read_ahead.is_some_and(|read_ahead| read_ahead.predict)
-    }
-
     /// The model the prefetch reads now.
     pub(crate) fn reading(&self) -> Option<&str> {
         self.reading.as_ref().map(|(model, _)| model.as_str())

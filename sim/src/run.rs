@@ -49,9 +49,10 @@ use crate::queue::Queue;
 use crate::rng::Rng;
 use crate::timeline::{LoadOutcome, LoadSpan, RequestSpan, Timeline, Unload};
 use crate::workload::Workload;
+use strata_scheduler::prediction::Prediction;
 use strata_scheduler::{
-    BackendView, Book, CacheState, ConnId, Failure, Forecast, Hold, LoadTimes, Mode, Plan, Refusal,
-    Rules, SwitchReason, TicketKey, View, Waiting, apply, decide, next_switch, refusal,
+    BackendView, Book, CacheState, ConnId, Failure, Hold, LoadTimes, Mode, Plan, Refusal, Rules,
+    SwitchReason, TicketKey, View, Waiting, apply, decide, next_switch, refusal,
 };
 
 /// The decision functions a simulation can run.
@@ -237,9 +238,9 @@ struct Sim<'a> {
     ideal_loading: BTreeMap<u64, (String, usize)>,
     /// What the router's prefetch read ahead (nothing for the others).
     page_cache: PageCache,
-    /// The recent requests `prefetch_predict` forecasts from, and how its
-    /// forecasts fared.
-    forecast: Forecast,
+    /// `prefetch_predict` (the router's runs with it on): the engine's
+    /// step, and how its forecasts fared.
+    prediction: Option<Prediction>,
     forecasts: ForecastCount,
     /// The most tickets a decision function was shown at once.
     #[cfg(test)]
@@ -301,7 +302,11 @@ impl<'a> Sim<'a> {
             agent_steps: vec![0; workload.agents.len()],
             resident: BTreeSet::new(),
             ideal_loading: BTreeMap::new(),
-            forecast: Forecast::new(),
+            prediction: (policy == Policy::Router
+                && settings
+                    .read_ahead
+                    .is_some_and(|read_ahead| read_ahead.predict))
+            .then(|| Prediction::new(workload.models.keys().cloned().collect())),
             forecasts: ForecastCount::default(),
             page_cache: PageCache::new(match policy {
                 Policy::Router => settings.read_ahead,
@@ -458,10 +463,10 @@ impl<'a> Sim<'a> {
 
     fn arrive(&mut self, i: usize) {
         let model = self.reqs[i].model.clone();
-        if self.page_cache.predicts() {
+        let at = self.at(self.now);
+        if let Some(prediction) = &mut self.prediction {
             // As the engine: every request it numbers counts, refused too.
-            let at = self.at(self.now);
-            self.forecast.arrive(&model, at);
+            prediction.arrive(&model, at);
         }
         if self.policy != Policy::Ideal {
             match refusal(&self.view(), &model) {
@@ -618,21 +623,6 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// The model `prefetch_predict` reads now, `loaded` serving: the
-    /// forecast's (a model with its launch cooling down is no candidate).
-    fn predict(&mut self, loaded: Option<&str>) -> Option<String> {
-        let now = self.at(self.now);
-        let cooldowns = &self.cooldowns;
-        let predicted = self
-            .forecast
-            .likely_next(now, loaded, |model| {
-                cooldowns.get(model).is_none_or(|until| *until <= now)
-            })
-            .map(str::to_owned);
-        self.forecasts.predicted(predicted.as_deref());
-        predicted
-    }
-
     fn decide(&mut self) {
         if self.policy == Policy::Ideal {
             return self.ideal_round();
@@ -642,6 +632,8 @@ impl<'a> Sim<'a> {
         for _ in 0..4 {
             #[cfg(test)]
             self.count_view();
+            // Out of `self` while the view borrows it.
+            let mut prediction = self.prediction.take();
             let (plan, read_next): (Plan, Option<ReadNext>) = {
                 let view = self.view();
                 match self.policy {
@@ -650,26 +642,33 @@ impl<'a> Sim<'a> {
                     Policy::Router | Policy::Ideal => {
                         let plan = decide(&view);
                         // As the engine tells its prefetch after every
-                        // decision.
+                        // decision: the plan's next model, else the
+                        // prediction's.
                         let next = self.page_cache.reads_ahead().then(|| {
-                            match next_switch(&view, &plan) {
-                                Some(model) => ReadNext::Named(model.to_owned()),
-                                None if self.page_cache.predicts()
-                                    && forecast::may_predict(&view, &plan) =>
-                                {
-                                    ReadNext::Predict(forecast::loaded(&view))
+                            match (next_switch(&view, &plan), prediction.as_mut()) {
+                                (Some(model), _) => ReadNext::Named(model.to_owned()),
+                                (None, None) => ReadNext::Nothing,
+                                (None, Some(prediction)) => {
+                                    let facts = forecast::facts(&view, &plan);
+                                    let model = prediction.next(&facts, view.now).ok();
+                                    ReadNext::Predicted(model.map(str::to_owned))
                                 }
-                                None => ReadNext::Nothing,
                             }
                         });
                         (plan, next)
                     }
                 }
             };
+            self.prediction = prediction;
             if let Some(next) = read_next {
                 let target = match next {
                     ReadNext::Named(model) => Some(model),
-                    ReadNext::Predict(loaded) => self.predict(loaded.as_deref()),
+                    ReadNext::Predicted(model) => {
+                        if let Some(model) = &model {
+                            self.forecasts.predicted(model);
+                        }
+                        model
+                    }
                     ReadNext::Nothing => None,
                 };
                 // A change only: most decisions make none.
@@ -777,7 +776,7 @@ impl<'a> Sim<'a> {
             loads: self.loads,
             unloads: self.unloads,
             requests,
-            forecasts: self.page_cache.predicts().then_some(self.forecasts),
+            forecasts: self.prediction.is_some().then_some(self.forecasts),
         }
     }
 }

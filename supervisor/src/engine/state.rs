@@ -19,6 +19,7 @@ use strata_protocol::config::{Config, Registry};
 use strata_protocol::wire::{
     Grant, LeaseFailure, RevokeReason, ServiceTier, SupervisorMessage, TicketId, TicketRequest,
 };
+use strata_scheduler::prediction::{Facts, Prediction};
 use strata_scheduler::{
     self as scheduler, ConnId, Decision, Hold, Mode, Refusal, Rules, SwitchReason, TicketKey,
     Waiting,
@@ -35,13 +36,13 @@ use super::leases::{Lease, Leases};
 use super::ledger::Ledger;
 use super::now::{Now, sleep_until};
 use super::operator::{self, Operator, OperatorAction};
-use super::prediction::{self, Prediction};
+use super::prediction;
 use super::queue::{Queue, TicketInfo};
 use super::report::ReportView;
 use super::watchdog::{self, Watchdog, WatchdogAction};
 use crate::backend::StartProgress;
 use crate::counters::Counters;
-use crate::prefetch::{Prefetch, Wish};
+use crate::prefetch::Prefetch;
 use book::EngineBook;
 
 mod book;
@@ -89,7 +90,7 @@ impl Engine {
         now: Instant,
     ) -> Engine {
         let rules = Rules::from_config(&config);
-        let prediction = Prediction::from_config(&config);
+        let prediction = prediction::from_config(&config);
         Engine {
             operator: Operator::new(Duration::from_millis(config.timers.startup_ms)),
             watchdog: Watchdog::new(config.probe.misses, config.probe.action),
@@ -462,25 +463,16 @@ impl Engine {
         } else {
             self.decide_and_apply(now)
         };
-        let wish = match (&next, &mut self.prediction) {
-            (Some(model), _) => Wish::Next(model),
-            (None, None) => Wish::Nothing("nothing is next"),
-            (None, Some(prediction)) => {
-                let facts = prediction::Facts {
-                    serving: self.slot.serving_model(),
-                    queue: self.queue.tickets(),
-                    op_running: self.slot.op_running(),
-                    operator_running: self.operator.is_running(),
-                    routing: self.routing,
-                    held: held || self.drain.is_some(),
-                    cooldowns: self.slot.cooldowns(),
-                };
-                match prediction.next(&facts, now.at) {
-                    Ok(model) => Wish::Predicted(model),
-                    Err(why) => Wish::Nothing(why.as_str()),
-                }
-            }
+        let facts = || Facts {
+            serving: self.slot.serving_model(),
+            queue: self.queue.tickets(),
+            op_running: self.slot.op_running(),
+            operator_running: self.operator.is_running(),
+            routing: self.routing,
+            held: held || self.drain.is_some(),
+            cooldowns: self.slot.cooldowns(),
         };
+        let wish = prediction::wish(next.as_deref(), self.prediction.as_mut(), facts, now.at);
         self.prefetch.want(wish);
         self.report().publish_counts(&self.counters);
     }
