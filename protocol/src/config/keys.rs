@@ -451,7 +451,7 @@ pub const KEYS: &[Key] = &[
         default: Default::Integer(0),
         scope: Scope::Supervisor,
         fingerprinted: true,
-        doc: "wait-first, opt-in: once another model's request has waited this long, the loaded model gets no new grants (see [Hold bound](scheduling.md#hold-bound))",
+        doc: "wait-first, opt-in: once another model's request has waited this long, the loaded model finishes only its requests that came before it, then gives way; never less than 1.5 load times of the two models (see [Hold bound](scheduling.md#hold-bound))",
     },
     Key {
         name: "cache_lookup_ms",
